@@ -1,0 +1,1 @@
+"""msop.controller.msjob."""
