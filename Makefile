@@ -30,7 +30,7 @@ cluster-up: venv ## start the local kwok cluster and print its kubeconfig
 	@hack/cluster/up.sh
 
 .PHONY: cluster-down
-cluster-down: ## tear the local cluster down
+cluster-down: venv ## tear the local cluster down
 	@hack/cluster/down.sh
 
 .PHONY: cluster-gomod

@@ -1,0 +1,264 @@
+"""A local Kubernetes control plane for tests, demos and benchmarks.
+
+``LocalCluster`` drives ``kwokctl --runtime=binary`` with binaries built by
+``hack/cluster/build.sh``: etcd, kube-apiserver (with RBAC authorization and an audit
+log), kube-controller-manager (so ownerReference garbage collection works),
+kube-scheduler, and kwok-controller simulating a few fake nodes that have CPU, memory
+and ``nvidia.com/gpu`` capacity. Nothing is downloaded: kwokctl is pointed at every
+binary it needs.
+
+Errors: :class:`ClusterStartError` names the component that failed and carries the
+tail of its log. Every other failure of a ``kubectl`` call raises
+:class:`subprocess.CalledProcessError` with the command's stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+COMPONENTS = (
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok-controller",
+)
+
+#: Capacity of every fake node; the GPU samples request ``nvidia.com/gpu``.
+NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "2000", "nvidia.com/gpu": "8"}
+
+#: Audit every request at Metadata level: tests and benchmarks count the operator's
+#: API calls (by verb, resource, name and user agent) from this log.
+AUDIT_POLICY = """\
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: None
+  users: ["system:kube-scheduler", "system:kube-controller-manager", "system:apiserver"]
+- level: None
+  resources: [{group: "coordination.k8s.io", resources: ["leases"]}]
+  userGroups: ["system:nodes"]
+- level: Metadata
+"""
+
+
+class ClusterStartError(RuntimeError):
+    """The cluster did not come up; the message names the failed component and its log."""
+
+
+@dataclass
+class LocalCluster:
+    """One kwokctl cluster. ``start()`` creates it, ``stop()`` deletes it.
+
+    ``workdir`` holds kwokctl's state (``KWOK_WORKDIR``); the kubeconfig is written to
+    ``<workdir>/<name>.kubeconfig``, and the apiserver audit log to
+    ``<workdir>/clusters/<name>/logs/audit.log``.
+    """
+
+    name: str
+    bin_dir: Path
+    workdir: Path
+    nodes: int = 4
+    kube_version: str = "v1.36.3"
+    etcd_version: str = "3.6.10"
+    extra_kwokctl_args: Sequence[str] = field(default_factory=tuple)
+
+    @property
+    def kubeconfig(self) -> str:
+        return str(self.workdir / f"{self.name}.kubeconfig")
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.workdir / "clusters" / self.name
+
+    @property
+    def audit_log(self) -> Path:
+        return self.cluster_dir / "logs" / "audit.log"
+
+    def binary(self, name: str) -> str:
+        return str(self.bin_dir / name)
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["KWOK_WORKDIR"] = str(self.workdir)
+        # kwokctl must never try to fetch anything.
+        env["KWOK_QUIET_PULL"] = "true"
+        return env
+
+    def _write_config(self) -> Path:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        policy = self.workdir / f"{self.name}-audit-policy.yaml"
+        policy.write_text(AUDIT_POLICY)
+        options = {
+            "runtime": "binary",
+            "kubeVersion": self.kube_version,
+            "etcdVersion": self.etcd_version,
+            "bindAddress": "127.0.0.1",
+            "securePort": True,
+            "kubeAuthorization": True,
+            "kubeAdmission": True,
+            "kubeAuditPolicy": str(policy),
+            "disableQPSLimits": True,
+            "kubeApiserverBinary": self.binary("kube-apiserver"),
+            "kubeControllerManagerBinary": self.binary("kube-controller-manager"),
+            "kubeSchedulerBinary": self.binary("kube-scheduler"),
+            "kubectlBinary": self.binary("kubectl"),
+            "etcdBinary": self.binary("etcd"),
+            "kwokControllerBinary": self.binary("kwok"),
+        }
+        config = {
+            "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+            "kind": "KwokctlConfiguration",
+            "options": options,
+        }
+        path = self.workdir / f"{self.name}-kwokctl.yaml"
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [self.binary("kwokctl"), "--name", self.name, *args],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+            check=check,
+        )
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """Run the built kubectl against this cluster; raise CalledProcessError on failure."""
+        proc = subprocess.run(
+            [self.binary("kubectl"), "--kubeconfig", self.kubeconfig, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise subprocess.CalledProcessError(
+                proc.returncode, proc.args, output=proc.stdout, stderr=proc.stderr
+            )
+        return proc
+
+    def exists(self) -> bool:
+        return (self.cluster_dir / "kwok.yaml").exists()
+
+    def start(self, timeout: float = 180) -> None:
+        """Create the cluster, add the fake nodes and wait until they are Ready.
+
+        Raises ClusterStartError naming the component that failed, with its log tail.
+        """
+        missing = [
+            b
+            for b in (*COMPONENTS[:-1], "kwok", "kwokctl", "kubectl")
+            if not os.access(self.binary(b), os.X_OK)
+        ]
+        if missing:
+            raise ClusterStartError(f"missing binaries in {self.bin_dir}: {', '.join(missing)}")
+        if self.exists():
+            self.stop()
+        config = self._write_config()
+        proc = subprocess.run(
+            [
+                self.binary("kwokctl"),
+                "create",
+                "cluster",
+                "--name",
+                self.name,
+                "--config",
+                str(config),
+                "--wait",
+                f"{int(timeout)}s",
+                *self.extra_kwokctl_args,
+            ],
+            env=self._env(),
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            raise ClusterStartError(self._diagnose(proc.stdout + proc.stderr))
+        shutil.copyfile(self.cluster_dir / "kubeconfig.yaml", self.kubeconfig)
+        self.kubectl("apply", "-f", "-", input=json.dumps(self._node_list()))
+        self._wait_nodes_ready(timeout)
+
+    def _node_list(self) -> dict[str, object]:
+        items = []
+        for i in range(self.nodes):
+            name = f"kwok-node-{i}"
+            items.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "annotations": {"kwok.x-k8s.io/node": "fake"},
+                        "labels": {
+                            "type": "kwok",
+                            "kubernetes.io/hostname": name,
+                            "kubernetes.io/os": "linux",
+                            "kubernetes.io/arch": "amd64",
+                            "nvidia.com/gpu.present": "true",
+                        },
+                    },
+                    "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
+                }
+            )
+        return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    def _wait_nodes_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        last = ""
+        while time.monotonic() < deadline:
+            proc = self.kubectl("get", "nodes", "-o", "json", check=False)
+            if proc.returncode == 0:
+                nodes = json.loads(proc.stdout)["items"]
+                ready = [
+                    n
+                    for n in nodes
+                    if any(
+                        c["type"] == "Ready" and c["status"] == "True"
+                        for c in n.get("status", {}).get("conditions", [])
+                    )
+                ]
+                if len(ready) >= self.nodes:
+                    return
+                last = f"{len(ready)}/{self.nodes} nodes Ready"
+            else:
+                last = proc.stderr.strip()
+            time.sleep(0.5)
+        raise ClusterStartError(self._diagnose(f"nodes not Ready within {timeout}s: {last}"))
+
+    def _diagnose(self, what: str) -> str:
+        """Say which component is down, with the tail of its log."""
+        lines = [f"cluster {self.name!r} failed to start: {what.strip()[-2000:]}"]
+        logs = self.cluster_dir / "logs"
+        pids = self.cluster_dir / "pids"
+        for comp in COMPONENTS:
+            alive = False
+            pidfile = pids / f"{comp}.pid"
+            if pidfile.exists():
+                try:
+                    os.kill(int(pidfile.read_text().strip()), 0)
+                    alive = True
+                except (ValueError, ProcessLookupError, PermissionError):
+                    alive = False
+            log = logs / f"{comp}.log"
+            tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
+            if not alive:
+                lines.append(f"--- component {comp} is NOT running; last log lines ({log}):")
+                lines.extend(f"    {t}" for t in tail)
+        return "\n".join(lines)
+
+    def stop(self) -> None:
+        """Delete the cluster and its processes. Never raises."""
+        self.kwokctl("delete", "cluster", check=False)
+        Path(self.kubeconfig).unlink(missing_ok=True)

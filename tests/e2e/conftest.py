@@ -1,0 +1,101 @@
+"""Fixtures for e2e tests on a real control plane (see msop.testing).
+
+- ``cluster`` (session): built once (hack/cluster/build.sh) and started once per run,
+  with every CRD under config/crd/bases installed. A failure to build or start fails
+  every e2e test with the component's log tail; nothing is skipped.
+- ``namespace``: a fresh namespace per test, deleted afterwards.
+- ``kubelet``: a ``KubeletStandIn`` that runs, ends and restarts simulated pods.
+
+Set ``MSOP_E2E_KEEP=1`` to leave the cluster running after the session (its kubeconfig
+path is printed), e.g. to look at what a failed test left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from msop.testing import KubeletStandIn, LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e" in str(item.fspath):
+            item.add_marker(pytest.mark.e2e)
+
+
+def build_binaries() -> Path:
+    proc = subprocess.run([str(REPO / "hack/cluster/build.sh")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.fail(
+            f"building the control plane failed (hack/cluster/build.sh):\n{proc.stderr[-4000:]}",
+            pytrace=False,
+        )
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def install_crds(cluster: LocalCluster) -> None:
+    crds = sorted((REPO / "config/crd/bases").glob("*.yaml"))
+    for crd in crds:
+        cluster.kubectl("apply", "-f", str(crd))
+    for crd in crds:
+        name = crd.name.split("_", 1)[1].removesuffix(".yaml") + "." + crd.name.split("_", 1)[0]
+        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        name=f"msop-e2e-{os.getpid()}",
+        bin_dir=build_binaries(),
+        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok",
+    )
+    started = time.monotonic()
+    try:
+        c.start()
+    except Exception as e:
+        c.stop()
+        pytest.fail(str(e), pytrace=False)
+    print(f"\ncluster {c.name} up in {time.monotonic() - started:.1f}s; KUBECONFIG={c.kubeconfig}")
+    try:
+        install_crds(c)
+        yield c
+    finally:
+        if os.environ.get("MSOP_E2E_KEEP"):
+            print(f"\nkept cluster {c.name}: KUBECONFIG={c.kubeconfig}")
+        else:
+            c.stop()
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    # Pods are admitted only once the namespace's default ServiceAccount exists.
+    deadline = time.monotonic() + 30
+    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            pytest.fail(f"namespace {name}: default ServiceAccount never appeared")
+        time.sleep(0.2)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubelet(cluster: LocalCluster) -> KubeletStandIn:
+    return KubeletStandIn(cluster)
+
+
+def kubectl_json(cluster: LocalCluster, *args: str) -> dict[str, object]:
+    out = cluster.kubectl(*args, "-o", "json")
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
