@@ -1,0 +1,512 @@
+"""An asyncio Kubernetes client that speaks plain dicts.
+
+:class:`KubeClient` sends REST requests through kubernetes_asyncio's configuration loading
+and connection machinery (TLS, bearer tokens, client certificates, token refresh) and
+returns the API server's JSON parsed with :func:`json.loads` - never model classes.
+Objects go out and come back exactly as the API server defines them.
+
+Contract for every request method:
+
+- a 2xx answer returns the parsed body;
+- a non-2xx answer raises :class:`~msop.kube.errors.ApiError` carrying the Status reason
+  (use the ``is_*`` predicates in :mod:`msop.kube.errors`);
+- no answer (connection refused or reset, TLS failure, broken stream) raises
+  :class:`~msop.kube.errors.ApiUnavailable`; a client-side timeout raises its subclass
+  :class:`~msop.kube.errors.ApiTimeout`;
+- nothing is retried here: callers own their retry policy.
+
+Requests other than watches are throttled by a client-side :class:`TokenBucket`
+(``qps``/``burst``, like client-go). Every request, watches included, is counted in
+``rest_client_requests_total{code,method,host}``.
+
+Returned dicts belong to the caller; the client keeps no reference to them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self
+from urllib.parse import urlsplit
+
+import aiohttp
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+
+from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
+from msop.kube.flowcontrol import TokenBucket
+from msop.kube.metrics import RATE_LIMITER_DURATION, REQUEST_DURATION, REQUESTS_TOTAL
+from msop.kube.resources import Resource
+
+__all__ = ["KubeClient", "PatchType"]
+
+PatchType = Literal["merge", "json", "strategic", "apply"]
+
+_PATCH_CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+_TRANSPORT_ERRORS = (aiohttp.ClientError, OSError)
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _decode(data: bytes) -> Any:
+    if not data:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", "replace")
+
+
+class KubeClient:
+    """Dict-in, dict-out access to the Kubernetes API. See the module docstring for errors.
+
+    Build it with :meth:`from_config` (kubeconfig or in-cluster) or
+    :meth:`from_configuration` (a ready kubernetes_asyncio ``Configuration``, e.g. with a
+    bearer token). Close it with :meth:`close` or use it as ``async with``.
+
+    ``request_timeout`` bounds every non-watch request end to end (seconds, ``None`` for
+    no bound); watches are bounded by their own ``timeout_seconds``/``read_timeout``.
+    """
+
+    def __init__(
+        self,
+        api_client: Any,
+        *,
+        qps: float = 50,
+        burst: int = 100,
+        user_agent: str = "msop",
+        request_timeout: float | None = 60.0,
+    ) -> None:
+        self._api_client = api_client
+        self._configuration = api_client.configuration
+        self._rest = api_client.rest_client
+        self._base = str(self._configuration.host).rstrip("/")
+        self.host = urlsplit(self._base).netloc or self._base
+        """``host[:port]`` of the API server, the ``host`` label of the metrics."""
+        self.user_agent = user_agent
+        """Sent as ``User-Agent`` on every request (audit logs group requests by it)."""
+        self.limiter = TokenBucket(qps, burst)
+        """The client-side token bucket; watches bypass it."""
+        self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+
+    @classmethod
+    async def from_config(
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        context: str | None = None,
+        qps: float = 50,
+        burst: int = 100,
+        user_agent: str = "msop",
+        request_timeout: float | None = 60.0,
+    ) -> KubeClient:
+        """Load ``kubeconfig`` (or ``$KUBECONFIG``; else the in-cluster service account).
+
+        Raises kubernetes_asyncio's ``ConfigException`` when no usable config is found.
+        Must be called with a running event loop (the HTTP session binds to it).
+        """
+        configuration = k8s_client.Configuration()
+        path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
+        if path is not None:
+            await k8s_config.load_kube_config(
+                config_file=path,
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls.from_configuration(
+            configuration,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            request_timeout=request_timeout,
+        )
+
+    @classmethod
+    def from_configuration(
+        cls,
+        configuration: Any,
+        *,
+        qps: float = 50,
+        burst: int = 100,
+        user_agent: str = "msop",
+        request_timeout: float | None = 60.0,
+    ) -> KubeClient:
+        """Wrap a kubernetes_asyncio ``Configuration`` (host, TLS, ``api_key`` ...).
+
+        Call it from inside a running event loop.
+        """
+        api_client = k8s_client.ApiClient(configuration)
+        return cls(
+            api_client,
+            qps=qps,
+            burst=burst,
+            user_agent=user_agent,
+            request_timeout=request_timeout,
+        )
+
+    async def close(self) -> None:
+        """Close the HTTP session; open watches fail with ApiUnavailable. Idempotent."""
+        await self._api_client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _headers(self, content_type: str | None) -> dict[str, str]:
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent}
+        if content_type is not None:
+            headers["Content-Type"] = content_type
+        auth = await self._configuration.auth_settings()
+        token = auth.get("BearerToken")
+        if token and token.get("value"):
+            headers["Authorization"] = token["value"]
+        return headers
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> Any:
+        """Send one throttled request and return the parsed JSON body (None if empty).
+
+        ``path`` starts with ``/api`` or ``/apis``. Raises ApiError / ApiUnavailable /
+        ApiTimeout as described in the module docstring.
+        """
+        waited = await self.limiter.wait()
+        RATE_LIMITER_DURATION.labels(method, self.host).observe(waited)
+        headers = await self._headers(
+            content_type or ("application/json" if body is not None else None)
+        )
+        start = time.monotonic()
+        try:
+            resp = await self._rest.request(
+                method,
+                self._base + path,
+                query_params=dict(query) if query else None,
+                headers=headers,
+                body=body,
+                _preload_content=False,
+                _request_timeout=self._timeout,
+            )
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        except TimeoutError as e:
+            REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
+            raise ApiTimeout(f"{method} {path}: timed out") from e
+        except _TRANSPORT_ERRORS as e:
+            REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
+            raise ApiUnavailable(f"{method} {path}: {e!r}") from e
+        status: int = resp.status
+        REQUESTS_TOTAL.labels(str(status), method, self.host).inc()
+        REQUEST_DURATION.labels(method, self.host).observe(time.monotonic() - start)
+        parsed = _decode(data)
+        if not 200 <= status < 300:
+            raise ApiError.from_status(status, parsed, retry_after=_retry_after(resp.headers))
+        return parsed
+
+    # -- verbs ------------------------------------------------------------------------
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        """GET one object. Raises ApiError (``is_not_found``) when it does not exist."""
+        result: dict[str, Any] = await self.request("GET", res.path(namespace, name))
+        return result
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+    ) -> dict[str, Any]:
+        """List one page: a List dict with ``items`` and ``metadata.resourceVersion``.
+
+        ``namespace=None`` lists all namespaces of a namespaced resource. A stale
+        ``continue_`` token raises ApiError with ``is_gone``.
+        """
+        query: dict[str, str] = {}
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        if resource_version is not None:
+            query["resourceVersion"] = resource_version
+        if limit is not None:
+            query["limit"] = str(limit)
+        if continue_:
+            query["continue"] = continue_
+        result: dict[str, Any] = await self.request("GET", res.path(namespace), query=query)
+        if result.get("items") is None:
+            result["items"] = []
+        return result
+
+    async def list_all(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 500,
+    ) -> dict[str, Any]:
+        """List every object with pages of ``limit``, as one List dict.
+
+        The result's ``metadata.resourceVersion`` is the first page's, i.e. the snapshot
+        all pages belong to. If the continue token expires mid-way (410) the list is
+        redone in one unpaginated request, as client-go's pager does.
+        """
+        first = await self.list(
+            res,
+            namespace,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            limit=limit,
+        )
+        items: list[dict[str, Any]] = first["items"]
+        token = first.get("metadata", {}).get("continue")
+        while token:
+            try:
+                page = await self.list(
+                    res,
+                    namespace,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    limit=limit,
+                    continue_=token,
+                )
+            except ApiError as e:
+                if e.status != 410 or isinstance(e, ApiUnavailable):
+                    raise
+                return await self.list(
+                    res, namespace, label_selector=label_selector, field_selector=field_selector
+                )
+            items.extend(page["items"])
+            token = page.get("metadata", {}).get("continue")
+        first.setdefault("metadata", {}).pop("continue", None)
+        first["metadata"].pop("remainingItemCount", None)
+        return first
+
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """POST a new object; ``namespace`` defaults to ``body.metadata.namespace``.
+
+        Raises ApiError with ``is_already_exists`` when the name is taken.
+        """
+        if namespace is None and res.namespaced:
+            namespace = body.get("metadata", {}).get("namespace")
+        result: dict[str, Any] = await self.request("POST", res.path(namespace), body=body)
+        return result
+
+    def _object_path(self, res: Resource, body: Mapping[str, Any], sub: str | None) -> str:
+        meta = body.get("metadata", {})
+        namespace = meta.get("namespace") if res.namespaced else None
+        return res.path(namespace, meta["name"], sub)
+
+    async def replace(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT the whole object (name/namespace from its metadata).
+
+        With ``metadata.resourceVersion`` set, a stale write raises ApiError ``is_conflict``.
+        """
+        result: dict[str, Any] = await self.request(
+            "PUT", self._object_path(res, body, None), body=body
+        )
+        return result
+
+    async def replace_status(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT the ``status`` subresource; optimistic concurrency as for :meth:`replace`."""
+        result: dict[str, Any] = await self.request(
+            "PUT", self._object_path(res, body, "status"), body=body
+        )
+        return result
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+        subresource: str | None = None,
+        field_manager: str | None = None,
+        force: bool | None = None,
+    ) -> dict[str, Any]:
+        """PATCH an object (or a subresource such as ``status``).
+
+        ``patch_type``: ``merge`` (RFC 7386), ``json`` (RFC 6902 list of operations),
+        ``strategic`` (built-in types only) or ``apply`` (server-side apply; needs
+        ``field_manager``, ``force`` takes over conflicting fields).
+        """
+        query: dict[str, str] = {}
+        if field_manager is not None:
+            query["fieldManager"] = field_manager
+        if force is not None:
+            query["force"] = "true" if force else "false"
+        result: dict[str, Any] = await self.request(
+            "PATCH",
+            res.path(namespace, name, subresource),
+            query=query,
+            body=patch,
+            content_type=_PATCH_CONTENT_TYPES[patch_type],
+        )
+        return result
+
+    async def delete(
+        self,
+        res: Resource,
+        name: str,
+        namespace: str | None = None,
+        *,
+        propagation_policy: Literal["Foreground", "Background", "Orphan"] | None = None,
+        uid_precondition: str | None = None,
+        resource_version_precondition: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> dict[str, Any] | None:
+        """DELETE an object.
+
+        Returns the object when the server answers with it (deletion pending on finalizers
+        or graceful termination), or None when it answers with a success Status. Raises
+        ApiError ``is_not_found`` when absent, ``is_conflict`` when a precondition fails.
+        """
+        options: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if propagation_policy is not None:
+            options["propagationPolicy"] = propagation_policy
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
+        preconditions: dict[str, str] = {}
+        if uid_precondition is not None:
+            preconditions["uid"] = uid_precondition
+        if resource_version_precondition is not None:
+            preconditions["resourceVersion"] = resource_version_precondition
+        if preconditions:
+            options["preconditions"] = preconditions
+        result = await self.request("DELETE", res.path(namespace, name), body=options)
+        if not isinstance(result, dict) or result.get("kind") == "Status":
+            return None
+        return result
+
+    async def watch(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: int | None = None,
+        allow_bookmarks: bool = True,
+        read_timeout: float | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Stream watch events ``{"type": ..., "object": {...}}`` line by line.
+
+        ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK. The iterator ends when the
+        server closes the stream (e.g. after ``timeout_seconds``). An ``ERROR`` event
+        raises ApiError built from its Status (410 Expired -> ``is_gone``). A non-2xx
+        answer raises ApiError; a broken stream raises ApiUnavailable; no byte for
+        ``read_timeout`` seconds raises ApiTimeout (detects silent, stuck streams).
+
+        The stream is not throttled and not buffered. Close it promptly with
+        ``contextlib.aclosing`` when you stop early; that closes the connection.
+        """
+        query: dict[str, str] = {"watch": "true", "resourceVersion": resource_version}
+        if allow_bookmarks:
+            query["allowWatchBookmarks"] = "true"
+        if label_selector:
+            query["labelSelector"] = label_selector
+        if field_selector:
+            query["fieldSelector"] = field_selector
+        if timeout_seconds is not None:
+            query["timeoutSeconds"] = str(timeout_seconds)
+        path = res.path(namespace)
+        headers = await self._headers(None)
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=self._timeout.total, sock_read=read_timeout
+        )
+        try:
+            resp = await self._rest.request(
+                "GET",
+                self._base + path,
+                query_params=query,
+                headers=headers,
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except TimeoutError as e:
+            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
+            raise ApiTimeout(f"watch {path}: timed out") from e
+        except _TRANSPORT_ERRORS as e:
+            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
+            raise ApiUnavailable(f"watch {path}: {e!r}") from e
+        REQUESTS_TOTAL.labels(str(resp.status), "GET", self.host).inc()
+        try:
+            if not 200 <= resp.status < 300:
+                try:
+                    data = await resp.read()
+                except (TimeoutError, *_TRANSPORT_ERRORS):
+                    data = b""
+                raise ApiError.from_status(
+                    resp.status, _decode(data), retry_after=_retry_after(resp.headers)
+                )
+            content = resp.content
+            while True:
+                try:
+                    line = await content.readline()
+                except TimeoutError as e:
+                    raise ApiTimeout(f"watch {path}: no data for {read_timeout} s") from e
+                except _TRANSPORT_ERRORS as e:
+                    raise ApiUnavailable(f"watch {path}: {e!r}") from e
+                if not line:
+                    return
+                if line.isspace():
+                    continue
+                try:
+                    event: dict[str, Any] = json.loads(line)
+                except ValueError as e:
+                    raise ApiUnavailable(f"watch {path}: undecodable line {line[:200]!r}") from e
+                if event.get("type") == "ERROR":
+                    obj = event.get("object")
+                    code = obj.get("code", 500) if isinstance(obj, dict) else 500
+                    raise ApiError.from_status(code if isinstance(code, int) else 500, obj)
+                yield event
+        finally:
+            # Closing (not releasing) drops the connection: the body was not fully read.
+            resp.close()

@@ -1,0 +1,163 @@
+"""Errors raised by :class:`msop.kube.KubeClient`, and predicates to classify them.
+
+- :class:`ApiError`: the API server answered with a non-2xx status (or a watch ``ERROR``
+  event). ``reason`` is the ``Status.reason`` from the body, or derived from the HTTP code
+  when the body is not a Status.
+- :class:`ApiUnavailable` (a subclass): no answer at all - connection refused or reset,
+  TLS failure, or the response stream broke. Callers should back off and retry.
+- :class:`ApiTimeout` (a subclass of ApiUnavailable): a client-side timeout elapsed, e.g.
+  a watch stream stayed silent for longer than its read timeout.
+
+The predicates never raise; they return False for exceptions that are not ApiErrors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ApiError",
+    "ApiTimeout",
+    "ApiUnavailable",
+    "is_already_exists",
+    "is_conflict",
+    "is_forbidden",
+    "is_gone",
+    "is_invalid",
+    "is_not_found",
+    "is_too_many_requests",
+    "is_unavailable",
+]
+
+# apimachinery's reason for each HTTP status, used when the body is not a Status object.
+_REASON_FOR_CODE: dict[int, str] = {
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Gone",
+    413: "RequestEntityTooLarge",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
+}
+
+
+class ApiError(Exception):
+    """The API server refused a request.
+
+    ``status`` is the HTTP code (0 when unknown), ``reason`` the machine-readable Status
+    reason (``NotFound``, ``AlreadyExists``, ``Conflict``, ``Expired``, ...), ``message``
+    the human-readable text and ``body`` the parsed Status object when there was one.
+    ``retry_after`` holds the server's ``Retry-After`` seconds for 429/5xx, if sent.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        reason: str,
+        message: str,
+        body: dict[str, Any] | None = None,
+        *,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+        self.body = body
+        self.retry_after = retry_after
+
+    @classmethod
+    def from_status(cls, status: int, body: Any, *, retry_after: float | None = None) -> ApiError:
+        """Build an error from an HTTP code and a parsed body (a Status dict or anything).
+
+        Falls back to the code's standard reason when ``body`` is not a Status object.
+        """
+        if isinstance(body, dict) and body.get("kind") == "Status":
+            code = body.get("code")
+            status = code if isinstance(code, int) and code else status
+            reason = str(body.get("reason") or _REASON_FOR_CODE.get(status, "Unknown"))
+            return cls(status, reason, str(body.get("message", "")), body, retry_after=retry_after)
+        text = body if isinstance(body, str) else ""
+        return cls(
+            status,
+            _REASON_FOR_CODE.get(status, "Unknown"),
+            text[:1000],
+            None,
+            retry_after=retry_after,
+        )
+
+
+class ApiUnavailable(ApiError):
+    """The API server could not be reached or the connection broke mid-response."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(0, "ServiceUnavailable", message, None)
+
+
+class ApiTimeout(ApiUnavailable):
+    """A client-side timeout elapsed (request deadline, or a silent watch stream)."""
+
+
+def _api(e: BaseException) -> ApiError | None:
+    return e if isinstance(e, ApiError) and not isinstance(e, ApiUnavailable) else None
+
+
+def is_not_found(e: BaseException) -> bool:
+    """404 NotFound."""
+    a = _api(e)
+    return a is not None and (a.status == 404 or a.reason == "NotFound")
+
+
+def is_conflict(e: BaseException) -> bool:
+    """409 Conflict from optimistic concurrency (stale resourceVersion), not AlreadyExists."""
+    a = _api(e)
+    return a is not None and a.reason == "Conflict"
+
+
+def is_already_exists(e: BaseException) -> bool:
+    """409 AlreadyExists from a create."""
+    a = _api(e)
+    return a is not None and a.reason == "AlreadyExists"
+
+
+def is_gone(e: BaseException) -> bool:
+    """410, reason Expired/Gone, or "too old resource version": the caller must relist."""
+    a = _api(e)
+    if a is None:
+        return False
+    return (
+        a.status == 410
+        or a.reason in ("Expired", "Gone")
+        or "too old resource version" in a.message
+    )
+
+
+def is_forbidden(e: BaseException) -> bool:
+    """403 Forbidden (RBAC, or a namespace being terminated)."""
+    a = _api(e)
+    return a is not None and (a.status == 403 or a.reason == "Forbidden")
+
+
+def is_invalid(e: BaseException) -> bool:
+    """422 Invalid: the object failed validation; retrying the same body cannot succeed."""
+    a = _api(e)
+    return a is not None and (a.status == 422 or a.reason == "Invalid")
+
+
+def is_too_many_requests(e: BaseException) -> bool:
+    """429 TooManyRequests (API priority and fairness); see ``retry_after``."""
+    a = _api(e)
+    return a is not None and (a.status == 429 or a.reason == "TooManyRequests")
+
+
+def is_unavailable(e: BaseException) -> bool:
+    """No answer from the server (connection failure or client-side timeout)."""
+    return isinstance(e, ApiUnavailable)

@@ -1,0 +1,42 @@
+"""REST client metrics, with client-go's names and labels, on :data:`msop.metrics.REGISTRY`.
+
+- ``rest_client_requests_total{code,method,host}``: every request, watches included;
+  ``code`` is the HTTP status as a string, or ``"<error>"`` when no response arrived.
+- ``rest_client_request_duration_seconds{verb,host}``: latency until the response body was
+  read (not recorded for watches, whose duration is meaningless).
+- ``rest_client_rate_limiter_duration_seconds{verb,host}``: time spent waiting on the
+  client-side token bucket.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Histogram
+
+from msop.metrics import REGISTRY
+
+__all__ = ["RATE_LIMITER_DURATION", "REQUESTS_TOTAL", "REQUEST_DURATION"]
+
+_LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+REQUESTS_TOTAL = Counter(
+    "rest_client_requests",
+    "Number of HTTP requests, partitioned by status code, method, and host.",
+    ["code", "method", "host"],
+    registry=REGISTRY,
+)
+
+REQUEST_DURATION = Histogram(
+    "rest_client_request_duration_seconds",
+    "Request latency in seconds. Broken down by verb and host.",
+    ["verb", "host"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+
+RATE_LIMITER_DURATION = Histogram(
+    "rest_client_rate_limiter_duration_seconds",
+    "Client side rate limiter latency in seconds. Broken down by verb and host.",
+    ["verb", "host"],
+    buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)

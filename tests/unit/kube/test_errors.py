@@ -1,0 +1,64 @@
+"""ApiError construction and the is_* predicates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msop.kube.errors import (
+    ApiError,
+    ApiTimeout,
+    ApiUnavailable,
+    is_already_exists,
+    is_conflict,
+    is_forbidden,
+    is_gone,
+    is_invalid,
+    is_not_found,
+    is_too_many_requests,
+    is_unavailable,
+)
+
+
+def status(code: int, reason: str, message: str = "m") -> dict[str, Any]:
+    return {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "code": code,
+        "reason": reason,
+        "message": message,
+    }
+
+
+def test_status_body_is_parsed() -> None:
+    e = ApiError.from_status(409, status(409, "AlreadyExists", "exists"))
+    assert (e.status, e.reason, e.message) == (409, "AlreadyExists", "exists")
+    assert e.body is not None
+    assert is_already_exists(e) and not is_conflict(e)
+    assert is_conflict(ApiError.from_status(409, status(409, "Conflict")))
+
+
+def test_reason_from_code_when_body_is_not_a_status() -> None:
+    e = ApiError.from_status(404, "404 page not found")
+    assert e.reason == "NotFound" and is_not_found(e) and e.body is None
+    assert is_forbidden(ApiError.from_status(403, None))
+    assert is_invalid(ApiError.from_status(422, status(422, "Invalid")))
+    assert is_too_many_requests(ApiError.from_status(429, None, retry_after=1.0))
+
+
+def test_gone_variants() -> None:
+    assert is_gone(
+        ApiError.from_status(410, status(410, "Expired", "too old resource version: 1 (2)"))
+    )
+    assert is_gone(ApiError.from_status(500, status(410, "Gone")))
+    assert is_gone(ApiError(500, "InternalError", "too old resource version: 5 (9)"))
+    assert not is_gone(ApiError.from_status(404, None))
+
+
+def test_unavailable_is_not_classified_as_an_api_answer() -> None:
+    e = ApiUnavailable("connection refused")
+    t = ApiTimeout("silent")
+    assert is_unavailable(e) and is_unavailable(t)
+    assert not is_not_found(e) and not is_gone(t) and not is_forbidden(e)
+    assert not is_unavailable(ValueError())
+    assert not is_not_found(ValueError())
