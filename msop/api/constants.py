@@ -1,0 +1,114 @@
+"""Names and values of the MSJob API: group/version/kind, labels, pod environment, enums.
+
+Everything here is part of a compatibility contract (with the Go ms-operator and with Kubeflow's
+training-operator labels), so values only change with a new API version.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- resource identity -------------------------------------------------------------------------
+GROUP: Final = "mindspore.gitee.com"
+VERSION: Final = "v1"
+API_VERSION: Final = f"{GROUP}/{VERSION}"
+KIND: Final = "MSJob"
+PLURAL: Final = "msjobs"
+SINGULAR: Final = "msjob"
+SHORT_NAME: Final = "msj"
+CATEGORIES: Final[tuple[str, ...]] = ("kubeflow", "mindspore")
+CRD_NAME: Final = f"{PLURAL}.{GROUP}"
+
+# --- replica types (canonical spelling; input keys may use any case) ---------------------------
+SCHEDULER: Final = "Scheduler"
+PS: Final = "PS"
+WORKER: Final = "Worker"
+REPLICA_TYPES: Final[tuple[str, ...]] = (SCHEDULER, PS, WORKER)
+MAX_SCHEDULER_REPLICAS: Final = 1
+
+# --- the container and port the environment contract is about ----------------------------------
+DEFAULT_CONTAINER_NAME: Final = "mindspore"
+DEFAULT_PORT_NAME: Final = "msjob-port"
+DEFAULT_PORT: Final = 2222
+
+# --- labels on pods and services -----------------------------------------------------------------
+LABEL_JOB_NAME: Final = "training.kubeflow.org/job-name"
+LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
+LABEL_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
+LABEL_OPERATOR_NAME: Final = "training.kubeflow.org/operator-name"
+OPERATOR_NAME: Final = "msjob-controller"
+# ms-operator's own labels, kept so that existing selectors keep matching.
+LEGACY_LABEL_REPLICA_TYPE: Final = "replica-type"
+LEGACY_LABEL_REPLICA_INDEX: Final = "replica-index"
+
+# --- pod environment (ms-operator contract) ------------------------------------------------------
+ENV_ROLE: Final = "MS_ROLE"
+ENV_SCHED_HOST: Final = "MS_SCHED_HOST"
+ENV_SCHED_PORT: Final = "MS_SCHED_PORT"
+ENV_WORKER_NUM: Final = "MS_WORKER_NUM"
+ENV_SERVER_NUM: Final = "MS_SERVER_NUM"
+ENV_NODE_ID: Final = "MS_NODE_ID"
+ROLE_BY_TYPE: Final[dict[str, str]] = {
+    SCHEDULER: "MS_SCHED",
+    PS: "MS_PSERVER",
+    WORKER: "MS_WORKER",
+}
+
+# --- status conditions (Kubeflow JobConditionType) -----------------------------------------------
+CREATED: Final = "Created"
+RUNNING: Final = "Running"
+RESTARTING: Final = "Restarting"
+SUCCEEDED: Final = "Succeeded"
+FAILED: Final = "Failed"
+SUSPENDED: Final = "Suspended"
+CONDITION_TYPES: Final[tuple[str, ...]] = (
+    CREATED,
+    RUNNING,
+    RESTARTING,
+    SUCCEEDED,
+    FAILED,
+    SUSPENDED,
+)
+# Condition status values (core/v1 ConditionStatus).
+CONDITION_TRUE: Final = "True"
+CONDITION_FALSE: Final = "False"
+CONDITION_UNKNOWN: Final = "Unknown"
+
+# --- replica restart policies --------------------------------------------------------------------
+ALWAYS: Final = "Always"
+ON_FAILURE: Final = "OnFailure"
+NEVER: Final = "Never"
+# Restart only on retryable exit codes (>128, i.e. killed by a signal); fail on 1-127.
+EXIT_CODE: Final = "ExitCode"
+RESTART_POLICIES: Final[tuple[str, ...]] = (ALWAYS, ON_FAILURE, NEVER, EXIT_CODE)
+DEFAULT_RESTART_POLICY: Final = NEVER
+
+# --- runPolicy.cleanPodPolicy --------------------------------------------------------------------
+CLEAN_ALL: Final = "All"
+CLEAN_RUNNING: Final = "Running"
+CLEAN_NONE: Final = "None"
+CLEAN_POD_POLICIES: Final[tuple[str, ...]] = (CLEAN_ALL, CLEAN_RUNNING, CLEAN_NONE)
+DEFAULT_CLEAN_POD_POLICY: Final = CLEAN_RUNNING
+
+# --- spec.successPolicy --------------------------------------------------------------------------
+SUCCESS_DEFAULT: Final = ""  # worker 0 exited 0 => Succeeded
+SUCCESS_ALL_WORKERS: Final = "AllWorkers"  # every worker exited 0 => Succeeded
+SUCCESS_POLICIES: Final[tuple[str, ...]] = (SUCCESS_DEFAULT, SUCCESS_ALL_WORKERS)
+
+DEFAULT_REPLICAS: Final = 1
+
+# Kubernetes limits that MSJob names must respect (pod and Service names are derived from them).
+DNS1035_LABEL_MAX_LENGTH: Final = 63
+DNS1035_LABEL_PATTERN: Final = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+
+_CANONICAL_BY_LOWER: Final[dict[str, str]] = {t.lower(): t for t in REPLICA_TYPES}
+
+
+def canonical_replica_type(key: str) -> str | None:
+    """Return the canonical spelling of a replica-type key given in any case, else None."""
+    return _CANONICAL_BY_LOWER.get(key.lower())
+
+
+def replica_type_label(replica_type: str) -> str:
+    """The value of the replica-type labels and the type part of pod names: lower case."""
+    return replica_type.lower()

@@ -1,0 +1,372 @@
+"""validate / validate_update: a table of invalid MSJobs, each with the path it must report."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from msjob_factory import container, job, replica
+
+from msop.api import FieldError, apply_defaults, validate, validate_update
+from msop.api import validation as v
+
+Job = dict[str, Any]
+
+
+def _worker_pod(obj: Job) -> Job:
+    pod: Job = obj["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]
+    return pod
+
+
+def _set(path: str, value: Any) -> Callable[[Job], None]:
+    """A mutator that sets a dotted path (creating objects on the way)."""
+
+    def mutate(obj: Job) -> None:
+        keys = path.split(".")
+        target = obj
+        for key in keys[:-1]:
+            target = target.setdefault(key, {})
+        target[keys[-1]] = value
+
+    return mutate
+
+
+def _delete(path: str) -> Callable[[Job], None]:
+    def mutate(obj: Job) -> None:
+        keys = path.split(".")
+        target = obj
+        for key in keys[:-1]:
+            target = target[key]
+        del target[keys[-1]]
+
+    return mutate
+
+
+def _containers(*containers: Job) -> Callable[[Job], None]:
+    def mutate(obj: Job) -> None:
+        _worker_pod(obj)["containers"] = list(containers)
+
+    return mutate
+
+
+RS = "spec.msReplicaSpecs"
+INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
+    # (id, mutation of a valid job, expected path, expected message substring)
+    ("spec-missing", _delete("spec"), "spec", "required"),
+    ("spec-not-object", _set("spec", "x"), "spec", "object"),
+    ("replica-specs-missing", _delete(f"{RS}"), RS, "required"),
+    ("replica-specs-empty", _set(RS, {}), RS, "at least one"),
+    ("replica-specs-list", _set(RS, [1]), RS, "object"),
+    ("unknown-replica-type", _set(f"{RS}.Chief", replica()), f"{RS}.Chief", "Scheduler, PS or"),
+    ("duplicate-case", _set(f"{RS}.worker", replica()), f"{RS}.worker", "unique ignoring case"),
+    ("replica-spec-not-object", _set(f"{RS}.Worker", 3), f"{RS}.Worker", "object"),
+    (
+        "replicas-negative",
+        _set(f"{RS}.Worker.replicas", -1),
+        f"{RS}.Worker.replicas",
+        "greater than or equal to 0",
+    ),
+    ("replicas-string", _set(f"{RS}.Worker.replicas", "2"), f"{RS}.Worker.replicas", "integer"),
+    ("replicas-bool", _set(f"{RS}.Worker.replicas", True), f"{RS}.Worker.replicas", "integer"),
+    (
+        "replicas-int32",
+        _set(f"{RS}.Worker.replicas", 2**31),
+        f"{RS}.Worker.replicas",
+        "less than or equal to",
+    ),
+    ("two-schedulers", _set(f"{RS}.Scheduler.replicas", 2), f"{RS}.Scheduler.replicas", "0 or 1"),
+    (
+        "restart-policy",
+        _set(f"{RS}.Worker.restartPolicy", "Sometimes"),
+        f"{RS}.Worker.restartPolicy",
+        "supported",
+    ),
+    (
+        "replica-unknown-field",
+        _set(f"{RS}.Worker.replica", 2),
+        f"{RS}.Worker.replica",
+        "unknown field",
+    ),
+    ("template-missing", _delete(f"{RS}.Worker.template"), f"{RS}.Worker.template", "required"),
+    (
+        "template-spec-missing",
+        _delete(f"{RS}.Worker.template.spec"),
+        f"{RS}.Worker.template.spec",
+        "required",
+    ),
+    (
+        "containers-not-list",
+        _set(f"{RS}.Worker.template.spec.containers", {"name": "mindspore"}),
+        f"{RS}.Worker.template.spec.containers",
+        "list",
+    ),
+    (
+        "no-mindspore-container",
+        _containers(container("pytorch")),
+        f"{RS}.Worker.template.spec.containers",
+        "exactly one container named 'mindspore'",
+    ),
+    (
+        "two-mindspore-containers",
+        _containers(container(), container()),
+        f"{RS}.Worker.template.spec.containers",
+        "exactly one",
+    ),
+    (
+        "mindspore-no-image",
+        _containers(container("sidecar"), {"name": "mindspore"}),
+        f"{RS}.Worker.template.spec.containers[1].image",
+        "needs an image",
+    ),
+    (
+        "mindspore-empty-image",
+        _containers(container(image="")),
+        f"{RS}.Worker.template.spec.containers[0].image",
+        "needs an image",
+    ),
+    ("success-policy", _set("spec.successPolicy", "AnyWorker"), "spec.successPolicy", "supported"),
+    (
+        "dynamic-worker-string",
+        _set("spec.enableDynamicWorker", "yes"),
+        "spec.enableDynamicWorker",
+        "boolean",
+    ),
+    ("spec-unknown-field", _set("spec.replicaSpecs", {}), "spec.replicaSpecs", "unknown field"),
+    ("run-policy-not-object", _set("spec.runPolicy", []), "spec.runPolicy", "object"),
+    (
+        "clean-pod-policy",
+        _set("spec.runPolicy.cleanPodPolicy", "Some"),
+        "spec.runPolicy.cleanPodPolicy",
+        "supported",
+    ),
+    (
+        "ttl-negative",
+        _set("spec.runPolicy.ttlSecondsAfterFinished", -5),
+        "spec.runPolicy.ttlSecondsAfterFinished",
+        "greater than or equal to 0",
+    ),
+    (
+        "deadline-zero",
+        _set("spec.runPolicy.activeDeadlineSeconds", 0),
+        "spec.runPolicy.activeDeadlineSeconds",
+        "greater than or equal to 1",
+    ),
+    (
+        "backoff-float",
+        _set("spec.runPolicy.backoffLimit", 1.5),
+        "spec.runPolicy.backoffLimit",
+        "integer",
+    ),
+    ("suspend-string", _set("spec.runPolicy.suspend", "true"), "spec.runPolicy.suspend", "boolean"),
+    ("managed-by-int", _set("spec.runPolicy.managedBy", 7), "spec.runPolicy.managedBy", "string"),
+    (
+        "managed-by-long",
+        _set("spec.runPolicy.managedBy", "x" * 64),
+        "spec.runPolicy.managedBy",
+        "at most 63",
+    ),
+    (
+        "run-policy-unknown-field",
+        _set("spec.runPolicy.cleanPodPolicyy", "All"),
+        "spec.runPolicy.cleanPodPolicyy",
+        "unknown field",
+    ),
+    (
+        "scheduling-policy-not-object",
+        _set("spec.runPolicy.schedulingPolicy", "gang"),
+        "spec.runPolicy.schedulingPolicy",
+        "object",
+    ),
+    (
+        "min-available-negative",
+        _set("spec.runPolicy.schedulingPolicy.minAvailable", -1),
+        "spec.runPolicy.schedulingPolicy.minAvailable",
+        "greater than or equal to 0",
+    ),
+    (
+        "queue-int",
+        _set("spec.runPolicy.schedulingPolicy.queue", 1),
+        "spec.runPolicy.schedulingPolicy.queue",
+        "string",
+    ),
+    (
+        "min-resources-bad-quantity",
+        _set("spec.runPolicy.schedulingPolicy.minResources", {"cpu": "lots"}),
+        "spec.runPolicy.schedulingPolicy.minResources.cpu",
+        "quantity",
+    ),
+    (
+        "schedule-timeout-negative",
+        _set("spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds", -1),
+        "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
+        "greater than or equal to 0",
+    ),
+    ("name-missing", _delete("metadata.name"), "metadata.name", "required"),
+    ("name-uppercase", _set("metadata.name", "MyJob"), "metadata.name", "DNS-1035"),
+    ("name-leading-digit", _set("metadata.name", "1job"), "metadata.name", "DNS-1035"),
+    ("name-dot", _set("metadata.name", "my.job"), "metadata.name", "DNS-1035"),
+    # "<50 chars>-scheduler-0" is 62 characters: fine; 52 chars make 64.
+    ("name-too-long-scheduler", _set("metadata.name", "a" * 52), "metadata.name", "too long"),
+    (
+        "name-too-long-worker-index",
+        lambda obj: (_set("metadata.name", "a" * 53)(obj), _set(f"{RS}.Worker.replicas", 10)(obj)),
+        "metadata.name",
+        "too long",
+    ),
+]
+
+
+def _valid() -> Job:
+    return job(Scheduler=replica(1), Worker=replica(2))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path", "message"),
+    [row[1:] for row in INVALID],
+    ids=[row[0] for row in INVALID],
+)
+def test_invalid_job_reports_field(mutate: Callable[[Job], None], path: str, message: str) -> None:
+    obj = _valid()
+    mutate(obj)
+    errors = validate(obj)
+    assert [e.path for e in errors] == [path], errors
+    assert message in errors[0].message, errors
+    # Defaulting never hides an error.
+    assert validate(apply_defaults(obj))
+
+
+def test_catalogue_is_large_enough() -> None:
+    assert len(INVALID) >= 15
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        _valid(),
+        apply_defaults(_valid()),
+        job(Worker=replica(1)),
+        job(worker=replica(4), scheduler=replica(1), ps=replica(2)),
+        job(Worker=replica(0)),
+        job(Scheduler=replica(0), Worker=replica(1)),
+        job(name="a" * 50, Scheduler=replica(1), Worker=replica(10)),  # "<50>-worker-9" = 59
+        job(name="a" * 53, Worker=replica(10)),  # 53 + "-worker-9" = 62
+    ],
+    ids=["sched-worker", "defaulted", "standalone", "lower-keys", "zero", "zero-sched", "50", "53"],
+)
+def test_valid_jobs(obj: Job) -> None:
+    assert validate(obj) == []
+
+
+def test_valid_full_job() -> None:
+    obj = _valid()
+    obj["spec"].update(
+        {
+            "successPolicy": "AllWorkers",
+            "enableDynamicWorker": True,
+            "runPolicy": {
+                "cleanPodPolicy": "None",
+                "ttlSecondsAfterFinished": 0,
+                "activeDeadlineSeconds": 3600,
+                "backoffLimit": 3,
+                "suspend": False,
+                "managedBy": "kubeflow.org/training-operator",
+                "schedulingPolicy": {
+                    "minAvailable": 3,
+                    "queue": "default",
+                    "priorityClass": "high",
+                    "minResources": {"cpu": 4, "memory": "16Gi", "nvidia.com/gpu": "2"},
+                    "scheduleTimeoutSeconds": 60,
+                },
+            },
+        }
+    )
+    obj["spec"]["msReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+    assert validate(obj) == []
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        None,
+        3,
+        "MSJob",
+        [],
+        {},
+        {"metadata": "x", "spec": {}},
+        {"metadata": {"name": 5}, "spec": {"msReplicaSpecs": {3: {}}}},
+        {"metadata": {"name": "x"}, "spec": {"msReplicaSpecs": {"Worker": {"template": []}}}},
+        {
+            "metadata": {"name": "x"},
+            "spec": {"msReplicaSpecs": {"Worker": {"template": {"spec": {"containers": [None]}}}}},
+        },
+        {
+            "metadata": {"name": "x"},
+            "spec": {"runPolicy": {"schedulingPolicy": {"minResources": 1}}},
+        },
+    ],
+)
+def test_garbage_gives_errors_not_exceptions(garbage: Any) -> None:
+    errors = validate(garbage)
+    assert errors
+    assert all(isinstance(e, FieldError) for e in errors)
+
+
+def test_field_error_str() -> None:
+    assert str(FieldError("spec", "required")) == "spec: required"
+
+
+def _with_run_policy(run_policy: Job) -> Job:
+    obj = _valid()
+    obj["spec"]["runPolicy"] = run_policy
+    return obj
+
+
+SP = "schedulingPolicy"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "paths"),
+    [
+        ({}, {}, []),
+        ({"managedBy": "a"}, {"managedBy": "a"}, []),
+        ({"managedBy": "a", "suspend": True}, {"managedBy": "a", "suspend": False}, []),
+        ({"managedBy": "a"}, {"managedBy": "b"}, ["spec.runPolicy.managedBy"]),
+        ({}, {"managedBy": "b"}, ["spec.runPolicy.managedBy"]),
+        ({"managedBy": "a"}, {}, ["spec.runPolicy.managedBy"]),
+        ({SP: {"queue": "q"}}, {SP: {"queue": "q", "minAvailable": 2}}, []),
+        ({SP: {"queue": "q"}}, {SP: {"queue": "r"}}, ["spec.runPolicy.schedulingPolicy.queue"]),
+        ({}, {SP: {"queue": "r"}}, ["spec.runPolicy.schedulingPolicy.queue"]),
+        ({SP: {"queue": "q"}}, {}, ["spec.runPolicy.schedulingPolicy.queue"]),
+        (
+            {"managedBy": "a", SP: {"queue": "q"}},
+            {"managedBy": "b", SP: {"queue": "r"}},
+            ["spec.runPolicy.managedBy", "spec.runPolicy.schedulingPolicy.queue"],
+        ),
+    ],
+    ids=[
+        "nothing",
+        "same-managed-by",
+        "other-field-changes",
+        "managed-by-changed",
+        "managed-by-added",
+        "managed-by-removed",
+        "same-queue",
+        "queue-changed",
+        "queue-added",
+        "queue-removed",
+        "both-changed",
+    ],
+)
+def test_validate_update(old: Job, new: Job, paths: list[str]) -> None:
+    errors = validate_update(_with_run_policy(old), _with_run_policy(new))
+    assert [e.path for e in errors] == paths
+    assert all("immutable" in e.message for e in errors)
+
+
+@pytest.mark.parametrize("garbage", [None, 1, {"spec": 3}, {"spec": {"runPolicy": "x"}}])
+def test_validate_update_garbage(garbage: Any) -> None:
+    assert validate_update(garbage, garbage) == []
+    assert validate_update(garbage, _with_run_policy({"managedBy": "a"})) == [
+        FieldError("spec.runPolicy.managedBy", v.MSG_MANAGED_BY_IMMUTABLE)
+    ]
