@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -435,7 +435,7 @@ class KubeClient:
         timeout_seconds: int | None = None,
         allow_bookmarks: bool = True,
         read_timeout: float | None = None,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream watch events ``{"type": ..., "object": {...}}`` line by line.
 
         ``type`` is ADDED, MODIFIED, DELETED or BOOKMARK. The iterator ends when the

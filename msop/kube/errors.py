@@ -100,6 +100,10 @@ class ApiUnavailable(ApiError):
 
     def __init__(self, message: str) -> None:
         super().__init__(0, "ServiceUnavailable", message, None)
+        self.args = (message,)
+
+    def __str__(self) -> str:
+        return self.message
 
 
 class ApiTimeout(ApiUnavailable):

@@ -1,0 +1,245 @@
+"""The cache: plain-dict objects keyed ``namespace/name`` with named indexes.
+
+:class:`Store` is client-go's ``Indexer`` for one event loop. It is not thread-safe and
+never awaits, so every method runs atomically with respect to other coroutines.
+
+Objects are stored as given, without copying. Anything read from a store (and every
+object passed to an informer's handlers) is shared with the cache and with every other
+consumer: **treat it as read-only**. Copy before modifying (``copy.deepcopy``), e.g. to
+build a patch or an update.
+
+Index functions map an object to a list of index values; :func:`by_namespace` and
+:func:`by_controller_uid` are built in. They must not raise; an exception from an index
+function propagates out of the mutating call, leaving the store unchanged for that object.
+
+Transforms (:data:`Transform`) run before objects enter a store - the informer applies
+them, the store does not. :func:`default_transform` drops ``metadata.managedFields``, which
+is often half the size of a small object and is never needed by a controller.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+__all__ = [
+    "BY_CONTROLLER_UID",
+    "BY_NAMESPACE",
+    "LAST_APPLIED_ANNOTATION",
+    "IndexFunc",
+    "Obj",
+    "Store",
+    "Transform",
+    "by_controller_uid",
+    "by_namespace",
+    "default_transform",
+    "key_of",
+    "make_transform",
+    "split_key",
+]
+
+Obj = dict[str, Any]
+"""A Kubernetes object as the API server sends it."""
+
+IndexFunc = Callable[[Obj], list[str]]
+"""Maps an object to the index values it is filed under (possibly none)."""
+
+Transform = Callable[[Obj], Obj]
+"""Runs on each object before it is stored; may modify its argument and return it."""
+
+BY_NAMESPACE = "namespace"
+BY_CONTROLLER_UID = "controller-uid"
+LAST_APPLIED_ANNOTATION = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+def key_of(obj: Mapping[str, Any]) -> str:
+    """``namespace/name``, or ``name`` for cluster-scoped objects (client-go's key format)."""
+    meta = obj["metadata"]
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+def split_key(key: str) -> tuple[str | None, str]:
+    """Inverse of :func:`key_of`: ``(namespace or None, name)``."""
+    namespace, sep, name = key.partition("/")
+    return (namespace, name) if sep else (None, namespace)
+
+
+def by_namespace(obj: Obj) -> builtins.list[str]:
+    """Index by ``metadata.namespace`` (cluster-scoped objects are not indexed)."""
+    namespace = obj["metadata"].get("namespace")
+    return [namespace] if namespace else []
+
+
+def by_controller_uid(obj: Obj) -> builtins.list[str]:
+    """Index by the uid of the ownerReference with ``controller: true``, if any."""
+    for ref in obj["metadata"].get("ownerReferences") or ():
+        if ref.get("controller"):
+            return [ref["uid"]]
+    return []
+
+
+def make_transform(*, drop_last_applied: bool = True) -> Transform:
+    """A transform that strips what controllers never read, in place.
+
+    It always drops ``metadata.managedFields`` (server-side-apply bookkeeping). With
+    ``drop_last_applied`` (the default) it also drops the
+    ``kubectl.kubernetes.io/last-applied-configuration`` annotation: ``kubectl apply``
+    stores a full copy of the applied object there, doubling the size of every object a
+    user manages with kubectl; a controller needing it must turn this option off.
+    """
+
+    def transform(obj: Obj) -> Obj:
+        meta = obj.get("metadata")
+        if meta is not None:
+            meta.pop("managedFields", None)
+            if drop_last_applied:
+                annotations = meta.get("annotations")
+                if annotations and LAST_APPLIED_ANNOTATION in annotations:
+                    del annotations[LAST_APPLIED_ANNOTATION]
+        return obj
+
+    return transform
+
+
+default_transform: Transform = make_transform()
+"""Drops ``managedFields`` and the last-applied annotation; see :func:`make_transform`."""
+
+
+class Store:
+    """Objects by key, plus named indexes ``name -> value -> set of keys``.
+
+    ``indexers`` defaults to ``{"namespace": by_namespace, "controller-uid":
+    by_controller_uid}``. Mutators return the object previously stored under the key
+    (or None). ``resource_version`` is the collection resourceVersion of the last
+    :meth:`replace` or the value set by the informer on each watch event/bookmark.
+    """
+
+    def __init__(
+        self,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        key_func: Callable[[Obj], str] = key_of,
+    ) -> None:
+        if indexers is None:
+            indexers = {BY_NAMESPACE: by_namespace, BY_CONTROLLER_UID: by_controller_uid}
+        self._key = key_func
+        self._items: dict[str, Obj] = {}
+        self._indexers: dict[str, IndexFunc] = dict(indexers)
+        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self.resource_version = ""
+
+    # -- reading ----------------------------------------------------------------------
+
+    def key(self, obj: Obj) -> str:
+        """The key this store files ``obj`` under."""
+        return self._key(obj)
+
+    def get(self, key: str) -> Obj | None:
+        """The object under ``key`` (``namespace/name``), or None."""
+        return self._items.get(key)
+
+    def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
+        """The object ``namespace/name`` (or cluster-scoped ``name``), or None."""
+        return self._items.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> builtins.list[Obj]:
+        """All objects, in no particular order (a new list of shared objects)."""
+        return list(self._items.values())
+
+    def keys(self) -> builtins.list[str]:
+        """All keys."""
+        return list(self._items)
+
+    def items(self) -> Iterator[tuple[str, Obj]]:
+        """Iterate ``(key, obj)``; do not mutate the store while iterating."""
+        return iter(self._items.items())
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._items
+
+    def index_names(self) -> builtins.list[str]:
+        """Names of the registered indexes."""
+        return list(self._indexers)
+
+    def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
+        """Objects whose index function returned ``value``. KeyError for unknown indexes."""
+        keys = self._indices[index_name].get(value)
+        if not keys:
+            return []
+        return [self._items[k] for k in keys]
+
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
+        """Keys of the objects filed under ``value`` in ``index_name``."""
+        return list(self._indices[index_name].get(value, ()))
+
+    def index_values(self, index_name: str) -> builtins.list[str]:
+        """Every value that currently has objects in ``index_name``."""
+        return list(self._indices[index_name])
+
+    # -- writing ----------------------------------------------------------------------
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
+        """Register more indexes (indexing existing objects). ValueError on a duplicate."""
+        for name in indexers:
+            if name in self._indexers:
+                raise ValueError(f"index {name!r} already exists")
+        for name, func in indexers.items():
+            self._indexers[name] = func
+            index: dict[str, set[str]] = {}
+            for key, obj in self._items.items():
+                for value in func(obj):
+                    index.setdefault(value, set()).add(key)
+            self._indices[name] = index
+
+    def _unindex(self, key: str, obj: Obj) -> None:
+        for name, func in self._indexers.items():
+            index = self._indices[name]
+            for value in func(obj):
+                keys = index.get(value)
+                if keys is not None:
+                    keys.discard(key)
+                    if not keys:
+                        del index[value]
+
+    def _index(self, key: str, obj: Obj) -> None:
+        for name, func in self._indexers.items():
+            index = self._indices[name]
+            for value in func(obj):
+                keys = index.get(value)
+                if keys is None:
+                    index[value] = {key}
+                else:
+                    keys.add(key)
+
+    def add(self, obj: Obj) -> Obj | None:
+        """Insert or overwrite ``obj``; return the previous object under its key."""
+        key = self._key(obj)
+        old = self._items.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self._items[key] = obj
+        self._index(key, obj)
+        return old
+
+    update = add
+    """Same as :meth:`add` (client-go keeps both names)."""
+
+    def delete(self, obj_or_key: Obj | str) -> Obj | None:
+        """Remove by object or key; return the removed object (None if absent)."""
+        key = obj_or_key if isinstance(obj_or_key, str) else self._key(obj_or_key)
+        old = self._items.pop(key, None)
+        if old is not None:
+            self._unindex(key, old)
+        return old
+
+    def replace(self, items: Iterable[Obj], resource_version: str) -> None:
+        """Swap the whole content for ``items`` and rebuild the indexes."""
+        self._items = {self._key(obj): obj for obj in items}
+        self._indices = {name: {} for name in self._indexers}
+        for key, obj in self._items.items():
+            self._index(key, obj)
+        self.resource_version = resource_version
