@@ -1,0 +1,129 @@
+"""Event-handler dispatch of SharedInformer, driven through its ReflectorSink methods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from msop.informers import (
+    DeletedFinalStateUnknown,
+    Lister,
+    MultiNamespaceLister,
+    SharedInformer,
+    final_state,
+    is_resync,
+)
+from msop.kube import CONFIGMAPS, KubeClient
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def on_add(self, obj: dict[str, Any], initial: bool) -> None:
+        self.events.append(("add", obj["metadata"]["name"], initial))
+
+    def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
+        kind = "resync" if is_resync(old, new) else "update"
+        self.events.append(
+            (kind, old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
+        )
+
+    def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+        tomb = isinstance(obj, DeletedFinalStateUnknown)
+        self.events.append(("delete", final_state(obj)["metadata"]["name"], tomb))
+
+
+def cm(name: str, rv: str, ns: str = "a", **extra: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": ns, "name": name, "resourceVersion": rv, **extra}}
+
+
+def informer(ns: str | None = None) -> SharedInformer:
+    # The client is never used: these tests drive the sink methods directly.
+    return SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, namespace=ns)
+
+
+def test_initial_list_then_watch_events() -> None:
+    inf, rec = informer(), Recorder()
+    inf.add_event_handler(rec.on_add, rec.on_update, rec.on_delete)
+    assert not inf.has_synced()
+    inf.replace([cm("x", "1", managedFields=[{}])], "10")
+    assert inf.has_synced()
+    assert "managedFields" not in inf.store.get("a/x")["metadata"]  # type: ignore[index]
+    inf.watch_event("ADDED", cm("y", "11"))
+    inf.watch_event("MODIFIED", cm("x", "12"))
+    inf.watch_event("DELETED", cm("y", "13"))
+    inf.bookmark("14")
+    assert rec.events == [
+        ("add", "x", True),
+        ("add", "y", False),
+        ("update", "1", "12"),
+        ("delete", "y", False),
+    ]
+    assert inf.store.keys() == ["a/x"] and inf.store.resource_version == "14"
+
+
+def test_relist_emits_tombstones_and_updates_not_initial_adds() -> None:
+    inf, rec = informer(), Recorder()
+    inf.add_event_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.replace([cm("keep", "1"), cm("change", "2"), cm("vanish", "3")], "3")
+    rec.events.clear()
+    inf.replace([cm("keep", "1"), cm("change", "7"), cm("fresh", "8")], "9")
+    assert sorted(rec.events) == [
+        ("add", "fresh", False),
+        ("delete", "vanish", True),
+        ("update", "2", "7"),
+    ]
+
+
+def test_late_handler_gets_replay_as_initial_and_resync_shape() -> None:
+    inf = informer()
+    inf.replace([cm("x", "1")], "1")
+    rec = Recorder()
+    reg = inf.add_event_handler(rec.on_add, rec.on_update)
+    assert rec.events == [("add", "x", True)]
+    obj = inf.store.get("a/x")
+    assert obj is not None
+    inf._notify_update(obj, obj)  # what the resync loop does
+    assert rec.events[-1] == ("resync", "1", "1")
+    inf.remove_event_handler(reg)
+    inf.watch_event("ADDED", cm("z", "2"))
+    assert len(rec.events) == 2
+
+
+def test_handler_exceptions_are_swallowed_and_counted() -> None:
+    inf, rec = informer(), Recorder()
+
+    def boom(obj: dict[str, Any], initial: bool) -> None:
+        raise RuntimeError("handler bug")
+
+    inf.add_event_handler(boom)
+    inf.add_event_handler(rec.on_add)
+    inf.replace([cm("x", "1")], "1")
+    assert rec.events == [("add", "x", True)]
+    assert inf.statistics().handler_errors == 1
+    assert inf.statistics().objects == 1 and inf.statistics().synced
+
+
+async def test_wait_for_sync_times_out_when_never_listed() -> None:
+    with pytest.raises(TimeoutError):
+        await informer().wait_for_sync(timeout=0.01)
+
+
+def test_listers() -> None:
+    a, b = informer("a"), informer("b")
+    a.replace([cm("x", "1", labels={"app": "w"}), cm("y", "1")], "1")
+    b.replace([cm("x", "1", ns="b")], "1")
+    la = Lister(a)
+    assert la.get("x", "a") is not None and la.get("x", "b") is None
+    assert [o["metadata"]["name"] for o in la.list("a", labels={"app": "w"})] == ["x"]
+    multi = MultiNamespaceLister([a, b])
+    assert sorted(multi.namespaces) == ["a", "b"]
+    assert multi.get("x", "b") is not None and multi.get("x", "c") is None
+    assert len(multi.list()) == 3 and len(multi.list("b")) == 1 and multi.list("c") == []
+    assert len(multi.by_index("namespace", "a")) == 2
+    with pytest.raises(ValueError):
+        MultiNamespaceLister([a, informer("a")])
+    with pytest.raises(ValueError):
+        MultiNamespaceLister([informer(None)])

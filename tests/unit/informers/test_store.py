@@ -1,0 +1,111 @@
+"""Store, indexes and transforms."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from msop.informers.store import (
+    BY_CONTROLLER_UID,
+    BY_NAMESPACE,
+    LAST_APPLIED_ANNOTATION,
+    Store,
+    by_controller_uid,
+    default_transform,
+    key_of,
+    make_transform,
+    split_key,
+)
+
+
+def obj(
+    name: str, ns: str | None = "a", owner: str | None = None, rv: str = "1", **meta: Any
+) -> dict[str, Any]:
+    m: dict[str, Any] = {"name": name, "resourceVersion": rv, **meta}
+    if ns:
+        m["namespace"] = ns
+    if owner:
+        m["ownerReferences"] = [
+            {"uid": "other", "controller": False},
+            {"uid": owner, "controller": True},
+        ]
+    return {"metadata": m}
+
+
+def test_keys() -> None:
+    assert key_of(obj("x")) == "a/x"
+    assert key_of(obj("n", ns=None)) == "n"
+    assert split_key("a/x") == ("a", "x")
+    assert split_key("n") == (None, "n")
+
+
+def test_add_get_update_delete() -> None:
+    s = Store()
+    o1 = obj("x")
+    assert s.add(o1) is None
+    assert s.get("a/x") is o1 and s.get_by_name("a", "x") is o1
+    o2 = obj("x", rv="2")
+    assert s.update(o2) is o1
+    assert s.list() == [o2] and len(s) == 1 and "a/x" in s
+    assert s.delete("a/x") is o2
+    assert s.delete(o2) is None
+    assert s.list() == [] and s.get("a/x") is None
+
+
+def test_namespace_and_controller_indexes_follow_updates() -> None:
+    s = Store()
+    s.add(obj("p1", owner="u1"))
+    s.add(obj("p2", owner="u1"))
+    s.add(obj("p3", ns="b", owner="u2"))
+    s.add(obj("p4", ns="b"))
+    assert {key_of(o) for o in s.by_index(BY_CONTROLLER_UID, "u1")} == {"a/p1", "a/p2"}
+    assert {key_of(o) for o in s.by_index(BY_NAMESPACE, "b")} == {"b/p3", "b/p4"}
+    assert s.by_index(BY_CONTROLLER_UID, "other") == []  # not the controller ref
+    # adoption by another controller moves the object between index values
+    s.update(obj("p2", owner="u2", rv="2"))
+    assert [key_of(o) for o in s.by_index(BY_CONTROLLER_UID, "u1")] == ["a/p1"]
+    assert set(s.index_keys(BY_CONTROLLER_UID, "u2")) == {"a/p2", "b/p3"}
+    s.delete("a/p1")
+    assert "u1" not in s.index_values(BY_CONTROLLER_UID)
+    with pytest.raises(KeyError):
+        s.by_index("nope", "x")
+
+
+def test_replace_rebuilds_everything() -> None:
+    s = Store()
+    s.add(obj("old", owner="u1"))
+    s.replace([obj("n1", owner="u2"), obj("n2", ns="c")], "42")
+    assert sorted(s.keys()) == ["a/n1", "c/n2"]
+    assert s.by_index(BY_CONTROLLER_UID, "u1") == []
+    assert len(s.by_index(BY_CONTROLLER_UID, "u2")) == 1
+    assert s.resource_version == "42"
+
+
+def test_custom_indexers_added_late_index_existing_objects() -> None:
+    s = Store()
+    s.add(obj("x", labels={"app": "web"}))
+    s.add_indexers({"app": lambda o: [o["metadata"].get("labels", {}).get("app", "")]})
+    assert [key_of(o) for o in s.by_index("app", "web")] == ["a/x"]
+    with pytest.raises(ValueError):
+        s.add_indexers({"app": by_controller_uid})
+
+
+def test_default_transform_strips_managed_fields_and_last_applied() -> None:
+    o = obj(
+        "x",
+        managedFields=[{"manager": "kubectl"}],
+        annotations={LAST_APPLIED_ANNOTATION: "{...}", "keep": "me"},
+    )
+    out = default_transform(o)
+    assert out is o  # in place, no copy
+    assert "managedFields" not in out["metadata"]
+    assert out["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_transform_can_keep_last_applied() -> None:
+    o = obj("x", managedFields=[], annotations={LAST_APPLIED_ANNOTATION: "{}"})
+    out = make_transform(drop_last_applied=False)(o)
+    assert "managedFields" not in out["metadata"]
+    assert LAST_APPLIED_ANNOTATION in out["metadata"]["annotations"]
+    assert make_transform()({"kind": "NoMeta"}) == {"kind": "NoMeta"}
