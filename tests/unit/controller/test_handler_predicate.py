@@ -1,0 +1,158 @@
+"""Event handlers (event -> keys, priorities) and predicates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from msop.controller.handler import (
+    EnqueueRequestForObject,
+    EnqueueRequestForOwner,
+    EnqueueRequestsFromMapFunc,
+    group_of,
+)
+from msop.controller.predicate import (
+    Funcs,
+    GenerationChangedPredicate,
+    LabelSelectorPredicate,
+    ResourceVersionChangedPredicate,
+    all_of,
+    any_of,
+    negate,
+)
+from msop.controller.reconcile import Request
+from msop.controller.workqueue import PRIORITY_LOW, PRIORITY_NORMAL
+
+
+class RecordingQueue:
+    def __init__(self) -> None:
+        self.added: list[tuple[Request, int]] = []
+
+    def add(self, item: Request, *, priority: int = PRIORITY_NORMAL) -> None:
+        self.added.append((item, priority))
+
+
+def obj(name: str, rv: str = "1", **meta: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": rv, **meta}}
+
+
+def owner(kind: str, name: str, api: str = "example.com/v1", ctl: bool = True) -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "name": name, "controller": ctl}
+
+
+def test_for_object_priorities() -> None:
+    q = RecordingQueue()
+    h = EnqueueRequestForObject()
+    h.create(obj("a"), q, initial=True)
+    h.create(obj("b"), q)
+    o = obj("c")
+    h.update(o, o, q)  # resync
+    h.update(obj("d", "1"), obj("d", "2"), q)
+    h.delete(obj("e"), q)
+    assert q.added == [
+        (Request("ns", "a"), PRIORITY_LOW),
+        (Request("ns", "b"), PRIORITY_NORMAL),
+        (Request("ns", "c"), PRIORITY_LOW),
+        (Request("ns", "d"), PRIORITY_NORMAL),
+        (Request("ns", "e"), PRIORITY_NORMAL),
+    ]
+
+
+def test_cluster_scoped_object_has_empty_namespace() -> None:
+    q = RecordingQueue()
+    EnqueueRequestForObject().create({"metadata": {"name": "n"}}, q)
+    assert q.added == [(Request("", "n"), PRIORITY_NORMAL)]
+    assert str(Request("", "n")) == "n" and str(Request("a", "b")) == "a/b"
+
+
+def test_for_owner_matches_group_kind_and_controller_flag() -> None:
+    refs = [
+        owner("Other", "x"),
+        owner("Toy", "not-controller", ctl=False),
+        owner("Toy", "wrong-group", api="apps/v1"),
+        owner("Toy", "mine", api="example.com/v2"),
+    ]
+    q = RecordingQueue()
+    EnqueueRequestForOwner("example.com/v1", "Toy").create(obj("p", ownerReferences=refs), q)
+    assert q.added == [(Request("ns", "mine"), PRIORITY_NORMAL)]
+    q2 = RecordingQueue()
+    EnqueueRequestForOwner("example.com/v1", "Toy", is_controller=False).create(
+        obj("p", ownerReferences=refs), q2
+    )
+    assert [r.name for r, _ in q2.added] == ["not-controller", "mine"]
+    q3 = RecordingQueue()
+    EnqueueRequestForOwner("v1", "ConfigMap").create(
+        obj("p", ownerReferences=[owner("ConfigMap", "cm", api="v1")]), q3
+    )
+    assert q3.added == [(Request("ns", "cm"), PRIORITY_NORMAL)]
+
+
+def test_for_owner_update_enqueues_old_and_new_owner_once() -> None:
+    q = RecordingQueue()
+    h = EnqueueRequestForOwner("example.com/v1", "Toy")
+    old = obj("p", "1", ownerReferences=[owner("Toy", "a")])
+    new = obj("p", "2", ownerReferences=[owner("Toy", "b")])
+    h.update(old, new, q)
+    h.update(new, obj("p", "3", ownerReferences=[owner("Toy", "b")]), q)
+    assert [r.name for r, _ in q.added] == ["a", "b", "b"]
+    q.added.clear()
+    h.create(obj("orphan"), q)
+    assert q.added == []
+
+
+def test_map_func_and_group_of() -> None:
+    q = RecordingQueue()
+    EnqueueRequestsFromMapFunc(lambda o: [Request("x", "1"), Request("y", "2")]).delete(obj("a"), q)
+    assert [r for r, _ in q.added] == [Request("x", "1"), Request("y", "2")]
+    assert (group_of("v1"), group_of("apps/v1")) == ("", "apps")
+
+
+def test_generation_changed() -> None:
+    p = GenerationChangedPredicate()
+    assert not p.update(obj("a", "1", generation=1), obj("a", "2", generation=1))
+    assert p.update(obj("a", "1", generation=1), obj("a", "2", generation=2))
+    assert p.update(obj("a", "1"), obj("a", "2"))
+    assert p.create(obj("a")) and p.delete(obj("a"))
+
+
+def test_resource_version_changed_drops_resync() -> None:
+    p = ResourceVersionChangedPredicate()
+    o = obj("a")
+    assert not p.update(o, o)
+    assert p.update(o, obj("a", "2"))
+
+
+def test_label_selector_predicate() -> None:
+    sel = {
+        "matchLabels": {"app": "x"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["a", "b"]},
+            {"key": "skip", "operator": "DoesNotExist"},
+        ],
+    }
+    p = LabelSelectorPredicate(sel)
+    assert p.create(obj("a", labels={"app": "x", "tier": "a"}))
+    assert not p.create(obj("a", labels={"app": "x", "tier": "c"}))
+    assert not p.delete(obj("a", labels={"app": "x", "tier": "a", "skip": ""}))
+    assert p.update(obj("a"), obj("a", labels={"app": "x", "tier": "b"}))
+    assert LabelSelectorPredicate({}).create(obj("a"))
+    not_in = LabelSelectorPredicate(
+        {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["x"]}]}
+    )
+    assert not_in.create(obj("a")) and not not_in.create(obj("a", labels={"t": "x"}))
+    exists = LabelSelectorPredicate({"matchExpressions": [{"key": "t", "operator": "Exists"}]})
+    assert exists.create(obj("a", labels={"t": ""})) and not exists.create(obj("a"))
+    with pytest.raises(ValueError):
+        LabelSelectorPredicate({"matchExpressions": [{"key": "t", "operator": "Gt"}]})
+
+
+def test_funcs_and_combinators() -> None:
+    only_a = Funcs(create_func=lambda o: o["metadata"]["name"] == "a")
+    assert only_a.create(obj("a")) and not only_a.create(obj("b"))
+    assert only_a.update(obj("b"), obj("b")) and only_a.delete(obj("b"))
+    only_b = Funcs(create_func=lambda o: o["metadata"]["name"] == "b")
+    assert not all_of(only_a, only_b).create(obj("a"))
+    assert any_of(only_a, only_b).create(obj("b"))
+    assert negate(only_a).create(obj("b"))
+    assert not negate(only_a).update(obj("a"), obj("a"))
