@@ -318,7 +318,7 @@ def replica_spec_schema(template: dict[str, Any]) -> dict[str, Any]:
             "replicas": _int("Number of pods of this type (default 1).", minimum=0),
             "restartPolicy": _str(
                 "What to do when a pod exits: Always, OnFailure, Never (default) or ExitCode "
-                "(restart on exit codes > 128, i.e. killed by a signal; fail on 1-127).",
+                "(restart on exit codes 128-255, i.e. killed by a signal; 1-127 are permanent).",
                 enum=list(c.RESTART_POLICIES),
             ),
             "template": {

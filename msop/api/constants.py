@@ -78,7 +78,7 @@ CONDITION_UNKNOWN: Final = "Unknown"
 ALWAYS: Final = "Always"
 ON_FAILURE: Final = "OnFailure"
 NEVER: Final = "Never"
-# Restart only on retryable exit codes (>128, i.e. killed by a signal); fail on 1-127.
+# Restart on retryable exit codes (128-255, i.e. killed by a signal); 1-127 are permanent.
 EXIT_CODE: Final = "ExitCode"
 RESTART_POLICIES: Final[tuple[str, ...]] = (ALWAYS, ON_FAILURE, NEVER, EXIT_CODE)
 DEFAULT_RESTART_POLICY: Final = NEVER
