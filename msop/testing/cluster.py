@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Sequence
@@ -48,6 +49,23 @@ rules:
   userGroups: ["system:nodes"]
 - level: Metadata
 """
+
+
+_PORT_OPTIONS = (
+    "kubeApiserverPort",
+    "etcdPort",
+    "etcdPeerPort",
+    "kubeControllerManagerPort",
+    "kubeSchedulerPort",
+    "kwokControllerPort",
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 class ClusterStartError(RuntimeError):
@@ -113,6 +131,9 @@ class LocalCluster:
             "kubectlBinary": self.binary("kubectl"),
             "etcdBinary": self.binary("etcd"),
             "kwokControllerBinary": self.binary("kwok"),
+            # kwokctl counts ports down from 32765 and two clusters created at once can
+            # pick the same; ephemeral ports from the kernel do not collide.
+            **{opt: _free_port() for opt in _PORT_OPTIONS},
         }
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -218,6 +239,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
+            dead = self.dead_components()
+            if dead:
+                raise ClusterStartError(self._diagnose(f"{', '.join(dead)} exited"))
             proc = self.kubectl("get", "nodes", "-o", "json", check=False)
             if proc.returncode == 0:
                 nodes = json.loads(proc.stdout)["items"]
@@ -237,25 +261,26 @@ class LocalCluster:
             time.sleep(0.5)
         raise ClusterStartError(self._diagnose(f"nodes not Ready within {timeout}s: {last}"))
 
+    def dead_components(self) -> list[str]:
+        """The components whose process is not running (per kwokctl's pid files)."""
+        dead = []
+        for comp in COMPONENTS:
+            pidfile = self.cluster_dir / "pids" / f"{comp}.pid"
+            try:
+                os.kill(int(pidfile.read_text().strip()), 0)
+            except (OSError, ValueError):
+                dead.append(comp)
+        return dead
+
     def _diagnose(self, what: str) -> str:
         """Say which component is down, with the tail of its log."""
         lines = [f"cluster {self.name!r} failed to start: {what.strip()[-2000:]}"]
         logs = self.cluster_dir / "logs"
-        pids = self.cluster_dir / "pids"
-        for comp in COMPONENTS:
-            alive = False
-            pidfile = pids / f"{comp}.pid"
-            if pidfile.exists():
-                try:
-                    os.kill(int(pidfile.read_text().strip()), 0)
-                    alive = True
-                except (ValueError, ProcessLookupError, PermissionError):
-                    alive = False
+        for comp in self.dead_components():
             log = logs / f"{comp}.log"
             tail = log.read_text(errors="replace").splitlines()[-15:] if log.exists() else []
-            if not alive:
-                lines.append(f"--- component {comp} is NOT running; last log lines ({log}):")
-                lines.extend(f"    {t}" for t in tail)
+            lines.append(f"--- component {comp} is NOT running; last log lines ({log}):")
+            lines.extend(f"    {t}" for t in tail)
         return "\n".join(lines)
 
     def stop(self) -> None:
