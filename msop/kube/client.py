@@ -116,6 +116,7 @@ class KubeClient:
         burst: int = 100,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
+        max_connections: int | None = 100,
     ) -> KubeClient:
         """Load ``kubeconfig`` (or ``$KUBECONFIG``; else the in-cluster service account).
 
@@ -139,6 +140,7 @@ class KubeClient:
             burst=burst,
             user_agent=user_agent,
             request_timeout=request_timeout,
+            max_connections=max_connections,
         )
 
     @classmethod
@@ -150,11 +152,16 @@ class KubeClient:
         burst: int = 100,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
+        max_connections: int | None = 100,
     ) -> KubeClient:
         """Wrap a kubernetes_asyncio ``Configuration`` (host, TLS, ``api_key`` ...).
 
-        Call it from inside a running event loop.
+        ``max_connections`` bounds the HTTP connection pool (None: unbounded). Every open
+        watch holds one connection for its whole life, so keep it above the number of
+        informers plus the request concurrency, or requests queue for a free connection.
+        It is written into ``configuration``. Call this from inside a running event loop.
         """
+        configuration.connection_pool_maxsize = max_connections or 0  # aiohttp: 0 = no limit
         api_client = k8s_client.ApiClient(configuration)
         return cls(
             api_client,

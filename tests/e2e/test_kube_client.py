@@ -1,0 +1,263 @@
+"""KubeClient against the real API server: verbs, errors, auth, watch, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from kubernetes_asyncio import client as k8s_client
+
+from msop.kube import (
+    CONFIGMAPS,
+    NAMESPACES,
+    PODS,
+    ApiError,
+    ApiTimeout,
+    ApiUnavailable,
+    KubeClient,
+    is_already_exists,
+    is_conflict,
+    is_forbidden,
+    is_invalid,
+    is_not_found,
+)
+from msop.metrics import REGISTRY
+
+
+@pytest.fixture
+async def client(cluster: Any) -> AsyncIterator[KubeClient]:
+    async with await KubeClient.from_config(cluster.kubeconfig, user_agent="msop-e2e-client") as c:
+        yield c
+
+
+def cm(name: str, namespace: str, **data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": namespace},
+        "data": data,
+    }
+
+
+def parked_pod(name: str, namespace: str) -> dict[str, Any]:
+    # No scheduler serves "none", so nothing but the test writes this pod's status.
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": namespace, "labels": {"a": "1"}},
+        "spec": {
+            "schedulerName": "none",
+            "containers": [{"name": "c", "image": "busybox"}],
+        },
+    }
+
+
+async def test_crud_and_error_reasons(client: KubeClient, namespace: str) -> None:
+    created = await client.create(CONFIGMAPS, cm("x", namespace, a="1"))
+    assert created["metadata"]["uid"] and created["data"] == {"a": "1"}
+    with pytest.raises(ApiError) as exc:
+        await client.create(CONFIGMAPS, cm("x", namespace))
+    assert is_already_exists(exc.value) and exc.value.status == 409
+
+    got = await client.get(CONFIGMAPS, "x", namespace)
+    assert got["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+    got["data"]["a"] = "2"
+    replaced = await client.replace(CONFIGMAPS, got)
+    assert replaced["data"] == {"a": "2"}
+    with pytest.raises(ApiError) as exc:
+        await client.replace(CONFIGMAPS, got)  # stale resourceVersion
+    assert is_conflict(exc.value)
+
+    bad = cm("Not_Valid", namespace)
+    with pytest.raises(ApiError) as exc:
+        await client.create(CONFIGMAPS, bad)
+    assert is_invalid(exc.value) and exc.value.body is not None
+
+    with pytest.raises(ApiError) as exc:
+        await client.delete(CONFIGMAPS, "x", namespace, uid_precondition="not-the-uid")
+    assert is_conflict(exc.value)
+    assert await client.delete(CONFIGMAPS, "x", namespace) is None
+    with pytest.raises(ApiError) as exc:
+        await client.get(CONFIGMAPS, "x", namespace)
+    assert is_not_found(exc.value) and exc.value.reason == "NotFound"
+
+
+async def test_patch_types(client: KubeClient, namespace: str) -> None:
+    await client.create(CONFIGMAPS, cm("p", namespace, a="1"))
+    out = await client.patch(CONFIGMAPS, "p", {"data": {"b": "2"}}, namespace)
+    assert out["data"] == {"a": "1", "b": "2"}
+    ops = [{"op": "remove", "path": "/data/a"}]
+    out = await client.patch(CONFIGMAPS, "p", ops, namespace, patch_type="json")
+    assert out["data"] == {"b": "2"}
+    applied = cm("p", namespace, c="3")
+    out = await client.patch(
+        CONFIGMAPS, "p", applied, namespace, patch_type="apply", field_manager="e2e", force=True
+    )
+    assert out["data"]["c"] == "3"
+    await client.create(PODS, parked_pod("sp", namespace))
+    out = await client.patch(
+        PODS, "sp", {"metadata": {"labels": {"b": "2"}}}, namespace, patch_type="strategic"
+    )
+    assert out["metadata"]["labels"] == {"a": "1", "b": "2"}
+
+
+async def test_status_subresource(client: KubeClient, namespace: str) -> None:
+    pod = await client.create(PODS, parked_pod("st", namespace))
+    pod["status"]["message"] = "hello"
+    pod["spec"]["containers"][0]["image"] = "ignored-by-status-put"
+    out = await client.replace_status(PODS, pod)
+    assert out["status"]["message"] == "hello"
+    assert out["spec"]["containers"][0]["image"] == "busybox"
+    with pytest.raises(ApiError) as exc:
+        await client.replace_status(PODS, pod)  # stale resourceVersion
+    assert is_conflict(exc.value)
+    out = await client.patch(
+        PODS, "st", {"status": {"message": "patched"}}, namespace, subresource="status"
+    )
+    assert out["status"]["message"] == "patched"
+
+
+async def test_delete_returns_object_pending_on_finalizer(
+    client: KubeClient, namespace: str
+) -> None:
+    body = cm("f", namespace)
+    body["metadata"]["finalizers"] = ["example.com/hold"]
+    created = await client.create(CONFIGMAPS, body)
+    pending = await client.delete(
+        CONFIGMAPS,
+        "f",
+        namespace,
+        propagation_policy="Background",
+        uid_precondition=created["metadata"]["uid"],
+    )
+    assert pending is not None and pending["metadata"]["deletionTimestamp"]
+    await client.patch(CONFIGMAPS, "f", {"metadata": {"finalizers": None}}, namespace)
+    with pytest.raises(ApiError) as exc:
+        await client.get(CONFIGMAPS, "f", namespace)
+    assert is_not_found(exc.value)
+
+
+async def test_list_all_paginates(client: KubeClient, namespace: str) -> None:
+    for i in range(7):
+        await client.create(CONFIGMAPS, cm(f"l{i}", namespace))
+    page = await client.list(CONFIGMAPS, namespace, limit=2)
+    assert len(page["items"]) == 2 and page["metadata"]["continue"]
+    everything = await client.list_all(CONFIGMAPS, namespace, limit=2)
+    names = {o["metadata"]["name"] for o in everything["items"]}
+    assert {f"l{i}" for i in range(7)} <= names
+    assert everything["metadata"]["resourceVersion"] and "continue" not in everything["metadata"]
+    selected = await client.list(CONFIGMAPS, namespace, field_selector="metadata.name=l3")
+    assert [o["metadata"]["name"] for o in selected["items"]] == ["l3"]
+    cluster_scoped = await client.list(NAMESPACES, field_selector=f"metadata.name={namespace}")
+    assert len(cluster_scoped["items"]) == 1
+
+
+async def test_watch_streams_events_and_detects_silence(client: KubeClient, namespace: str) -> None:
+    listed = await client.list(CONFIGMAPS, namespace)
+    rv = listed["metadata"]["resourceVersion"]
+    seen: list[tuple[str, str]] = []
+
+    async def consume() -> None:
+        stream = client.watch(CONFIGMAPS, namespace, resource_version=rv, read_timeout=1.0)
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                if event["type"] != "BOOKMARK":
+                    seen.append((event["type"], event["object"]["metadata"]["name"]))
+
+    task = asyncio.create_task(consume())
+    await client.create(CONFIGMAPS, cm("w", namespace))
+    await client.patch(CONFIGMAPS, "w", {"data": {"x": "1"}}, namespace)
+    await client.delete(CONFIGMAPS, "w", namespace)
+    started = time.monotonic()
+    with pytest.raises(ApiTimeout):
+        await task  # nothing else happens, so the 1 s read timeout fires
+    assert time.monotonic() - started < 5
+    assert seen == [("ADDED", "w"), ("MODIFIED", "w"), ("DELETED", "w")]
+
+
+async def test_watch_ends_at_server_timeout(client: KubeClient, namespace: str) -> None:
+    listed = await client.list(CONFIGMAPS, namespace)
+    started = time.monotonic()
+    stream = client.watch(
+        CONFIGMAPS,
+        namespace,
+        resource_version=listed["metadata"]["resourceVersion"],
+        timeout_seconds=1,
+    )
+    events = [e async for e in stream]
+    assert all(e["type"] == "BOOKMARK" for e in events)
+    assert 0.5 < time.monotonic() - started < 10
+
+
+async def test_connection_failure_is_unavailable_and_counted() -> None:
+    configuration = k8s_client.Configuration()
+    configuration.host = "https://127.0.0.1:1"
+    async with KubeClient.from_configuration(configuration) as c:
+        before = (
+            REGISTRY.get_sample_value(
+                "rest_client_requests_total", {"code": "<error>", "method": "GET", "host": c.host}
+            )
+            or 0.0
+        )
+        with pytest.raises(ApiUnavailable):
+            await c.get(CONFIGMAPS, "x", "default")
+        with pytest.raises(ApiUnavailable):
+            await anext(c.watch(CONFIGMAPS, resource_version="0"))
+        after = REGISTRY.get_sample_value(
+            "rest_client_requests_total", {"code": "<error>", "method": "GET", "host": c.host}
+        )
+        assert after == before + 2
+
+
+async def test_bearer_token_configuration(cluster: Any, namespace: str) -> None:
+    cluster.kubectl("create", "serviceaccount", "reader", "-n", namespace)
+    cluster.kubectl(
+        "create", "role", "cm-reader", "--verb=get,list", "--resource=configmaps", "-n", namespace
+    )
+    cluster.kubectl(
+        "create",
+        "rolebinding",
+        "cm-reader",
+        "--role=cm-reader",
+        f"--serviceaccount={namespace}:reader",
+        "-n",
+        namespace,
+    )
+    token = cluster.kubectl("create", "token", "reader", "-n", namespace).stdout.strip()
+    raw = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
+    server = raw["clusters"][0]["cluster"]
+    configuration = k8s_client.Configuration()
+    configuration.host = server["server"]
+    with tempfile.NamedTemporaryFile("wb", suffix=".crt", delete=False) as ca:
+        if "certificate-authority-data" in server:
+            ca.write(base64.b64decode(server["certificate-authority-data"]))
+            configuration.ssl_ca_cert = ca.name
+        elif "certificate-authority" in server:
+            configuration.ssl_ca_cert = server["certificate-authority"]
+        else:
+            configuration.verify_ssl = False
+    configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    async with KubeClient.from_configuration(configuration, user_agent="msop-e2e-token") as c:
+        listed = await c.list(CONFIGMAPS, namespace)
+        assert any(o["metadata"]["name"] == "kube-root-ca.crt" for o in listed["items"])
+        with pytest.raises(ApiError) as exc:
+            await c.create(CONFIGMAPS, cm("nope", namespace))
+        assert is_forbidden(exc.value)
+
+
+async def test_user_agent_reaches_the_audit_log(cluster: Any, client: KubeClient) -> None:
+    await client.get(NAMESPACES, "default")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        text = cluster.audit_log.read_text() if cluster.audit_log.exists() else ""
+        if '"userAgent":"msop-e2e-client"' in text:
+            return
+        await asyncio.sleep(0.2)
+    pytest.fail("no audit entry with userAgent msop-e2e-client")
