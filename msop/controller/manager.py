@@ -1,0 +1,309 @@
+"""The manager: caches, controllers, leader election, probes and metrics in one process.
+
+``Manager.run()`` is the whole life of an operator process:
+
+1. serve ``/metrics`` (``metrics_bind_address``) and ``/healthz`` + ``/readyz``
+   (``health_probe_bind_address``) - see :mod:`.health`;
+2. run the :class:`~msop.informers.InformerFactory` (:attr:`Manager.informers`) and wait
+   until every cache has synced; from then on ``/readyz`` answers ok;
+3. start the runnables added with ``needs_leader_election=False`` (e.g. event recorders);
+4. with leader election configured, campaign for the Lease and wait to lead; then start the
+   runnables added with ``needs_leader_election=True`` (controllers). Without leader
+   election they start at once;
+5. run until stopped.
+
+Stopping:
+
+* :meth:`Manager.stop` (wired to SIGTERM/SIGINT by ``run(handle_signals=True)``) or
+  cancelling ``run()`` stops gracefully: every runnable is cancelled once (a
+  :class:`~.controller.Controller` then stops taking keys and finishes in-flight
+  reconciles); whatever still runs after ``graceful_shutdown_timeout`` seconds is cancelled
+  again. Leader runnables stop first, then the others, then the Lease is released, then
+  caches and servers stop. ``run()`` then returns normally after ``stop()`` (exit code 0)
+  or re-raises ``CancelledError`` when it was cancelled.
+* **Lost lease:** leader runnables are cancelled without grace and ``run()`` raises
+  :class:`~.leaderelection.LeaderElectionLost`; the CLI must exit with code 1.
+* A runnable (or the informer factory) failing with an exception stops the manager the same
+  way and the exception propagates out of ``run()``. A runnable returning normally is fine.
+
+Every task the manager starts is owned and awaited by ``run()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Protocol
+
+import structlog
+from aiohttp import web
+
+from msop.controller.events import EventRecorder
+from msop.controller.health import (
+    Checks,
+    HttpServer,
+    health_routes,
+    metrics_routes,
+    parse_bind_address,
+)
+from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from msop.informers.factory import InformerFactory
+from msop.kube.client import KubeClient
+
+__all__ = ["LeaderElectionLost", "Manager", "Runnable"]
+
+log = structlog.get_logger("msop.controller.manager")
+
+
+class Runnable(Protocol):
+    """Anything the manager can run: ``run()`` until cancelled (cancellation = stop)."""
+
+    async def run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Entry:
+    runnable: Runnable
+    needs_leader_election: bool
+    name: str
+
+
+class Manager:
+    """Owns the process's runnables; see the module docstring.
+
+    ``metrics_bind_address`` / ``health_probe_bind_address``: ``host:port``, ``:port``, or
+    ``"0"`` to disable (port 0 picks a free port, see :attr:`metrics_port`).
+    ``leader_election``: None runs leader runnables without an election.
+    ``graceful_shutdown_timeout``: seconds in-flight work gets on stop before a hard cancel.
+    ``cache_sync_timeout``: seconds to wait for the caches before failing (None: forever).
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        metrics_bind_address: str = ":8080",
+        health_probe_bind_address: str = ":8081",
+        leader_election: LeaderElectionConfig | None = None,
+        graceful_shutdown_timeout: float = 30.0,
+        cache_sync_timeout: float | None = None,
+        informers: InformerFactory | None = None,
+    ) -> None:
+        self.client = client
+        self.informers = informers or InformerFactory(client)
+        """The shared informer factory; controllers get their informers here."""
+        self.graceful_shutdown_timeout = graceful_shutdown_timeout
+        self.cache_sync_timeout = cache_sync_timeout
+        self._metrics_addr = parse_bind_address(metrics_bind_address)
+        self._health_addr = parse_bind_address(health_probe_bind_address)
+        self.elector = LeaderElector(client, leader_election) if leader_election else None
+        """The leader elector, or None without leader election."""
+        self.healthz = Checks({"ping": lambda: True})
+        """``/healthz`` checks (``ping`` always passes while the event loop serves)."""
+        self.readyz = Checks({"informers-synced": lambda: self._synced.is_set()})
+        """``/readyz`` checks (``informers-synced`` passes once every cache has synced)."""
+        self._entries: list[_Entry] = []
+        self._recorders: dict[str, EventRecorder] = {}
+        self._stop = asyncio.Event()
+        self._synced = asyncio.Event()
+        self._leading = asyncio.Event()
+        self._started = False
+        self.metrics_port: int | None = None
+        """The bound metrics port once serving (None when disabled)."""
+        self.health_port: int | None = None
+        """The bound probe port once serving (None when disabled)."""
+
+    # -- wiring ------------------------------------------------------------------------
+
+    def add(self, runnable: Runnable, *, needs_leader_election: bool = True) -> None:
+        """Run ``runnable`` with the manager (only while leader, by default).
+
+        Raises RuntimeError once ``run()`` has started.
+        """
+        if self._started:
+            raise RuntimeError("add runnables before Manager.run()")
+        name = getattr(runnable, "name", None) or type(runnable).__name__
+        self._entries.append(_Entry(runnable, needs_leader_election, str(name)))
+
+    def event_recorder(self, component: str) -> EventRecorder:
+        """The EventRecorder for ``component`` (one per component), drained by the manager."""
+        recorder = self._recorders.get(component)
+        if recorder is None:
+            recorder = EventRecorder(self.client, component)
+            self._recorders[component] = recorder
+            self.add(recorder, needs_leader_election=False)
+        return recorder
+
+    # -- state -------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        """True while leader runnables run (always, once started, without an election)."""
+        return self._leading.is_set()
+
+    async def wait_for_sync(self) -> None:
+        """Wait until the caches have synced and the endpoints are serving."""
+        await self._synced.wait()
+
+    async def wait_until_leader(self) -> None:
+        """Wait until this manager leads and its leader runnables have started."""
+        await self._leading.wait()
+
+    def stop(self) -> None:
+        """Ask ``run()`` to stop gracefully and return normally. Safe from a signal handler."""
+        self._stop.set()
+
+    # -- running -----------------------------------------------------------------------
+
+    async def run(self, *, handle_signals: bool = False) -> None:
+        """Run until stopped; see the module docstring. A manager runs once.
+
+        Raises LeaderElectionLost when the lease is lost, TimeoutError when the caches do
+        not sync within ``cache_sync_timeout``, OSError when a port is taken, and whatever
+        a runnable failed with.
+        """
+        if self._started:
+            raise RuntimeError("Manager.run() may be called once")
+        self._started = True
+        loop = asyncio.get_running_loop()
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+        servers: list[HttpServer] = []
+        informers = asyncio.create_task(self.informers.run(), name="informers")
+        elector: asyncio.Task[None] | None = None
+        plain: list[asyncio.Task[None]] = []
+        leader: list[asyncio.Task[None]] = []
+        lost = False
+        try:
+            servers = await self._start_servers()
+            sync = self.informers.wait_for_sync(self.cache_sync_timeout)
+            if not await self._until(sync, [informers]):
+                return
+            self._synced.set()
+            log.info("caches synced")
+            plain = self._start(e for e in self._entries if not e.needs_leader_election)
+            if self.elector is not None:
+                elector = asyncio.create_task(self.elector.run(), name="leader-election")
+                if not await self._until(
+                    self.elector.wait_until_leader(), [informers, elector, *plain]
+                ):
+                    return
+            leader = self._start(e for e in self._entries if e.needs_leader_election)
+            self._leading.set()
+            watched = [informers, *plain, *leader]
+            if elector is not None:
+                watched.append(elector)
+            await self._until(None, watched)
+        except LeaderElectionLost:
+            lost = True
+            log.error("leader election lost; stopping without grace")
+            raise
+        finally:
+            self._leading.clear()
+            grace = 0.0 if lost else self.graceful_shutdown_timeout
+            deadline = loop.time() + grace
+            await _stop_tasks(leader, deadline)
+            await _stop_tasks(plain, deadline)
+            if elector is not None:
+                # Release the lease even when the runnables overran the grace period.
+                await _stop_tasks([elector], max(deadline, loop.time() + 5.0))
+            await _stop_tasks([informers], loop.time())
+            for server in servers:
+                await server.stop()
+            if handle_signals:
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+            log.info("manager stopped")
+
+    def _start(self, entries: Iterable[_Entry]) -> list[asyncio.Task[None]]:
+        tasks = []
+        for entry in entries:
+            log.info("starting runnable", runnable=entry.name)
+            tasks.append(asyncio.create_task(_as_coroutine(entry.runnable), name=entry.name))
+        return tasks
+
+    async def _start_servers(self) -> list[HttpServer]:
+        servers = []
+        if self._metrics_addr is not None:
+            app = web.Application()
+            metrics_routes(app)
+            if self._health_addr == self._metrics_addr:
+                health_routes(app, self.healthz, self.readyz)
+            servers.append(HttpServer(app, *self._metrics_addr))
+        if self._health_addr is not None and self._health_addr != self._metrics_addr:
+            app = web.Application()
+            health_routes(app, self.healthz, self.readyz)
+            servers.append(HttpServer(app, *self._health_addr))
+        try:
+            for server in servers:
+                await server.start()
+        except BaseException:
+            for server in servers:
+                await server.stop()
+            raise
+        if self._metrics_addr is not None:
+            self.metrics_port = servers[0].port
+        if self._health_addr is not None:
+            self.health_port = servers[-1].port
+        return servers
+
+    async def _until(
+        self, awaitable: Awaitable[None] | None, watched: list[asyncio.Task[None]]
+    ) -> bool:
+        """Wait for ``awaitable`` (True) or ``stop()`` (False); re-raise a watched failure."""
+        stop = asyncio.ensure_future(self._stop.wait())
+        target = asyncio.ensure_future(awaitable) if awaitable is not None else None
+        helpers = [stop] if target is None else [stop, target]
+        pending = set(watched)
+        try:
+            while True:
+                done, _ = await asyncio.wait(
+                    {*helpers, *pending}, return_when=asyncio.FIRST_COMPLETED
+                )
+                for task in done & pending:
+                    pending.discard(task)
+                    if task.cancelled():
+                        raise RuntimeError(f"task {task.get_name()} was cancelled")
+                    exc = task.exception()
+                    if exc is not None:
+                        raise exc
+                if target is not None and target.done():
+                    target.result()
+                    return True
+                if stop.done():
+                    return False
+        finally:
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+
+
+async def _as_coroutine(runnable: Runnable) -> None:
+    await runnable.run()
+
+
+async def _stop_tasks(tasks: list[asyncio.Task[None]], deadline: float) -> None:
+    """Cancel ``tasks``; hard-cancel what still runs at loop time ``deadline``; await all.
+
+    Exceptions other than cancellation are logged (the manager is stopping anyway).
+    """
+    if not tasks:
+        return
+    loop = asyncio.get_running_loop()
+    for task in tasks:
+        task.cancel()
+    _, pending = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
+    if pending:
+        log.warning(
+            "graceful shutdown timed out; cancelling", tasks=[t.get_name() for t in pending]
+        )
+        for task in pending:
+            task.cancel()
+        await asyncio.wait(pending)
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            if not isinstance(exc, LeaderElectionLost):
+                log.error("runnable failed while stopping", task=task.get_name(), error=repr(exc))
