@@ -1,0 +1,157 @@
+"""Manager without a cluster: endpoints, runnable lifecycle, graceful stop, failures.
+
+No informers and no leader election are configured, so no API server is needed; the
+client is never used.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from msop.controller.health import parse_bind_address
+from msop.controller.manager import Manager
+
+
+class Sleeper:
+    """A runnable that needs a moment to stop after cancellation."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = asyncio.Event()
+        self.finished_cleanly = False
+
+    async def run(self) -> None:
+        self.started.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # in-flight work finishing
+            self.finished_cleanly = True
+            raise
+
+
+class Crasher:
+    name = "crasher"
+
+    async def run(self) -> None:
+        await asyncio.sleep(0)
+        raise ValueError("boom")
+
+
+class Stubborn:
+    """Ignores the first cancellation (like a long reconcile), obeys the second."""
+
+    name = "stubborn"
+
+    def __init__(self) -> None:
+        self.cancels = 0
+        self.started = asyncio.Event()
+
+    async def run(self) -> None:
+        self.started.set()
+        while True:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                self.cancels += 1
+                if self.cancels >= 2:
+                    raise
+
+
+def manager(**kw: object) -> Manager:
+    return Manager(
+        None,  # type: ignore[arg-type]
+        metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="127.0.0.1:0",
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_parse_bind_address() -> None:
+    assert parse_bind_address(":8080") == ("0.0.0.0", 8080)
+    assert parse_bind_address("127.0.0.1:0") == ("127.0.0.1", 0)
+    assert parse_bind_address("0") is None
+    with pytest.raises(ValueError):
+        parse_bind_address("nonsense")
+
+
+async def test_endpoints_runnables_and_graceful_stop() -> None:
+    m = manager()
+    leader, plain = Sleeper("leader"), Sleeper("plain")
+    m.add(leader)
+    m.add(plain, needs_leader_election=False)
+    task = asyncio.create_task(m.run())
+    await m.wait_until_leader()
+    await leader.started.wait()
+    await plain.started.wait()
+    assert m.is_leader()
+    async with aiohttp.ClientSession() as http:
+        for path in ("/healthz", "/readyz"):
+            async with http.get(f"http://127.0.0.1:{m.health_port}{path}") as r:
+                assert (r.status, await r.text()) == (200, "ok")
+        async with http.get(f"http://127.0.0.1:{m.health_port}/readyz?verbose") as r:
+            assert "[+]informers-synced ok" in await r.text()
+        async with http.get(f"http://127.0.0.1:{m.metrics_port}/metrics") as r:
+            assert r.status == 200
+            names = {f.name for f in text_string_to_metric_families(await r.text())}
+            assert "workqueue_depth" in names
+    with pytest.raises(RuntimeError):
+        m.add(Sleeper("late"))
+    m.stop()
+    await task  # returns normally: exit code 0
+    assert leader.finished_cleanly and plain.finished_cleanly
+    assert not m.is_leader()
+    with pytest.raises(RuntimeError):
+        await m.run()
+
+
+async def test_failing_runnable_stops_manager_and_propagates() -> None:
+    m = manager()
+    other = Sleeper("other")
+    m.add(other)
+    m.add(Crasher())
+    with pytest.raises(ValueError, match="boom"):
+        await m.run()
+    assert other.finished_cleanly
+
+
+async def test_graceful_timeout_hard_cancels_stubborn_runnable() -> None:
+    m = manager(graceful_shutdown_timeout=0.01)
+    s = Stubborn()
+    m.add(s)
+    task = asyncio.create_task(m.run())
+    await s.started.wait()
+    m.stop()
+    await task
+    assert s.cancels == 2
+
+
+async def test_cancelling_run_is_graceful_and_reraises() -> None:
+    m = manager()
+    s = Sleeper("s")
+    m.add(s)
+    task = asyncio.create_task(m.run())
+    await s.started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert s.finished_cleanly
+
+
+async def test_unready_check_fails_readyz() -> None:
+    m = manager()
+    m.readyz.add("never", lambda: False)
+    task = asyncio.create_task(m.run())
+    await m.wait_for_sync()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{m.health_port}/readyz") as r,
+    ):
+        assert r.status == 500
+        assert "[-]never failed" in await r.text()
+    m.stop()
+    await task
