@@ -17,7 +17,7 @@ from msop.informers import (
     final_state,
     is_resync,
 )
-from msop.kube import CONFIGMAPS, KubeClient, is_not_found
+from msop.kube import CONFIGMAPS, ApiError, KubeClient, is_not_found
 from msop.metrics import REGISTRY
 
 
@@ -238,3 +238,94 @@ async def test_watch_metrics_count_requests(client: KubeClient, namespace: str) 
         "rest_client_requests_total", {"code": "200", "method": "GET", "host": client.host}
     )
     assert after is not None and after >= before + 2  # the list and the watch
+
+
+class GoneOnce(KubeClient):
+    """A real client whose first watch is held open, then fails with 410 Expired.
+
+    The API server's watch cache decides on its own when a resourceVersion is too old, so
+    a real 410 cannot be produced on demand; everything but that one answer is real.
+    """
+
+    def __init__(self, base: KubeClient) -> None:
+        super().__init__(base._api_client, user_agent="msop-e2e-gone")
+        self.release = asyncio.Event()
+        self.failed = False
+
+    async def watch(  # type: ignore[override]
+        self, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[dict[str, Any]]:
+        if not self.failed:
+            await self.release.wait()
+            self.failed = True
+            raise ApiError(410, "Expired", "too old resource version: 1 (2)")
+        async for event in super().watch(*args, **kwargs):
+            yield event
+
+
+async def test_relist_after_410_emits_tombstones_for_vanished_objects(
+    client: KubeClient, namespace: str
+) -> None:
+    await client.create(CONFIGMAPS, cm("stays", namespace, v="1"))
+    await client.create(CONFIGMAPS, cm("vanishes", namespace, v="1"))
+    gone = GoneOnce(client)
+    factory = InformerFactory(gone)
+    informer = factory.informer_for(CONFIGMAPS, namespace)
+    rec = Recorder(informer)
+    async with running(factory):
+        # while the (held) watch misses everything:
+        await client.delete(CONFIGMAPS, "vanishes", namespace)
+        await client.patch(CONFIGMAPS, "stays", {"data": {"v": "2"}}, namespace)
+        await client.create(CONFIGMAPS, cm("appears", namespace))
+        gone.release.set()
+        await eventually(lambda: informer.statistics().lists == 2)
+        assert ("delete", "vanishes", True) in rec.log  # DeletedFinalStateUnknown
+        assert ("update", "stays", False) in rec.log
+        assert ("add", "appears", False) in rec.log  # a relist add is not "initial"
+        assert informer.statistics().watch_restarts["expired"] == 1
+        # and the watch that follows the relist works
+        await client.create(CONFIGMAPS, cm("later", namespace))
+        await eventually(lambda: f"{namespace}/later" in informer.store)
+        assert sorted(o["metadata"]["name"] for o in informer.store.list()) == [
+            "appears",
+            "kube-root-ca.crt",
+            "later",
+            "stays",
+        ]
+
+
+async def test_cache_converges_across_an_apiserver_restart(
+    cluster: Any, client: KubeClient, namespace: str
+) -> None:
+    options = ReflectorOptions(backoff_initial=0.2, backoff_cap=1.0)
+    factory = InformerFactory(client, options=options)
+    informer = factory.informer_for(CONFIGMAPS, namespace)
+    rec = Recorder(informer)
+    for i in range(5):
+        await client.create(CONFIGMAPS, cm(f"r{i}", namespace, v="0"))
+    async with running(factory):
+        await client.patch(CONFIGMAPS, "r0", {"data": {"v": "1"}}, namespace)
+        await client.delete(CONFIGMAPS, "r1", namespace)
+        cluster.kwokctl("stop", "cluster")
+        try:
+            await asyncio.sleep(1.0)
+        finally:
+            cluster.kwokctl("start", "cluster")
+        for attempt in range(100):  # the API server takes a moment to serve again
+            try:
+                await client.patch(CONFIGMAPS, "r2", {"data": {"v": "2"}}, namespace)
+                break
+            except ApiError:
+                if attempt == 99:
+                    raise
+                await asyncio.sleep(0.2)
+        await client.delete(CONFIGMAPS, "r3", namespace)
+        await client.create(CONFIGMAPS, cm("r5", namespace))
+        want = await server_state(client, namespace)
+        await eventually(
+            lambda: {k: o["metadata"]["resourceVersion"] for k, o in rec.seen.items()} == want,
+            within=60,
+        )
+        assert {f"{namespace}/r1", f"{namespace}/r3"} <= rec.deleted
+        restarts_seen = informer.statistics().watch_restarts
+        assert restarts_seen.get("error", 0) + restarts_seen.get("expired", 0) >= 1
