@@ -558,10 +558,42 @@ def render(crd: dict[str, Any]) -> str:
     return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100)
 
 
+# Defaults as the README states them (the schema carries none: msop.api.defaults applies them).
+README_DEFAULTS = {
+    "spec.runPolicy.cleanPodPolicy": f"`{c.DEFAULT_CLEAN_POD_POLICY}`",
+    "spec.runPolicy.ttlSecondsAfterFinished": "unset: never deleted",
+    "spec.runPolicy.activeDeadlineSeconds": "unset: no deadline",
+    "spec.runPolicy.backoffLimit": "unset: no limit",
+    "spec.runPolicy.schedulingPolicy.minAvailable": "all replicas",
+    "spec.runPolicy.suspend": "`false`",
+    "spec.runPolicy.managedBy": "unset: msop",
+    "spec.successPolicy": '`""`',
+    "spec.enableDynamicWorker": "`false`",
+    "spec.msReplicaSpecs": "required",
+    "spec.msReplicaSpecs.<type>.replicas": f"`{c.DEFAULT_REPLICAS}`",
+    "spec.msReplicaSpecs.<type>.restartPolicy": f"`{c.DEFAULT_RESTART_POLICY}`",
+    "spec.msReplicaSpecs.<type>.template": "required",
+}
+
+
 def readme_reference(crd: dict[str, Any]) -> str:
     """Markdown tables of the spec and status fields, from the schema descriptions."""
     root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     lines: list[str] = []
+
+    def kind_of(prop: dict[str, Any]) -> str:
+        if "enum" in prop:
+            return " \\| ".join(f"`{x}`" if x else '`""`' for x in prop["enum"])
+        kind = str(prop.get("type", "quantity"))
+        if "format" in prop:
+            kind = {"date-time": "time (RFC 3339)"}.get(prop["format"], kind)
+        if "minimum" in prop:
+            kind += f" >= {prop['minimum']}"
+        if "maxLength" in prop:
+            kind += f", at most {prop['maxLength']} chars"
+        if "additionalProperties" in prop:
+            kind = "map"
+        return kind
 
     def walk(schema: dict[str, Any], path: str) -> None:
         if path.endswith(".template"):
@@ -575,15 +607,19 @@ def readme_reference(crd: dict[str, Any]) -> str:
             path = f"{path}[]"
         for name, prop in (props or {}).items():
             full = f"{path}.{name}"
-            kind = prop.get("type", "int or string")
-            if "enum" in prop:
-                kind = " \\| ".join(f"`{x}`" if x else '`""`' for x in prop["enum"])
+            default = README_DEFAULTS.get(full, "")
             description = prop.get("description", "").replace("|", "\\|")
-            lines.append(f"| `{full}` | {kind} | {description} |")
+            lines.append(f"| `{full}` | {kind_of(prop)} | {default} | {description} |")
             walk(prop, full)
 
     for part in ("spec", "status"):
-        lines += ["", f"#### `{part}`", "", "| field | type | meaning (default) |", "|---|---|---|"]
+        lines += [
+            "",
+            f"#### `{part}`",
+            "",
+            "| field | type | default | meaning |",
+            "|---|---|---|---|",
+        ]
         walk(root[part], part)
     return "\n".join(lines).strip() + "\n"
 
