@@ -151,6 +151,19 @@ class Controller:
         self._started = False
         self._stopping = False
         self._active = 0
+        # Initialise every series to zero, as controller-runtime does, so rates and alerts
+        # work from the first scrape.
+        for result in ("success", "error", "requeue", "requeue_after"):
+            metrics.RECONCILE_TOTAL.labels(name, result)
+        for family in (
+            metrics.RECONCILE_ERRORS,
+            metrics.TERMINAL_RECONCILE_ERRORS,
+            metrics.RECONCILE_PANICS,
+            metrics.RECONCILE_TIME,
+        ):
+            family.labels(name)
+        metrics.ACTIVE_WORKERS.labels(name).set(0)
+        metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(max_concurrent_reconciles)
 
     @property
     def active_workers(self) -> int:

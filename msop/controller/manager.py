@@ -209,7 +209,7 @@ class Manager:
             if elector is not None:
                 # Release the lease even when the runnables overran the grace period.
                 await _stop_tasks([elector], max(deadline, loop.time() + 5.0))
-            await _stop_tasks([informers], loop.time())
+            await _stop_tasks([informers], loop.time() + 2.0)
             for server in servers:
                 await server.stop()
             if handle_signals:

@@ -123,6 +123,14 @@ class WorkQueue(Generic[T]):
         self._shutting_down = False
         if name:
             metrics.track_queue(self)
+            # Export zero-valued series at once, so dashboards see the queue before any add.
+            for family in (
+                metrics.WORKQUEUE_ADDS,
+                metrics.WORKQUEUE_RETRIES,
+                metrics.WORKQUEUE_QUEUE_DURATION,
+                metrics.WORKQUEUE_WORK_DURATION,
+            ):
+                family.labels(name)
 
     # -- introspection ---------------------------------------------------------------------
 
