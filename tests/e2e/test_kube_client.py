@@ -244,9 +244,10 @@ async def test_bearer_token_configuration(cluster: Any, namespace: str) -> None:
         else:
             configuration.verify_ssl = False
     configuration.api_key = {"BearerToken": f"Bearer {token}"}
+    cluster.kubectl("create", "configmap", "readable", "-n", namespace)
     async with KubeClient.from_configuration(configuration, user_agent="msop-e2e-token") as c:
         listed = await c.list(CONFIGMAPS, namespace)
-        assert any(o["metadata"]["name"] == "kube-root-ca.crt" for o in listed["items"])
+        assert any(o["metadata"]["name"] == "readable" for o in listed["items"])
         with pytest.raises(ApiError) as exc:
             await c.create(CONFIGMAPS, cm("nope", namespace))
         assert is_forbidden(exc.value)
