@@ -173,14 +173,27 @@ class EventRecorder:
         return self._queue.qsize()
 
     async def run(self) -> None:
-        """Write queued events until cancelled. Write errors are logged and swallowed."""
-        while True:
-            ref, type_, reason, message = await self._queue.get()
-            try:
-                await self._write(ref, type_, reason, message)
-            except Exception as e:
-                self.failed += 1
-                log.warning("could not write event", reason=reason, error=str(e))
+        """Write queued events until cancelled. Write errors are logged and swallowed.
+
+        On the first cancellation it still writes what is already queued (the events of
+        the last reconciles before a graceful stop); a second cancellation abandons them.
+        """
+        try:
+            while True:
+                await self._write_logged(*await self._queue.get())
+        except asyncio.CancelledError:
+            while not self._queue.empty():
+                await self._write_logged(*self._queue.get_nowait())
+            raise
+
+    async def _write_logged(
+        self, ref: dict[str, Any], type_: str, reason: str, message: str
+    ) -> None:
+        try:
+            await self._write(ref, type_, reason, message)
+        except Exception as e:
+            self.failed += 1
+            log.warning("could not write event", reason=reason, error=str(e))
 
     async def _write(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
         key = EventKey(

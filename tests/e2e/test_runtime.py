@@ -23,6 +23,7 @@ from msop.controller import (
     EventRecorder,
     LabelSelectorPredicate,
     LeaderElectionConfig,
+    LeaderElectionLost,
     Manager,
     Request,
     Result,
@@ -275,6 +276,24 @@ async def test_leader_election_one_leader_kill_and_release(
         for t in (task_a, task_b, c_task):
             if t is not None and not t.done():
                 await stop(t)
+
+
+async def test_lost_lease_makes_run_raise(kube: KubeClient, namespace: str) -> None:
+    mgr, _ = toy_manager(
+        kube, namespace, name="toy-lost", leader_election=lease_config(namespace, "victim")
+    )
+    task = asyncio.create_task(mgr.run())
+    try:
+        await mgr.wait_until_leader()
+        lease = await kube.get(LEASES, "toy-leader", namespace)
+        lease["spec"]["holderIdentity"] = "intruder"
+        await kube.replace(LEASES, lease)
+        with pytest.raises(LeaderElectionLost):
+            await asyncio.wait_for(task, 10)
+        assert not mgr.is_leader()
+    finally:
+        if not task.done():
+            await stop(task)
 
 
 EXPECTED_METRICS = {

@@ -69,3 +69,35 @@ async def test_recorder_never_blocks_and_drops_when_full() -> None:
         rec.event(obj, "Normal", "R", "m")
     assert rec.pending() == 2
     assert rec.dropped == 1
+
+
+class RecordingClient:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, Any]] = []
+
+    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        self.calls.append(("create", body["count"]))
+        return body
+
+    async def patch(self, res: Any, name: str, body: Any, namespace: str, **kw: Any) -> Any:
+        self.calls.append(("patch", body["count"]))
+        return body
+
+
+async def test_recorder_aggregates_and_flushes_on_first_cancel() -> None:
+    import asyncio
+
+    import pytest
+
+    client = RecordingClient()
+    rec = EventRecorder(client, component="c", host="h")  # type: ignore[arg-type]
+    obj = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)  # the drain task waits for work
+    for _ in range(3):
+        rec.event(obj, "Warning", "Failed", "same")
+    rec.event(obj, "Warning", "Failed", "different")
+    task.cancel()  # stop before it wrote anything: the queued events are still written
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert client.calls == [("create", 1), ("patch", 2), ("patch", 3), ("create", 1)]
