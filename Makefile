@@ -37,6 +37,10 @@ cluster-down: venv ## tear the local cluster down
 cluster-gomod: ## regenerate hack/cluster/go.mod from versions.env through the module proxy
 	cd hack/cluster && $(PYTHON) gen_gomod.py
 
+.PHONY: generate
+generate: venv ## regenerate the CRD from the Kubernetes OpenAPI schema (hack/gen_crd.py)
+	$(BIN)/python hack/gen_crd.py
+
 .PHONY: lint
 lint: venv ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .

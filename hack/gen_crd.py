@@ -417,8 +417,8 @@ def status_schema() -> dict[str, Any]:
         "properties": {
             "conditions": {
                 "type": "array",
-                "description": "Created, Running, Restarting, Succeeded, Failed, Suspended; the "
-                "last one is the job's current state.",
+                "description": "Created, Running, Restarting, Succeeded, Failed, Suspended, "
+                "ReplicaFailure; the last one is the job's current state.",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {
@@ -447,6 +447,11 @@ def status_schema() -> dict[str, Any]:
                         "succeeded": _int("Pods that exited 0.", minimum=0),
                         "failed": _int("Pods that failed.", minimum=0),
                         "selector": _str("Label selector of the pods, for the scale subresource."),
+                        "restarts": _int(
+                            "Pods of this type deleted and recreated by the operator "
+                            "(restartPolicy ExitCode); counts toward backoffLimit.",
+                            minimum=0,
+                        ),
                     },
                 },
             },

@@ -1,26 +1,279 @@
-"""The ``msop`` command line: ``msop version`` and (later) ``msop run``."""
+"""The ``msop`` command line.
+
+``msop run`` is the operator process; ``msop version`` prints the version. Every flag
+of ``msop run`` can also be set by an environment variable (shown in ``--help``); a flag
+on the command line wins over the variable. Errors are one line on stderr and a
+non-zero exit: 2 for bad flags, 1 for anything else (unreachable API server, missing
+CRD, lost leader election).
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import socket
 import sys
+import uuid
+from collections.abc import Sequence
+from typing import Any
 
 from msop import __version__
 
+USER_AGENT = f"msop/{__version__}"
+_SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name, default)
+
+
+def _env_bool(name: str) -> bool:
+    return (os.environ.get(name) or "").lower() in ("1", "true", "yes", "on")
+
+
+def _positive_int(value: str) -> int:
+    n = int(value)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
+def _positive_float(value: str) -> float:
+    f = float(value)
+    if f <= 0:
+        raise argparse.ArgumentTypeError(f"must be > 0, got {f}")
+    return f
+
+
+def _default_namespace() -> str:
+    try:
+        with open(_SA_NAMESPACE_FILE) as f:
+            return f.read().strip() or "default"
+    except OSError:
+        return "default"
+
+
+def _add_run(sub: Any) -> None:
+    run = sub.add_parser(
+        "run",
+        help="run the operator",
+        description="Run the MSJob operator. Each flag can be set by the environment "
+        "variable named in its help; the command line wins.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    a = run.add_argument
+    a(
+        "--kubeconfig",
+        default=_env("KUBECONFIG"),
+        help="kubeconfig file; in-cluster config when unset [env KUBECONFIG]",
+    )
+    a(
+        "--namespace",
+        action="append",
+        dest="namespaces",
+        default=[n for n in (_env("MSOP_NAMESPACES") or "").split(",") if n],
+        help="namespace to watch, repeatable; all namespaces when unset "
+        "[env MSOP_NAMESPACES, comma-separated]",
+    )
+    a(
+        "--metrics-bind-address",
+        default=_env("MSOP_METRICS_BIND_ADDRESS", ":8080"),
+        help="address of /metrics; 0 disables it [env MSOP_METRICS_BIND_ADDRESS]",
+    )
+    a(
+        "--health-probe-bind-address",
+        default=_env("MSOP_HEALTH_PROBE_BIND_ADDRESS", ":8081"),
+        help="address of /healthz and /readyz; 0 disables it [env MSOP_HEALTH_PROBE_BIND_ADDRESS]",
+    )
+    a(
+        "--leader-elect",
+        action="store_true",
+        default=_env_bool("MSOP_LEADER_ELECT"),
+        help="use a Lease so that only one replica reconciles [env MSOP_LEADER_ELECT]",
+    )
+    a(
+        "--leader-election-id",
+        default=_env("MSOP_LEADER_ELECTION_ID", "msop.mindspore.gitee.com"),
+        help="name of the leader-election Lease [env MSOP_LEADER_ELECTION_ID]",
+    )
+    a(
+        "--leader-election-namespace",
+        default=_env("MSOP_LEADER_ELECTION_NAMESPACE"),
+        help="namespace of the Lease; the pod's own namespace when unset, else 'default' "
+        "[env MSOP_LEADER_ELECTION_NAMESPACE]",
+    )
+    a(
+        "--leader-election-lease-duration",
+        type=_positive_float,
+        default=float(_env("MSOP_LEADER_ELECTION_LEASE_DURATION", "15") or 15),
+        help="seconds a follower waits before taking an unrenewed Lease "
+        "[env MSOP_LEADER_ELECTION_LEASE_DURATION]",
+    )
+    a(
+        "--leader-election-renew-deadline",
+        type=_positive_float,
+        default=float(_env("MSOP_LEADER_ELECTION_RENEW_DEADLINE", "10") or 10),
+        help="seconds the leader retries renewing before it gives up "
+        "[env MSOP_LEADER_ELECTION_RENEW_DEADLINE]",
+    )
+    a(
+        "--leader-election-retry-period",
+        type=_positive_float,
+        default=float(_env("MSOP_LEADER_ELECTION_RETRY_PERIOD", "2") or 2),
+        help="seconds between Lease attempts [env MSOP_LEADER_ELECTION_RETRY_PERIOD]",
+    )
+    a(
+        "--max-concurrent-reconciles",
+        type=_positive_int,
+        default=int(_env("MSOP_MAX_CONCURRENT_RECONCILES", "10") or 10),
+        help="MSJobs reconciled in parallel [env MSOP_MAX_CONCURRENT_RECONCILES]",
+    )
+    a(
+        "--enable-gang-scheduling",
+        action="store_true",
+        default=_env_bool("MSOP_ENABLE_GANG_SCHEDULING"),
+        help="create Volcano PodGroups and hold pods until Inqueue "
+        "[env MSOP_ENABLE_GANG_SCHEDULING]",
+    )
+    a(
+        "--kube-api-qps",
+        type=_positive_float,
+        default=float(_env("MSOP_KUBE_API_QPS", "50") or 50),
+        help="client-side request rate limit [env MSOP_KUBE_API_QPS]",
+    )
+    a(
+        "--kube-api-burst",
+        type=_positive_int,
+        default=int(_env("MSOP_KUBE_API_BURST", "100") or 100),
+        help="client-side request burst [env MSOP_KUBE_API_BURST]",
+    )
+    a(
+        "--graceful-shutdown-timeout",
+        type=_positive_float,
+        default=float(_env("MSOP_GRACEFUL_SHUTDOWN_TIMEOUT", "30") or 30),
+        help="seconds in-flight reconciles get on SIGTERM [env MSOP_GRACEFUL_SHUTDOWN_TIMEOUT]",
+    )
+    a(
+        "--log-format",
+        choices=("json", "console"),
+        default=_env("MSOP_LOG_FORMAT", "json"),
+        help="log line format [env MSOP_LOG_FORMAT]",
+    )
+    a("--log-level", choices=("debug", "info", "warning", "error"),
+      default=_env("MSOP_LOG_LEVEL", "info"),
+      help="minimum log level [env MSOP_LOG_LEVEL]")  # fmt: skip
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="msop", description=__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="msop", description="msop: the MindSpore MSJob operator")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    _add_run(sub)
     sub.add_parser("version", help="print the msop version")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+class StartupError(Exception):
+    """A one-line reason the operator cannot start."""
+
+
+async def _preflight(client: Any, namespaces: Sequence[str]) -> None:
+    """Fail fast, with one line, when the API server or the CRD is not there."""
+    from msop.controller.msjob.reconciler import MSJOBS
+    from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
+
+    try:
+        await client.list(MSJOBS, namespaces[0] if namespaces else None, limit=1)
+    except ApiUnavailable as e:
+        raise StartupError(f"cannot reach the API server: {e}") from None
+    except ApiError as e:
+        if is_not_found(e):
+            raise StartupError(
+                "the MSJob CRD (msjobs.mindspore.gitee.com) is not installed: "
+                "kubectl apply -k config/crd"
+            ) from None
+        if is_forbidden(e):
+            raise StartupError(f"not allowed to list MSJobs: {e.message}") from None
+        raise StartupError(f"API server error: {e.status} {e.reason}: {e.message}") from None
+
+
+async def run_operator(args: argparse.Namespace) -> int:
+    import structlog
+
+    from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
+    from msop.controller.manager import Manager
+    from msop.controller.msjob.controller import Settings, setup
+    from msop.kube.client import KubeClient
+
+    log = structlog.get_logger("msop")
+    try:
+        client = await KubeClient.from_config(
+            args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
+            user_agent=USER_AGENT,
+        )  # fmt: skip
+    except Exception as e:
+        raise StartupError(f"cannot load Kubernetes config: {e}") from None
+    async with client:
+        await _preflight(client, args.namespaces)
+        election = None
+        if args.leader_elect:
+            try:
+                election = LeaderElectionConfig(
+                    name=args.leader_election_id,
+                    namespace=args.leader_election_namespace or _default_namespace(),
+                    identity=f"{socket.gethostname()}_{uuid.uuid4()}",
+                    lease_duration=args.leader_election_lease_duration,
+                    renew_deadline=args.leader_election_renew_deadline,
+                    retry_period=args.leader_election_retry_period,
+                )
+            except ValueError as e:
+                raise StartupError(f"leader election: {e}") from None
+        manager = Manager(
+            client,
+            metrics_bind_address=args.metrics_bind_address,
+            health_probe_bind_address=args.health_probe_bind_address,
+            leader_election=election,
+            graceful_shutdown_timeout=args.graceful_shutdown_timeout,
+        )
+        setup(
+            manager,
+            Settings(
+                namespaces=tuple(args.namespaces),
+                max_concurrent_reconciles=args.max_concurrent_reconciles,
+                gang_scheduling=args.enable_gang_scheduling,
+            ),
+        )
+        log.info(
+            "starting msop", version=__version__, namespaces=args.namespaces or "all",
+            leader_elect=args.leader_elect, metrics=args.metrics_bind_address,
+            health=args.health_probe_bind_address,
+        )  # fmt: skip
+        try:
+            await manager.run(handle_signals=True)
+        except LeaderElectionLost:
+            log.error("lost the leader election lease; exiting")
+            return 1
+        except OSError as e:
+            raise StartupError(f"cannot serve: {e}") from None
+    log.info("msop stopped")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "version":
         print(f"msop {__version__}")
         return 0
-    return 2
+    from msop import logs
+
+    logs.configure(args.log_format, args.log_level)
+    try:
+        return asyncio.run(run_operator(args))
+    except StartupError as e:
+        print(f"msop: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -61,6 +61,9 @@ RESTARTING: Final = "Restarting"
 SUCCEEDED: Final = "Succeeded"
 FAILED: Final = "Failed"
 SUSPENDED: Final = "Suspended"
+# The API server refused to create a pod or Service (quota, admission, ...): reason and
+# message are the API's. Removed again once creates succeed (like a Deployment's).
+REPLICA_FAILURE: Final = "ReplicaFailure"
 CONDITION_TYPES: Final[tuple[str, ...]] = (
     CREATED,
     RUNNING,
@@ -68,6 +71,7 @@ CONDITION_TYPES: Final[tuple[str, ...]] = (
     SUCCEEDED,
     FAILED,
     SUSPENDED,
+    REPLICA_FAILURE,
 )
 # Condition status values (core/v1 ConditionStatus).
 CONDITION_TRUE: Final = "True"

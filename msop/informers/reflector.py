@@ -250,6 +250,7 @@ class Reflector:
         """List and watch until cancelled."""
         backoff = Backoff(self.options)
         need_list = True
+        previous: _Reason | None = None
         while True:
             if need_list:
                 try:
@@ -265,7 +266,11 @@ class Reflector:
             self.stats.restarts[reason] += 1
             WATCH_RESTARTS_TOTAL.labels(self._label, reason).inc()
             need_list = relist
-            if reason == "error":
+            # A relist normally fixes an expired watch; expiring again straight after one
+            # means something is off (e.g. compaction racing us), so do not spin on it.
+            expired_twice = reason == "expired" and previous == "expired"
+            previous = reason
+            if reason == "error" or expired_twice:
                 await asyncio.sleep(backoff.next())
 
     def _error(self, what: str, e: BaseException) -> None:

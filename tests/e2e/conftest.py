@@ -43,13 +43,26 @@ def build_binaries() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
-def install_crds(cluster: LocalCluster) -> None:
+def install_crds(cluster: LocalCluster, timeout: float = 60) -> None:
+    """Apply every CRD under config/crd/bases (and tests/e2e/crds) and wait until served."""
     crds = sorted((REPO / "config/crd/bases").glob("*.yaml"))
+    crds += sorted((REPO / "tests/e2e/crds").glob("*.yaml"))
     for crd in crds:
         cluster.kubectl("apply", "-f", str(crd))
+    # `kubectl wait` fails outright while a new CRD has no status yet; poll instead.
+    deadline = time.monotonic() + timeout
     for crd in crds:
-        name = crd.name.split("_", 1)[1].removesuffix(".yaml") + "." + crd.name.split("_", 1)[0]
-        cluster.kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        name = cluster.kubectl("get", "-f", str(crd), "-o", "name").stdout.strip()
+        while True:
+            out = cluster.kubectl(
+                "get", name, "-o",
+                "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+            ).stdout  # fmt: skip
+            if out.strip() == "True":
+                break
+            if time.monotonic() > deadline:
+                pytest.fail(f"{name} not Established within {timeout}s", pytrace=False)
+            time.sleep(0.2)
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,133 @@
+"""Wiring of the MSJob controller: which caches it reads and which events wake it.
+
+- MSJobs: all of them in the watched namespaces; any event enqueues the job.
+- Pods, Services (and PodGroups with gang scheduling): only those labelled
+  ``training.kubeflow.org/operator-name=msjob-controller``, so the caches hold the
+  operator's own objects and not every pod in the cluster; an event enqueues the
+  controller owner (an MSJob). The same events lower the reconciler's expectations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from msop.api import constants as c
+from msop.controller.controller import Controller
+from msop.controller.expectations import Expectations
+from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner, Obj
+from msop.controller.manager import Manager
+from msop.controller.msjob import metrics
+from msop.controller.msjob.plan import Options
+from msop.controller.msjob.reconciler import (
+    MSJOBS,
+    PODGROUPS,
+    MSJobReconciler,
+    Reader,
+    pods_key,
+    services_key,
+)
+from msop.informers.informer import SharedInformer, final_state
+from msop.informers.lister import Lister, MultiNamespaceLister
+from msop.kube.resources import PODS, SERVICES, Resource
+
+CONTROLLER_NAME = "msjob"
+EVENT_COMPONENT = "msjob-controller"
+CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the MSJob controller runs."""
+
+    namespaces: Sequence[str] = ()
+    """Namespaces to watch; empty means all namespaces."""
+    max_concurrent_reconciles: int = 1
+    """Jobs reconciled at the same time (one key is never reconciled twice at once)."""
+    gang_scheduling: bool = False
+    """Create Volcano PodGroups and hold pods until their group is Inqueue."""
+
+
+def _owner_key(obj: Obj) -> str | None:
+    meta = obj.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == c.KIND:
+            return f"{meta.get('namespace', '')}/{ref.get('name', '')}"
+    return None
+
+
+def _observe(informer: SharedInformer, expectations: Expectations, key_of: str) -> None:
+    """Lower expectations as our own creates and deletes reach this cache."""
+
+    def exp_key(job_key: str) -> str:
+        return pods_key(job_key) if key_of == "pods" else services_key(job_key)
+
+    def on_add(obj: Obj, initial: bool) -> None:
+        key = _owner_key(obj)
+        if key:
+            expectations.creation_observed(exp_key(key), obj["metadata"]["name"])
+
+    def on_delete(obj: object) -> None:
+        o = final_state(obj)  # type: ignore[arg-type]
+        key = _owner_key(o)
+        if key:
+            expectations.deletion_observed(exp_key(key), o["metadata"]["name"])
+
+    informer.add_event_handler(on_add=on_add, on_delete=on_delete)
+
+
+def _reader(informers: list[SharedInformer]) -> Reader:
+    if len(informers) == 1 and informers[0].namespace is None:
+        return Lister(informers[0])
+    return MultiNamespaceLister(informers)
+
+
+def setup(manager: Manager, settings: Settings) -> Controller:
+    """Create the MSJob controller, its informers and event recorder, and add it to
+    ``manager``. Returns the controller (already added)."""
+    namespaces: list[str | None] = list(settings.namespaces) or [None]
+    factory = manager.informers
+
+    def informers(res: Resource, selector: str | None) -> list[SharedInformer]:
+        return [factory.informer_for(res, ns, selector) for ns in namespaces]
+
+    jobs = informers(MSJOBS, None)
+    pods = informers(PODS, CHILD_SELECTOR)
+    services = informers(SERVICES, CHILD_SELECTOR)
+    pod_groups = informers(PODGROUPS, CHILD_SELECTOR) if settings.gang_scheduling else []
+
+    expectations = Expectations()
+    reconciler = MSJobReconciler(
+        manager.client,
+        jobs=_reader(jobs),
+        pods=_reader(pods),
+        services=_reader(services),
+        pod_groups=_reader(pod_groups) if pod_groups else None,
+        recorder=manager.event_recorder(EVENT_COMPONENT),
+        expectations=expectations,
+        options=Options(gang_scheduling=settings.gang_scheduling),
+    )
+    controller = Controller(
+        CONTROLLER_NAME,
+        reconciler,
+        max_concurrent_reconciles=settings.max_concurrent_reconciles,
+    )
+    for inf in jobs:
+        controller.watch(inf, EnqueueRequestForObject())
+        metrics.JOB_STATES.add(inf.store.list)
+        inf.add_event_handler(
+            on_delete=lambda obj: metrics.count(
+                "deleted", str(final_state(obj)["metadata"].get("namespace", ""))
+            )
+        )
+    owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
+    for inf in pods:
+        controller.watch(inf, owner)
+        _observe(inf, expectations, "pods")
+    for inf in services:
+        controller.watch(inf, owner)
+        _observe(inf, expectations, "services")
+    for inf in pod_groups:
+        controller.watch(inf, owner)
+    manager.add(controller)
+    return controller

@@ -1,0 +1,211 @@
+"""What should exist for an MSJob: its pods and its Scheduler Service, as pure functions.
+
+Every function here takes a *defaulted* MSJob dict (``msop.api.apply_defaults``) and
+returns new plain dicts ready to POST; nothing is read from or written to a cluster.
+``msop render`` and the reconciler call the same functions, so what a user previews is
+what the operator creates.
+
+Naming: pods and services are ``<job>-<type>-<index>`` with the type in lower case.
+
+The ``MS_*`` environment (ms-operator's contract) goes into the container named
+``mindspore`` of jobs that have a Scheduler replica (distributed jobs):
+
+- ``MS_ROLE``: MS_SCHED, MS_PSERVER or MS_WORKER;
+- ``MS_SCHED_HOST``: the Scheduler pod's own ``status.podIP`` (downward API) on the
+  Scheduler; the ClusterIP of the Scheduler Service on every other replica;
+- ``MS_SCHED_PORT``: the Scheduler's ``msjob-port`` (default 2222);
+- ``MS_WORKER_NUM`` / ``MS_SERVER_NUM``: Worker and PS replica counts;
+- ``MS_NODE_ID``: the pod name.
+
+Jobs without a Scheduler (standalone training) get no ``MS_*`` variables, exactly like
+ms-operator: MindSpore reads ``MS_ROLE`` as "join a cluster", which a standalone script
+must not do. Operator values replace user-set variables of the same name, because the
+cluster only works if every replica agrees on them.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from msop.api import constants as c
+from msop.api.types import MSJob, ReplicaSpec
+
+JSON = dict[str, Any]
+
+#: Annotation and scheduler name used with gang scheduling (Volcano's conventions).
+GANG_SCHEDULER_NAME = "volcano"
+ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"
+ANNOTATION_VOLCANO_TASK = "volcano.sh/task-spec"
+
+
+def object_name(job_name: str, replica_type: str, index: int) -> str:
+    """``<job>-<type>-<index>``, the name of a replica's pod (and Service)."""
+    return f"{job_name}-{c.replica_type_label(replica_type)}-{index}"
+
+
+def job_selector(job_name: str) -> dict[str, str]:
+    """Labels every object of the job carries; the informer/selector key."""
+    return {c.LABEL_JOB_NAME: job_name, c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME}
+
+
+def replica_labels(job_name: str, replica_type: str, index: int) -> dict[str, str]:
+    rt = c.replica_type_label(replica_type)
+    return {
+        **job_selector(job_name),
+        c.LABEL_REPLICA_TYPE: rt,
+        c.LABEL_REPLICA_INDEX: str(index),
+        c.LEGACY_LABEL_REPLICA_TYPE: rt,
+        c.LEGACY_LABEL_REPLICA_INDEX: str(index),
+    }
+
+
+def replica_selector_string(job_name: str, replica_type: str) -> str:
+    """The label selector (string form) of one replica type, for the scale subresource."""
+    return (
+        f"{c.LABEL_JOB_NAME}={job_name},{c.LABEL_REPLICA_TYPE}={c.replica_type_label(replica_type)}"
+    )
+
+
+def owner_reference(job: JSON) -> JSON:
+    meta = job["metadata"]
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def has_scheduler(job: JSON) -> bool:
+    specs = MSJob(job).replica_specs
+    return c.SCHEDULER in specs and specs[c.SCHEDULER].replicas > 0
+
+
+def scheduler_service(job: JSON) -> JSON:
+    """The ClusterIP Service in front of Scheduler 0, exposing ``msjob-port``."""
+    view = MSJob(job)
+    port = view.replica_specs[c.SCHEDULER].port
+    name = object_name(view.name, c.SCHEDULER, 0)
+    labels = replica_labels(view.name, c.SCHEDULER, 0)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": view.namespace,
+            "labels": labels,
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {
+            "type": "ClusterIP",
+            "selector": labels,
+            "ports": [
+                {
+                    "name": c.DEFAULT_PORT_NAME,
+                    "port": port,
+                    "targetPort": port,
+                    "protocol": "TCP",
+                }
+            ],
+        },
+    }
+
+
+def _env(view: MSJob, spec: ReplicaSpec, pod_name: str, sched_host: str | None) -> list[JSON]:
+    specs = view.replica_specs
+    sched_port = specs[c.SCHEDULER].port
+    host: JSON
+    if spec.replica_type == c.SCHEDULER:
+        host = {"name": c.ENV_SCHED_HOST, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    else:
+        host = {"name": c.ENV_SCHED_HOST, "value": sched_host or ""}
+    return [
+        {"name": c.ENV_ROLE, "value": c.ROLE_BY_TYPE[spec.replica_type]},
+        host,
+        {"name": c.ENV_SCHED_PORT, "value": str(sched_port)},
+        {"name": c.ENV_WORKER_NUM, "value": str(specs.replicas(c.WORKER))},
+        {"name": c.ENV_SERVER_NUM, "value": str(specs.replicas(c.PS))},
+        {"name": c.ENV_NODE_ID, "value": pod_name},
+    ]
+
+
+def template_restart_policy_overridden(job: JSON, replica_type: str) -> bool:
+    """True if the template sets a restartPolicy that the replica's policy overrides."""
+    spec = MSJob(job).replica_specs[replica_type]
+    own = spec.pod_spec.get("restartPolicy")
+    return bool(own) and own != pod_restart_policy(spec.restart_policy)
+
+
+def pod_restart_policy(replica_restart_policy: str) -> str:
+    """The pod-level restartPolicy: ExitCode is implemented by the operator over Never."""
+    return c.NEVER if replica_restart_policy == c.EXIT_CODE else replica_restart_policy
+
+
+def pod(
+    job: JSON,
+    replica_type: str,
+    index: int,
+    *,
+    sched_host: str | None,
+    gang: bool = False,
+) -> JSON:
+    """The pod for one replica.
+
+    ``sched_host`` is the Scheduler Service's ClusterIP; it is required (not None) for
+    non-Scheduler replicas of jobs that have a Scheduler, and ignored otherwise.
+
+    The template's labels, annotations and spec are kept; the operator's labels,
+    ownerReference, namespace, name and restartPolicy win over whatever the template
+    says (a template cannot place a pod in another namespace or claim another owner).
+    Raises ValueError if a Scheduler-backed replica is asked for without ``sched_host``.
+    """
+    view = MSJob(job)
+    spec = view.replica_specs[replica_type]
+    name = object_name(view.name, replica_type, index)
+    template = spec.template
+    tmeta = template.get("metadata") or {}
+    labels = {**(tmeta.get("labels") or {}), **replica_labels(view.name, replica_type, index)}
+    annotations = dict(tmeta.get("annotations") or {})
+    pod_spec: JSON = copy.deepcopy(dict(template.get("spec") or {}))
+    pod_spec["restartPolicy"] = pod_restart_policy(spec.restart_policy)
+
+    if has_scheduler(job):
+        if replica_type != c.SCHEDULER and sched_host is None:
+            raise ValueError(f"{name}: the Scheduler Service has no ClusterIP yet")
+        env = _env(view, spec, name, sched_host)
+        ours = {e["name"] for e in env}
+        for container in pod_spec.get("containers") or []:
+            if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+                kept = [e for e in container.get("env") or [] if e.get("name") not in ours]
+                container["env"] = kept + env
+
+    if gang:
+        pod_spec.setdefault("schedulerName", GANG_SCHEDULER_NAME)
+        annotations[ANNOTATION_POD_GROUP] = view.name
+        annotations[ANNOTATION_VOLCANO_TASK] = c.replica_type_label(replica_type)
+
+    metadata: JSON = {
+        "name": name,
+        "namespace": view.namespace,
+        "labels": labels,
+        "ownerReferences": [owner_reference(job)],
+    }
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def replica_slots(job: JSON) -> list[tuple[str, int]]:
+    """Every (replica type, index) the job wants, Scheduler first."""
+    specs = MSJob(job).replica_specs
+    return [
+        (rt, i) for rt in c.REPLICA_TYPES if rt in specs for i in range(max(0, specs[rt].replicas))
+    ]
+
+
+def total_replicas(job: JSON) -> int:
+    specs = MSJob(job).replica_specs
+    return sum(max(0, specs[rt].replicas) for rt in specs if rt in c.REPLICA_TYPES)

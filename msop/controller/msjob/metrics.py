@@ -1,0 +1,103 @@
+"""MSJob lifecycle metrics, counted once per transition (not once per reconcile pass).
+
+A transition is counted after the status write that records it succeeded; the write is
+guarded by resourceVersion, so two passes can never both record the same transition.
+
+Each counter exists under msop's name (label ``namespace``) and under the
+training-operator name (labels ``job_namespace`` and ``framework="mindspore"``), so
+existing Kubeflow dashboards keep working. ``msop_jobs`` is a gauge of the jobs in the
+cache by their current state (the type of their last condition), computed at scrape time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from msop.api import constants as c
+from msop.api.conditions import latest_condition_type
+from msop.metrics import REGISTRY
+
+FRAMEWORK = "mindspore"
+
+# transition -> (msop counter name, training-operator counter name)
+_NAMES = {
+    "created": ("msop_jobs_created_total", "training_operator_jobs_created_total"),
+    "succeeded": ("msop_jobs_succeeded_total", "training_operator_jobs_successful_total"),
+    "failed": ("msop_jobs_failed_total", "training_operator_jobs_failed_total"),
+    "restarted": ("msop_jobs_restarted_total", "training_operator_jobs_restarted_total"),
+    "deleted": ("msop_jobs_deleted_total", "training_operator_jobs_deleted_total"),
+}
+
+_OURS = {
+    what: Counter(
+        ours.removesuffix("_total"),
+        f"MSJobs {what}, counted once per job transition.",
+        ["namespace"],
+        registry=REGISTRY,
+    )
+    for what, (ours, _) in _NAMES.items()
+}
+_KUBEFLOW = {
+    what: Counter(
+        theirs.removesuffix("_total"),
+        f"MSJobs {what} (training-operator compatible name).",
+        ["job_namespace", "framework"],
+        registry=REGISTRY,
+    )
+    for what, (_, theirs) in _NAMES.items()
+}
+
+#: Condition type (as in Plan.transitions) -> counter.
+BY_CONDITION = {
+    c.CREATED: "created",
+    c.SUCCEEDED: "succeeded",
+    c.FAILED: "failed",
+    c.RESTARTING: "restarted",
+}
+
+
+def count(what: str, namespace: str, n: int = 1) -> None:
+    """Count ``n`` job transitions of kind ``what`` (created, succeeded, failed, ...)."""
+    _OURS[what].labels(namespace).inc(n)
+    _KUBEFLOW[what].labels(namespace, FRAMEWORK).inc(n)
+
+
+def count_transitions(transitions: Iterable[str], namespace: str) -> None:
+    for t in transitions:
+        what = BY_CONDITION.get(t)
+        if what:
+            count(what, namespace)
+
+
+class JobStateCollector(Collector):
+    """``msop_jobs{namespace,state}``: jobs by the type of their latest condition
+    (``None`` before the first status write), from the sources registered with ``add``."""
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], Iterable[Mapping[str, Any]]]] = []
+
+    def add(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+        self._sources.append(source)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "msop_jobs", "MSJobs in the cache by current state.", labels=["namespace", "state"]
+        )
+        counts: dict[tuple[str, str], int] = {}
+        for source in self._sources:
+            for job in source():
+                ns = str((job.get("metadata") or {}).get("namespace", ""))
+                state = latest_condition_type(job.get("status") or {}) or "None"
+                counts[(ns, state)] = counts.get((ns, state), 0) + 1
+        for (ns, state), n in sorted(counts.items()):
+            family.add_metric([ns, state], n)
+        yield family
+
+
+JOB_STATES = JobStateCollector()
+REGISTRY.register(JOB_STATES)

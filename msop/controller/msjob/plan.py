@@ -1,0 +1,582 @@
+"""The MSJob decision: from what is observed, what to do and what the status should be.
+
+``plan(observed, options)`` is a pure function of the MSJob, the pods and services it
+owns (from the informer cache), its PodGroup (gang scheduling) and the current time.
+It returns a :class:`Plan`: objects to create and delete, the new ``status``, the events
+to record and when to look again. The reconciler applies a Plan; it never decides.
+
+Rules, in the order they apply:
+
+1. A job being deleted, or with ``runPolicy.managedBy`` naming another controller, is
+   left alone (an empty Plan, status untouched).
+2. A job that fails validation (it bypassed admission) gets ``Failed`` with reason
+   ``InvalidSpec`` naming the fields, and a Warning event. Nothing is created.
+3. ``Created`` is set on first sight; ``observedGeneration`` follows the spec.
+4. Finished jobs (Succeeded/Failed) only clean up: ``cleanPodPolicy`` (All: every pod;
+   Running: pods still Pending/Running; None: nothing; services go with All and
+   Running), the PodGroup is deleted, and ``ttlSecondsAfterFinished`` deletes the job at
+   exactly ``completionTime + ttl`` (a precise requeue until then). Replica counts are
+   frozen at the moment the job finished, so cleanup does not rewrite history.
+5. ``suspend: true`` deletes all pods and services and sets ``Suspended`` (and turns
+   ``Running`` False). Resuming sets ``Suspended=False`` (reason ``MSJobResumed``) and
+   restarts the clock: ``startTime`` is reset. The deadline does not run while suspended.
+6. ``activeDeadlineSeconds`` fails the job (reason ``DeadlineExceeded``) at exactly
+   ``startTime + deadline``; until then the Plan asks for a requeue at that instant.
+7. Restarts: ``Always``/``OnFailure`` are restarted in place by the kubelet; each
+   ``restartCount`` counts toward ``backoffLimit``. ``ExitCode``: a Failed pod whose
+   ``mindspore`` container exited with a code >= 128 (killed by a signal: OOM, preemption)
+   is deleted and recreated, ``Restarting`` is set, and the recreation is counted in
+   ``status.replicaStatuses.<type>.restarts`` (also toward ``backoffLimit``). Codes 1-127
+   are permanent. When the count would exceed ``backoffLimit`` the job fails instead
+   (reason ``BackoffLimitExceeded``). Deadline and backoff failures delete every pod and
+   service whatever the ``cleanPodPolicy``.
+8. A Failed replica that is not restarted fails the job (reason ``MSJobFailed``), unless
+   ``enableDynamicWorker`` is set and it is a Worker.
+9. Success: with ``successPolicy: ""`` when Worker 0 succeeded with exit code 0; with
+   ``AllWorkers`` when every Worker succeeded; a job without Workers when every replica
+   succeeded.
+10. ``Running`` when every wanted pod exists and runs (or already succeeded).
+11. Otherwise create what is missing and delete what is out of range. The Scheduler
+    Service comes first: other replicas wait for its ClusterIP (their ``MS_SCHED_HOST``).
+    With gang scheduling the PodGroup comes first and no pod is created until it is
+    ``Inqueue`` (or ``Running``). A terminating pod holds its slot; one that stays
+    terminating ``stuck_terminating_seconds`` past its deletion deadline (its node is
+    gone, nobody will confirm the kill) is force-deleted so the slot can be refilled
+    and the job does not sit in ``Restarting`` forever.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from msop.api import constants as c
+from msop.api.conditions import get_condition, is_finished, is_true, set_condition
+from msop.api.defaults import apply_defaults
+from msop.api.types import MSJob
+from msop.api.validation import validate
+from msop.controller.msjob import desired
+
+JSON = dict[str, Any]
+
+#: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
+MANAGED_BY = "mindspore.gitee.com/msop"
+ACTIVE_PHASES = ("Pending", "Running")
+POD_GROUP_READY_PHASES = ("Inqueue", "Running")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Operator-wide behaviour switches for planning."""
+
+    gang_scheduling: bool = False
+    """Create a Volcano PodGroup per job and hold pods until it is Inqueue."""
+    stuck_terminating_seconds: float = 300.0
+    """How long past its deletion deadline a terminating pod may hold its slot."""
+
+
+@dataclass
+class Observed:
+    """What the reconciler saw in its caches for one job."""
+
+    job: JSON
+    pods: list[JSON]
+    services: list[JSON]
+    now: datetime
+    pod_group: JSON | None = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass
+class Plan:
+    """What to do. Apply in order: status first if ``status_first``; services; pods;
+    deletes; PodGroup; events; then status (unless written first); then job deletion."""
+
+    status: JSON | None = None
+    """The new status when it differs from the observed one, else None."""
+    status_first: bool = False
+    """Write the status before deleting pods: a restart must be counted before the
+    evidence (the failed pod) is gone."""
+    create_services: list[JSON] = field(default_factory=list)
+    create_pods: list[JSON] = field(default_factory=list)
+    delete_pods: list[JSON] = field(default_factory=list)
+    force_delete_pods: list[JSON] = field(default_factory=list)
+    delete_services: list[JSON] = field(default_factory=list)
+    create_pod_group: JSON | None = None
+    delete_pod_group: bool = False
+    delete_job: bool = False
+    events: list[Event] = field(default_factory=list)
+    requeue_after: float | None = None
+    transitions: list[str] = field(default_factory=list)
+    """Condition types that became True in this plan (Created, Running, Restarting,
+    Succeeded, Failed, Suspended) plus "Resumed": counted once each by job metrics."""
+
+    def requeue_at(self, seconds: float) -> None:
+        seconds = max(seconds, 0.0)
+        if self.requeue_after is None or seconds < self.requeue_after:
+            self.requeue_after = seconds
+
+
+def format_time(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def slot_of(obj: JSON) -> tuple[str, int] | None:
+    """(replica type, index) from an object's labels, or None if they are not valid."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    rtype = c.canonical_replica_type(str(labels.get(c.LABEL_REPLICA_TYPE, "")))
+    try:
+        index = int(labels.get(c.LABEL_REPLICA_INDEX, ""))
+    except ValueError:
+        return None
+    if rtype is None or index < 0:
+        return None
+    return rtype, index
+
+
+def exit_code(pod: JSON) -> int | None:
+    """The exit code of the ``mindspore`` container (else the first terminated one)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    codes: list[tuple[bool, int]] = []
+    for cs in statuses:
+        term = (cs.get("state") or {}).get("terminated")
+        if term and isinstance(term.get("exitCode"), int):
+            codes.append((cs.get("name") == c.DEFAULT_CONTAINER_NAME, term["exitCode"]))
+    if not codes:
+        return None
+    codes.sort(key=lambda x: not x[0])
+    return codes[0][1]
+
+
+def _phase(pod: JSON) -> str:
+    return str((pod.get("status") or {}).get("phase") or "Pending")
+
+
+def _terminating(obj: JSON) -> bool:
+    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def _restart_count(pod: JSON) -> int:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return sum(int(cs.get("restartCount") or 0) for cs in statuses)
+
+
+def _pod_succeeded(pod: JSON) -> bool:
+    return _phase(pod) == "Succeeded" and exit_code(pod) in (0, None)
+
+
+class _Planner:
+    def __init__(self, obs: Observed, opts: Options) -> None:
+        self.obs = obs
+        self.opts = opts
+        self.now = obs.now
+        self.now_s = format_time(obs.now)
+        self.raw = obs.job
+        self.old_status: JSON = copy.deepcopy(self.raw.get("status") or {})
+        self.status: JSON = copy.deepcopy(self.old_status)
+        self.plan = Plan()
+        self.counts: dict[str, JSON] | None = None
+        self.job = apply_defaults(self.raw)
+        self.view = MSJob(self.job)
+        self.specs = self.view.replica_specs
+        self.ref = f"{self.view.namespace}/{self.view.name}"
+        # Live objects by slot; the first one wins if two claim a slot.
+        self.pods: dict[tuple[str, int], JSON] = {}
+        self.strays: list[JSON] = []
+        for p in sorted(obs.pods, key=lambda p: p["metadata"].get("creationTimestamp", "")):
+            slot = slot_of(p)
+            if slot is None or slot in self.pods:
+                self.strays.append(p)
+            else:
+                self.pods[slot] = p
+
+    # --- helpers ---------------------------------------------------------------------------
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.plan.events.append(Event(type_, reason, message))
+
+    def condition(self, type_: str, status: str, reason: str, message: str) -> bool:
+        changed = set_condition(self.status, type_, status, reason, message, self.now_s)
+        if changed and status == c.CONDITION_TRUE:
+            self.plan.transitions.append(type_)
+        return changed
+
+    def wanted(self, slot: tuple[str, int]) -> bool:
+        rtype, index = slot
+        return rtype in self.specs and index < self.specs[rtype].replicas
+
+    def delete_pod(self, pod: JSON) -> None:
+        if not _terminating(pod) and pod not in self.plan.delete_pods:
+            self.plan.delete_pods.append(pod)
+
+    # --- the flow ---------------------------------------------------------------------------
+    def run(self) -> Plan:
+        if self.view.deletion_timestamp:
+            return self.plan
+        managed_by = self.view.run_policy.managed_by
+        if managed_by and managed_by != MANAGED_BY:
+            return self.plan
+
+        if get_condition(self.status, c.CREATED) is None:
+            self.condition(
+                c.CREATED, c.CONDITION_TRUE, "MSJobCreated", f"MSJob {self.ref} is created."
+            )
+        generation = self.view.generation
+        if generation:
+            self.status["observedGeneration"] = generation
+
+        if not is_finished(self.status):
+            errors = validate(self.raw)
+            if errors:
+                detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
+                self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
+                self.finish(delete_all=True)
+            else:
+                self.active_job()
+        else:
+            self.finish(delete_all=False)
+        return self.finish_status()
+
+    def fail(self, reason: str, message: str) -> None:
+        self.condition(c.FAILED, c.CONDITION_TRUE, reason, message)
+        self.event("Warning", reason, message)
+
+    def active_job(self) -> None:
+        rp = self.view.run_policy
+        if rp.suspend:
+            self.suspend()
+            return
+        if is_true(self.status, c.SUSPENDED):
+            self.condition(
+                c.SUSPENDED, c.CONDITION_FALSE, "MSJobResumed", f"MSJob {self.ref} is resumed."
+            )
+            self.plan.transitions.append("Resumed")
+            self.event("Normal", "MSJobResumed", f"MSJob {self.ref} is resumed.")
+            self.status["startTime"] = self.now_s
+        if not self.status.get("startTime"):
+            self.status["startTime"] = self.now_s
+
+        deadline = rp.active_deadline_seconds
+        if deadline is not None:
+            start = parse_time(self.status["startTime"]) or self.now
+            remaining = (start + timedelta(seconds=deadline) - self.now).total_seconds()
+            if remaining <= 0:
+                self.fail(
+                    "DeadlineExceeded",
+                    f"MSJob {self.ref} was active longer than its deadline ({deadline}s).",
+                )
+                self.finish(delete_all=True)
+                return
+            self.plan.requeue_at(remaining)
+
+        counts = self.count_replicas()
+        if self.handle_restarts_and_failures(counts):
+            return
+        if self.succeeded(counts):
+            msg = f"MSJob {self.ref} successfully completed."
+            self.condition(c.SUCCEEDED, c.CONDITION_TRUE, "MSJobSucceeded", msg)
+            self.event("Normal", "MSJobSucceeded", msg)
+            self.finish(delete_all=False)
+            return
+        self.sync_children()
+        if self.all_running():
+            msg = f"MSJob {self.ref} is running."
+            if self.condition(c.RUNNING, c.CONDITION_TRUE, "MSJobRunning", msg):
+                self.event("Normal", "MSJobRunning", msg)
+
+    def suspend(self) -> None:
+        for pod in self.obs.pods:
+            self.delete_pod(pod)
+        self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+        if self.opts.gang_scheduling and self.obs.pod_group is not None:
+            self.plan.delete_pod_group = True
+        if not is_true(self.status, c.SUSPENDED):
+            msg = f"MSJob {self.ref} is suspended."
+            self.condition(c.SUSPENDED, c.CONDITION_TRUE, "MSJobSuspended", msg)
+            self.event("Normal", "MSJobSuspended", msg)
+
+    def count_replicas(self) -> dict[str, JSON]:
+        counts: dict[str, JSON] = {}
+        old = self.status.get("replicaStatuses") or {}
+        for rtype in c.REPLICA_TYPES:
+            if rtype not in self.specs:
+                continue
+            entry: JSON = {"active": 0, "succeeded": 0, "failed": 0}
+            restarts = (old.get(rtype) or {}).get("restarts")
+            if isinstance(restarts, int) and restarts > 0:
+                entry["restarts"] = restarts
+            counts[rtype] = entry
+        for slot, pod in self.pods.items():
+            if slot[0] not in counts or not self.wanted(slot) or _terminating(pod):
+                continue
+            phase = _phase(pod)
+            entry = counts[slot[0]]
+            if phase in ACTIVE_PHASES:
+                entry["active"] += 1
+            elif phase == "Succeeded":
+                entry["succeeded"] += 1
+            elif phase == "Failed":
+                entry["failed"] += 1
+        return counts
+
+    def handle_restarts_and_failures(self, counts: dict[str, JSON]) -> bool:
+        """Apply restart policies and backoffLimit; True if the job just failed."""
+        kubelet_restarts = 0
+        restarts: list[tuple[str, JSON, int | None]] = []
+        permanent: dict[str, int] = {}
+        for slot, pod in self.pods.items():
+            rtype = slot[0]
+            if not self.wanted(slot) or _terminating(pod):
+                continue
+            policy = self.specs[rtype].restart_policy
+            if policy in (c.ALWAYS, c.ON_FAILURE):
+                kubelet_restarts += _restart_count(pod)
+            if _phase(pod) != "Failed":
+                continue
+            code = exit_code(pod)
+            if policy == c.EXIT_CODE and code is not None and code >= 128:
+                restarts.append((rtype, pod, code))
+            elif not (rtype == c.WORKER and self.view.spec.enable_dynamic_worker):
+                permanent[rtype] = permanent.get(rtype, 0) + 1
+
+        operator_restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
+        limit = self.view.run_policy.backoff_limit
+        total = kubelet_restarts + operator_restarts + len(restarts)
+        self.counts = counts
+        if limit is not None and total > limit:
+            self.fail(
+                "BackoffLimitExceeded",
+                f"MSJob {self.ref} has failed because it has reached the specified backoff "
+                f"limit ({total} restarts > backoffLimit {limit}).",
+            )
+            self.finish(delete_all=True)
+            return True
+        if permanent:
+            what = ", ".join(f"{n} {rt}" for rt, n in permanent.items())
+            msg = f"MSJob {self.ref} has failed because {what} replica(s) failed."
+            self.fail("MSJobFailed", msg)
+            self.finish(delete_all=False)
+            return True
+        for rtype, pod, code in restarts:
+            name = pod["metadata"]["name"]
+            self.event(
+                "Normal",
+                "ExitedWithCode",
+                f"Pod {self.view.namespace}/{name} exited with code {code}",
+            )
+            counts[rtype]["restarts"] = int(counts[rtype].get("restarts", 0)) + 1
+            counts[rtype]["failed"] = max(0, counts[rtype]["failed"] - 1)
+            self.delete_pod(pod)
+            self.plan.status_first = True
+        if restarts:
+            types = sorted({rt for rt, _, _ in restarts})
+            msg = (
+                f"MSJob {self.ref} is restarting because {len(restarts)} "
+                f"{'/'.join(types)} replica(s) failed with a retryable exit code."
+            )
+            self.condition(c.RESTARTING, c.CONDITION_TRUE, "MSJobRestarting", msg)
+            self.event("Warning", "MSJobRestarting", msg)
+        return False
+
+    def succeeded(self, counts: dict[str, JSON]) -> bool:
+        if c.WORKER in self.specs and self.specs[c.WORKER].replicas > 0:
+            workers = counts[c.WORKER]
+            replicas = self.specs[c.WORKER].replicas
+            if self.view.spec.enable_dynamic_worker:
+                # Elastic: failed workers are gone for good; the rest decide.
+                done = workers["active"] == 0 and workers["succeeded"] > 0
+                if self.view.spec.success_policy == c.SUCCESS_ALL_WORKERS:
+                    return bool(done and workers["succeeded"] + workers["failed"] == replicas)
+                worker0 = self.pods.get((c.WORKER, 0))
+                return bool(
+                    (worker0 is not None and _pod_succeeded(worker0))
+                    or (done and worker0 is not None and _phase(worker0) == "Failed")
+                )
+            if self.view.spec.success_policy == c.SUCCESS_ALL_WORKERS:
+                return bool(workers["succeeded"] == replicas)
+            worker0 = self.pods.get((c.WORKER, 0))
+            return worker0 is not None and not _terminating(worker0) and _pod_succeeded(worker0)
+        slots = desired.replica_slots(self.job)
+        return bool(slots) and all(s in self.pods and _pod_succeeded(self.pods[s]) for s in slots)
+
+    def all_running(self) -> bool:
+        slots = desired.replica_slots(self.job)
+        if not slots:
+            return False
+        phases = []
+        for s in slots:
+            pod = self.pods.get(s)
+            if pod is None or _terminating(pod):
+                return False
+            if (
+                _phase(pod) == "Failed"
+                and s[0] == c.WORKER
+                and self.view.spec.enable_dynamic_worker
+            ):
+                continue
+            phases.append(_phase(pod))
+        return all(p in ("Running", "Succeeded") for p in phases) and "Running" in phases
+
+    def sync_children(self) -> None:
+        plan = self.plan
+        # Out of range or unlabelled: delete (scale-down, kubectl scale, changed types).
+        for slot, pod in self.pods.items():
+            if not self.wanted(slot):
+                self.delete_pod(pod)
+        for pod in self.strays:
+            self.delete_pod(pod)
+        self.reap_stuck_terminating()
+
+        sched_host: str | None = None
+        if desired.has_scheduler(self.job):
+            want = desired.object_name(self.view.name, c.SCHEDULER, 0)
+            svc = None
+            for s in self.obs.services:
+                if s["metadata"]["name"] == want:
+                    svc = s
+                elif not _terminating(s):
+                    plan.delete_services.append(s)
+            if svc is None:
+                plan.create_services.append(desired.scheduler_service(self.job))
+            else:
+                ip = (svc.get("spec") or {}).get("clusterIP")
+                if ip and ip != "None" and not _terminating(svc):
+                    sched_host = ip
+        else:
+            plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+
+        if self.opts.gang_scheduling:
+            pg = self.obs.pod_group
+            if pg is None:
+                plan.create_pod_group = self.pod_group()
+                return
+            if (pg.get("status") or {}).get("phase") not in POD_GROUP_READY_PHASES:
+                return
+
+        for rtype, index in desired.replica_slots(self.job):
+            if (rtype, index) in self.pods:
+                continue
+            if desired.has_scheduler(self.job) and rtype != c.SCHEDULER and sched_host is None:
+                continue  # waits for the Service's ClusterIP; its creation requeues us
+            plan.create_pods.append(
+                desired.pod(
+                    self.job, rtype, index, sched_host=sched_host,
+                    gang=self.opts.gang_scheduling,
+                )
+            )  # fmt: skip
+        for rtype in {rt for rt, _ in ((slot_of(p) or ("", 0)) for p in plan.create_pods)}:
+            if rtype and desired.template_restart_policy_overridden(self.job, rtype):
+                self.event(
+                    "Warning",
+                    "SettedPodTemplateRestartPolicy",
+                    f"The restartPolicy in the {rtype} pod template is overridden by the "
+                    f"replica's restartPolicy ({self.specs[rtype].restart_policy}).",
+                )
+
+    def reap_stuck_terminating(self) -> None:
+        for pod in self.obs.pods:
+            meta = pod["metadata"]
+            deleted = parse_time(meta.get("deletionTimestamp"))
+            if deleted is None:
+                continue
+            # deletionTimestamp already includes the grace period.
+            overdue = (self.now - deleted).total_seconds()
+            if overdue >= self.opts.stuck_terminating_seconds:
+                self.plan.force_delete_pods.append(pod)
+                self.event(
+                    "Warning",
+                    "ForceDeletedStuckPod",
+                    f"Pod {self.view.namespace}/{meta['name']} was terminating for "
+                    f"{int(overdue)}s past its grace period (its node is unreachable); "
+                    "force-deleted so the replica can be recreated.",
+                )
+            else:
+                self.plan.requeue_at(self.opts.stuck_terminating_seconds - overdue)
+
+    def pod_group(self) -> JSON:
+        sp = self.view.run_policy.scheduling_policy
+        min_member = desired.total_replicas(self.job)
+        spec: JSON = {"minMember": min_member}
+        if sp is not None:
+            if sp.min_available is not None:
+                spec["minMember"] = sp.min_available
+            if sp.queue:
+                spec["queue"] = sp.queue
+            if sp.priority_class:
+                spec["priorityClassName"] = sp.priority_class
+            if sp.min_resources:
+                spec["minResources"] = dict(sp.min_resources)
+        return {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {
+                "name": self.view.name,
+                "namespace": self.view.namespace,
+                "labels": desired.job_selector(self.view.name),
+                "ownerReferences": [desired.owner_reference(self.job)],
+            },
+            "spec": spec,
+        }
+
+    def finish(self, *, delete_all: bool) -> None:
+        """Cleanup and TTL for a finished job (just now or earlier)."""
+        if not self.status.get("completionTime"):
+            self.status["completionTime"] = self.now_s
+        policy = self.view.run_policy.clean_pod_policy
+        if delete_all or policy == c.CLEAN_ALL:
+            for pod in self.obs.pods:
+                self.delete_pod(pod)
+        elif policy == c.CLEAN_RUNNING:
+            for pod in self.obs.pods:
+                if _phase(pod) in ACTIVE_PHASES:
+                    self.delete_pod(pod)
+        if delete_all or policy in (c.CLEAN_ALL, c.CLEAN_RUNNING):
+            self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+        if self.opts.gang_scheduling and self.obs.pod_group is not None:
+            self.plan.delete_pod_group = True
+        ttl = self.view.run_policy.ttl_seconds_after_finished
+        if ttl is not None:
+            done = parse_time(self.status["completionTime"]) or self.now
+            remaining = (done + timedelta(seconds=ttl) - self.now).total_seconds()
+            if remaining <= 0:
+                self.plan.delete_job = True
+            else:
+                self.plan.requeue_at(remaining)
+
+    def finish_status(self) -> Plan:
+        status = self.status
+        if not is_finished(self.old_status):
+            # Once finished, replica counts stay as they were at that moment.
+            counts = self.counts if self.counts is not None else self.count_replicas()
+            for rtype, entry in counts.items():
+                entry["selector"] = desired.replica_selector_string(self.view.name, rtype)
+            status["replicaStatuses"] = counts
+            if c.WORKER in self.specs:
+                status["workers"] = (
+                    f"{counts.get(c.WORKER, {}).get('active', 0)}/{self.specs[c.WORKER].replicas}"
+                )
+        if status != self.old_status:
+            status["lastReconcileTime"] = self.now_s
+            self.plan.status = status
+        return self.plan
+
+
+def plan(observed: Observed, options: Options | None = None) -> Plan:
+    """Decide what to do for one MSJob; see the module docstring for the rules."""
+    return _Planner(observed, options or Options()).run()

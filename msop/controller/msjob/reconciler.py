@@ -1,0 +1,295 @@
+"""The MSJob reconciler: read the caches, ask ``plan()``, apply the Plan to the cluster.
+
+This is the only part of the MSJob controller that talks to the API server. It never
+decides anything itself except how to react to API errors:
+
+- **Creates** go out in slow-start batches (1, 2, 4, ...), Services before pods. The
+  first failure stops the rest, so a quota that forbids pods costs one request per
+  reconcile, and the controller's rate-limited requeue spaces the retries (no hot loop).
+  ``AlreadyExists`` counts as success. Expectations (by name) are raised before each
+  create and delete, so a stale cache never causes a second create.
+- **Create failures** become a ``ReplicaFailure`` condition (reason = the API's reason,
+  message = its message), a ``FailedCreatePod``/``FailedCreateService`` Warning event and
+  an error return (rate-limited requeue). The condition is removed once creates succeed.
+- **Deletes** carry a UID precondition; NotFound and a UID mismatch count as done.
+- **Status** is written through the status subresource, guarded by ``resourceVersion``,
+  and only when it changed. A conflict requeues: the next pass recomputes from a fresher
+  cache, so no update is lost and a stale status is never written over a newer one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+import structlog
+
+from msop.api import constants as c
+from msop.api.conditions import set_condition
+from msop.controller.events import EventRecorder
+from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
+from msop.controller.msjob import metrics
+from msop.controller.msjob.plan import Observed, Options, Plan, format_time, plan
+from msop.controller.reconcile import Request, Result
+from msop.informers.store import BY_CONTROLLER_UID
+from msop.kube.client import KubeClient
+from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
+from msop.kube.resources import PODS, SERVICES, Resource
+
+JSON = dict[str, Any]
+log = structlog.get_logger("msop.msjob")
+
+MSJOBS = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
+PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+REPLICA_FAILURE = c.REPLICA_FAILURE
+
+
+class Reader(Protocol):
+    """A cache reader (``Lister`` or ``MultiNamespaceLister``)."""
+
+    def get(self, name: str, namespace: str) -> Any: ...
+
+    def by_index(self, index_name: str, value: str) -> list[Any]: ...
+
+
+def pods_key(job_key: str) -> str:
+    return f"{job_key}/pods"
+
+
+def services_key(job_key: str) -> str:
+    return f"{job_key}/services"
+
+
+class MSJobReconciler:
+    """``reconcile(Request) -> Result`` for MSJobs; see the module docstring."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        *,
+        jobs: Reader,
+        pods: Reader,
+        services: Reader,
+        pod_groups: Reader | None,
+        recorder: EventRecorder,
+        expectations: Expectations,
+        options: Options,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.client = client
+        self.jobs = jobs
+        self.pods = pods
+        self.services = services
+        self.pod_groups = pod_groups
+        self.recorder = recorder
+        self.expectations = expectations
+        self.options = options
+        self.now = now
+
+    async def reconcile(self, request: Request) -> Result:
+        key = f"{request.namespace}/{request.name}"
+        job = self.jobs.get(request.name, request.namespace)
+        if job is None:
+            self.expectations.delete_expectations(pods_key(key))
+            self.expectations.delete_expectations(services_key(key))
+            return Result()
+        if not (
+            self.expectations.satisfied(pods_key(key))
+            and self.expectations.satisfied(services_key(key))
+        ):
+            # The informer events that satisfy them requeue the job; the TTL bounds the wait.
+            log.debug("waiting for the cache to show our own creates/deletes")
+            return Result(requeue_after=EXPECTATIONS_TTL)
+
+        uid = job["metadata"]["uid"]
+        pod_group = None
+        if self.pod_groups is not None and self.options.gang_scheduling:
+            pod_group = self.pod_groups.get(request.name, request.namespace)
+        observed = Observed(
+            job=job,
+            pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
+            services=self.services.by_index(BY_CONTROLLER_UID, uid),
+            now=self.now(),
+            pod_group=pod_group,
+        )
+        p = plan(observed, self.options)
+        return await self._apply(key, job, p)
+
+    async def _apply(self, key: str, job: JSON, p: Plan) -> Result:
+        ns = job["metadata"]["namespace"]
+        status = p.status
+        if status is not None and p.status_first:
+            if not await self._write_status(job, status, p.transitions):
+                return Result(requeue=True)
+            job = {**job, "status": status}
+            status = None
+
+        failure: ApiError | None = None
+        failure = await self._create(key, ns, job, SERVICES, p.create_services, services_key(key))
+        if failure is None:
+            failure = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
+        await self._delete(key, ns, PODS, p.delete_pods, pods_key(key))
+        await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
+        await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
+        await self._pod_group(ns, job, p)
+
+        for e in p.events:
+            self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+
+        status = self._replica_failure(job, status, failure)
+        if status is not None and not await self._write_status(job, status, p.transitions):
+            return Result(requeue=True)
+        if p.delete_job:
+            await self._delete_job(job)
+        if failure is not None:
+            raise failure
+        return Result(requeue_after=p.requeue_after)
+
+    def _replica_failure(
+        self, job: JSON, status: JSON | None, failure: ApiError | None
+    ) -> JSON | None:
+        """Add or clear the ReplicaFailure condition; return the status to write, if any."""
+        base = status if status is not None else dict(job.get("status") or {})
+        has = any(x.get("type") == REPLICA_FAILURE for x in base.get("conditions") or [])
+        if failure is None:
+            if not has:
+                return status
+            base = {**base, "conditions": [
+                x for x in base["conditions"] if x.get("type") != REPLICA_FAILURE
+            ]}  # fmt: skip
+            return base
+        base = {**base, "conditions": [dict(x) for x in base.get("conditions") or []]}
+        changed = set_condition(
+            base,
+            REPLICA_FAILURE,
+            c.CONDITION_TRUE,
+            failure.reason or "FailedCreate",
+            failure.message[:1024],
+            format_time(self.now()),
+        )
+        return base if changed else status
+
+    async def _write_status(self, job: JSON, status: JSON, transitions: Sequence[str]) -> bool:
+        meta = job["metadata"]
+        body = {
+            "apiVersion": c.API_VERSION,
+            "kind": c.KIND,
+            "metadata": {
+                "name": meta["name"],
+                "namespace": meta["namespace"],
+                "resourceVersion": meta["resourceVersion"],
+            },
+            "status": status,
+        }
+        try:
+            await self.client.replace_status(MSJOBS, body)
+        except ApiError as e:
+            if is_conflict(e) or is_not_found(e):
+                log.info("status write conflicted; requeueing", reason=e.reason)
+                return False
+            raise
+        metrics.count_transitions(transitions, meta["namespace"])
+        return True
+
+    async def _create(
+        self, key: str, ns: str, job: JSON, res: Resource, objs: list[JSON], exp_key: str
+    ) -> ApiError | None:
+        if not objs:
+            return None
+        names = [o["metadata"]["name"] for o in objs]
+        self.expectations.expect_creations_of(exp_key, names)
+        kind = res.kind
+        failure: ApiError | None = None
+        done = 0
+        batch = 1
+        while done < len(objs) and failure is None:
+            chunk = objs[done : done + batch]
+            results = await asyncio.gather(
+                *(self.client.create(res, o, ns) for o in chunk), return_exceptions=True
+            )
+            for obj, result in zip(chunk, results, strict=True):
+                name = obj["metadata"]["name"]
+                if isinstance(result, ApiError) and is_already_exists(result):
+                    self.expectations.creation_observed(exp_key, name)
+                elif isinstance(result, ApiError):
+                    self.expectations.creation_observed(exp_key, name)
+                    failure = failure or result
+                    log.warning(
+                        f"failed to create {kind.lower()}", object=name, reason=result.reason,
+                        error=result.message,
+                    )  # fmt: skip
+                    self.recorder.event(
+                        job, "Warning", f"FailedCreate{kind}",
+                        f"Error creating {kind} {name}: {result.message}",
+                    )  # fmt: skip
+                elif isinstance(result, BaseException):
+                    for o in objs[done:]:
+                        self.expectations.creation_observed(exp_key, o["metadata"]["name"])
+                    raise result
+                else:
+                    self.recorder.event(
+                        job, "Normal", f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
+                    )
+            done += len(chunk)
+            batch *= 2
+        for o in objs[done:]:  # never attempted
+            self.expectations.creation_observed(exp_key, o["metadata"]["name"])
+        return failure
+
+    async def _delete(
+        self,
+        key: str,
+        ns: str,
+        res: Resource,
+        objs: list[JSON],
+        exp_key: str,
+        grace: int | None = None,
+    ) -> None:
+        if not objs:
+            return
+        names = [o["metadata"]["name"] for o in objs]
+        if grace is None:
+            self.expectations.expect_deletions_of(exp_key, names)
+
+        async def one(obj: JSON) -> None:
+            meta = obj["metadata"]
+            try:
+                await self.client.delete(
+                    res, meta["name"], ns, uid_precondition=meta["uid"],
+                    grace_period_seconds=grace,
+                )  # fmt: skip
+            except ApiError as e:
+                if grace is None:
+                    self.expectations.deletion_observed(exp_key, meta["name"])
+                if not (is_not_found(e) or is_conflict(e)):
+                    raise
+
+        await asyncio.gather(*(one(o) for o in objs))
+
+    async def _pod_group(self, ns: str, job: JSON, p: Plan) -> None:
+        if p.create_pod_group is not None:
+            try:
+                await self.client.create(PODGROUPS, p.create_pod_group, ns)
+            except ApiError as e:
+                if not is_already_exists(e):
+                    raise
+        if p.delete_pod_group:
+            try:
+                await self.client.delete(PODGROUPS, job["metadata"]["name"], ns)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+
+    async def _delete_job(self, job: JSON) -> None:
+        meta = job["metadata"]
+        try:
+            await self.client.delete(
+                MSJOBS, meta["name"], meta["namespace"], uid_precondition=meta["uid"],
+                propagation_policy="Background",
+            )  # fmt: skip
+        except ApiError as e:
+            if not (is_not_found(e) or is_conflict(e)):
+                raise
+        log.info("deleted finished job after ttlSecondsAfterFinished")
