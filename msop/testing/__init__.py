@@ -3,4 +3,6 @@
 from msop.testing.cluster import ClusterStartError, LocalCluster
 from msop.testing.kubelet import KubeletStandIn
 
-__all__ = ["ClusterStartError", "KubeletStandIn", "LocalCluster"]
+from msop.testing.operator import OperatorProcess
+
+__all__ = ["ClusterStartError", "KubeletStandIn", "LocalCluster", "OperatorProcess"]

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
+from msop.testing.operator import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -112,3 +113,21 @@ def kubectl_json(cluster: LocalCluster, *args: str) -> dict[str, object]:
     out = cluster.kubectl(*args, "-o", "json")
     result: dict[str, object] = json.loads(out.stdout)
     return result
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
+    """``msop run`` against the test cluster, watching all namespaces, shared by the tests
+    that only need a running operator. Its JSON log is in .cache/e2e-logs/."""
+    op = OperatorProcess(
+        kubeconfig=cluster.kubeconfig,
+        log_path=REPO / ".cache" / "e2e-logs" / f"{cluster.name}-operator.log",
+        args=("--log-level", "debug"),
+    )
+    try:
+        op.start()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    yield op
+    code = op.stop()
+    assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"

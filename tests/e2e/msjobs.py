@@ -1,0 +1,118 @@
+"""Reading and waiting on MSJobs, pods and events through kubectl, as a user would."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msop.testing import LocalCluster
+
+REPO = Path(__file__).resolve().parents[2]
+SAMPLES = REPO / "config" / "samples"
+JSON = dict[str, Any]
+
+
+def sample(name: str) -> JSON:
+    doc: JSON = yaml.safe_load((SAMPLES / name).read_text())
+    return doc
+
+
+def apply(cluster: LocalCluster, ns: str, obj: JSON) -> None:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
+
+
+def get(cluster: LocalCluster, ns: str, kind: str, name: str) -> JSON | None:
+    proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    if proc.returncode != 0:
+        if "NotFound" in proc.stderr:
+            return None
+        raise AssertionError(proc.stderr)
+    obj: JSON = json.loads(proc.stdout)
+    return obj
+
+
+def items(cluster: LocalCluster, ns: str, kind: str, selector: str | None = None) -> list[JSON]:
+    args = ["get", kind, "-n", ns, "-o", "json"]
+    if selector:
+        args += ["-l", selector]
+    out: list[JSON] = json.loads(cluster.kubectl(*args).stdout)["items"]
+    return out
+
+
+def job_pods(cluster: LocalCluster, ns: str, job: str) -> dict[str, JSON]:
+    pods = items(cluster, ns, "pods", f"training.kubeflow.org/job-name={job}")
+    return {p["metadata"]["name"]: p for p in pods}
+
+
+def condition(job: JSON | None, type_: str) -> JSON | None:
+    for c in ((job or {}).get("status") or {}).get("conditions") or []:
+        if c.get("type") == type_:
+            return dict(c)
+    return None
+
+
+def is_true(job: JSON | None, type_: str) -> bool:
+    c = condition(job, type_)
+    return c is not None and c.get("status") == "True"
+
+
+def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.2) -> Any:
+    """Poll ``fn`` until it returns something truthy; AssertionError with ``what`` otherwise."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = fn()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+def wait_condition(
+    cluster: LocalCluster, ns: str, name: str, type_: str, timeout: float = 60
+) -> JSON:
+    def check() -> JSON | None:
+        job = get(cluster, ns, "msjob", name)
+        return job if is_true(job, type_) else None
+
+    try:
+        job: JSON = wait_for(f"MSJob {ns}/{name} {type_}", check, timeout)
+    except AssertionError:
+        job_now = get(cluster, ns, "msjob", name)
+        raise AssertionError(
+            f"MSJob {ns}/{name} never {type_}; status: "
+            f"{json.dumps((job_now or {}).get('status'), indent=1)}"
+        ) from None
+    return job
+
+
+def wait_pods(
+    cluster: LocalCluster, ns: str, job: str, names: set[str], timeout: float = 60
+) -> dict[str, JSON]:
+    def check() -> dict[str, JSON] | None:
+        pods = job_pods(cluster, ns, job)
+        return pods if set(pods) >= names else None
+
+    out: dict[str, JSON] = wait_for(f"pods {sorted(names)}", check, timeout)
+    return out
+
+
+def events(cluster: LocalCluster, ns: str, name: str) -> list[JSON]:
+    evs = items(cluster, ns, "events")
+    return [e for e in evs if e["involvedObject"].get("name") == name]
+
+
+def event_reasons(cluster: LocalCluster, ns: str, name: str) -> set[str]:
+    return {e["reason"] for e in events(cluster, ns, name)}
+
+
+def env_of(pod: JSON) -> dict[str, Any]:
+    for c in pod["spec"]["containers"]:
+        if c["name"] == "mindspore":
+            return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env") or []}
+    return {}
