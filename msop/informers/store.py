@@ -14,12 +14,14 @@ function propagates out of the mutating call, leaving the store unchanged for th
 
 Transforms (:data:`Transform`) run before objects enter a store - the informer applies
 them, the store does not. :func:`default_transform` drops ``metadata.managedFields``, which
-is often half the size of a small object and is never needed by a controller.
+is often half the size of a small object and is never needed by a controller, and
+interns repeated strings so that cached objects share them (about half the memory).
 """
 
 from __future__ import annotations
 
 import builtins
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -34,6 +36,7 @@ __all__ = [
     "by_controller_uid",
     "by_namespace",
     "default_transform",
+    "intern_strings",
     "key_of",
     "make_transform",
     "split_key",
@@ -80,14 +83,37 @@ def by_controller_uid(obj: Obj) -> builtins.list[str]:
     return []
 
 
-def make_transform(*, drop_last_applied: bool = True) -> Transform:
-    """A transform that strips what controllers never read, in place.
+_INTERN_MAX_LEN = 24
+
+
+def intern_strings(value: Any) -> Any:
+    """Return a copy of a decoded JSON value whose keys and short strings are interned.
+
+    ``json.loads`` allocates every key afresh for each watch event, so ten thousand
+    cached pods hold ten thousand copies of ``"metadata"``, ``"containerPort"``, and of
+    values such as ``"IfNotPresent"``. Interning keys and strings of up to 24 characters
+    makes them shared: a typical pod shrinks to about half. Longer strings (uids,
+    images, JSON blobs) are mostly unique and are left alone.
+    """
+    if type(value) is dict:
+        return {sys.intern(k): intern_strings(v) for k, v in value.items()}
+    if type(value) is list:
+        return [intern_strings(v) for v in value]
+    if type(value) is str and len(value) <= _INTERN_MAX_LEN:
+        return sys.intern(value)
+    return value
+
+
+def make_transform(*, drop_last_applied: bool = True, intern: bool = True) -> Transform:
+    """A transform that strips what controllers never read and shares repeated strings.
 
     It always drops ``metadata.managedFields`` (server-side-apply bookkeeping). With
     ``drop_last_applied`` (the default) it also drops the
     ``kubectl.kubernetes.io/last-applied-configuration`` annotation: ``kubectl apply``
     stores a full copy of the applied object there, doubling the size of every object a
     user manages with kubectl; a controller needing it must turn this option off.
+    With ``intern`` (the default) the result is :func:`intern_strings` of the object,
+    i.e. a new dict; otherwise the object is modified in place and returned.
     """
 
     def transform(obj: Obj) -> Obj:
@@ -98,13 +124,17 @@ def make_transform(*, drop_last_applied: bool = True) -> Transform:
                 annotations = meta.get("annotations")
                 if annotations and LAST_APPLIED_ANNOTATION in annotations:
                     del annotations[LAST_APPLIED_ANNOTATION]
+        if intern:
+            result: Obj = intern_strings(obj)
+            return result
         return obj
 
     return transform
 
 
 default_transform: Transform = make_transform()
-"""Drops ``managedFields`` and the last-applied annotation; see :func:`make_transform`."""
+"""Drops ``managedFields`` and the last-applied annotation, interns strings; see
+:func:`make_transform`."""
 
 
 class Store:

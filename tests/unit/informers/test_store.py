@@ -13,6 +13,7 @@ from msop.informers.store import (
     Store,
     by_controller_uid,
     default_transform,
+    intern_strings,
     key_of,
     make_transform,
     split_key,
@@ -98,9 +99,28 @@ def test_default_transform_strips_managed_fields_and_last_applied() -> None:
         annotations={LAST_APPLIED_ANNOTATION: "{...}", "keep": "me"},
     )
     out = default_transform(o)
-    assert out is o  # in place, no copy
     assert "managedFields" not in out["metadata"]
     assert out["metadata"]["annotations"] == {"keep": "me"}
+
+
+def test_default_transform_interns_keys_and_short_strings() -> None:
+    long_value = "x" * 100
+    a = default_transform(obj("x", labels={"app": "web" + str(1)}, uid=long_value))
+    b = default_transform(obj("y", labels={"app": "web" + str(1)}, uid=long_value[:]))
+    (ka,) = a["metadata"]["labels"]
+    (kb,) = b["metadata"]["labels"]
+    assert ka is kb
+    assert a["metadata"]["labels"]["app"] is b["metadata"]["labels"]["app"]
+    assert a["metadata"]["uid"] == long_value
+    assert intern_strings([{"k": 1, "n": None, "f": 1.5, "b": True}]) == [
+        {"k": 1, "n": None, "f": 1.5, "b": True}
+    ]
+
+
+def test_transform_without_interning_works_in_place() -> None:
+    o = obj("x", managedFields=[])
+    assert make_transform(intern=False)(o) is o
+    assert "managedFields" not in o["metadata"]
 
 
 def test_transform_can_keep_last_applied() -> None:
