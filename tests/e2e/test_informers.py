@@ -118,12 +118,7 @@ async def test_informer_lists_watches_and_converges(client: KubeClient, namespac
 
         await client.patch(CONFIGMAPS, "x", {"data": {"a": "2"}}, namespace)
         await eventually(
-            lambda: (
-                informer.store.get(
-                    f"{namespace}/x",
-                )["data"]["a"]
-                == "2"
-            )  # type: ignore[index]
+            lambda: (informer.store.get(f"{namespace}/x") or {}).get("data") == {"a": "2"}
         )
         assert ("update", "x", False) in rec.log
         assert rec.seen[f"{namespace}/x"]["data"] == {"a": "2"}
@@ -143,6 +138,11 @@ async def test_informer_lists_watches_and_converges(client: KubeClient, namespac
         # (kube-root-ca.crt may or may not have been published into the namespace yet)
         assert ("before", True) in late and all(initial for _, initial in late)
         assert len(late) == len(informer.store)
+
+        # an informer requested while the factory runs is started by it
+        scoped = factory.informer_for(CONFIGMAPS, namespace, field_selector="metadata.name=before")
+        await factory.wait_for_sync(timeout=10)
+        assert [o["metadata"]["name"] for o in scoped.store.list()] == ["before"]
 
 
 async def test_cache_converges_after_watch_connections_are_cut(
