@@ -2,7 +2,6 @@
 
 from msop.testing.cluster import ClusterStartError, LocalCluster
 from msop.testing.kubelet import KubeletStandIn
-
 from msop.testing.operator import OperatorProcess
 
 __all__ = ["ClusterStartError", "KubeletStandIn", "LocalCluster", "OperatorProcess"]

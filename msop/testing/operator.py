@@ -82,9 +82,7 @@ class OperatorProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"msop exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
+                raise RuntimeError(f"msop exited with {self.proc.returncode}:\n{self.log_tail()}")
             if self._get("/readyz") == 200:
                 return
             time.sleep(0.1)

@@ -17,7 +17,7 @@ import os
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -115,19 +115,38 @@ def kubectl_json(cluster: LocalCluster, *args: str) -> dict[str, object]:
     return result
 
 
-@pytest.fixture(scope="session")
-def operator(cluster: LocalCluster) -> Iterator[OperatorProcess]:
-    """``msop run`` against the test cluster, watching all namespaces, shared by the tests
-    that only need a running operator. Its JSON log is in .cache/e2e-logs/."""
-    op = OperatorProcess(
-        kubeconfig=cluster.kubeconfig,
-        log_path=REPO / ".cache" / "e2e-logs" / f"{cluster.name}-operator.log",
-        args=("--log-level", "debug"),
-    )
-    try:
-        op.start()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
-    yield op
-    code = op.stop()
-    assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"
+OperatorFactory = Callable[..., OperatorProcess]
+
+
+@pytest.fixture
+def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFactory]:
+    """Start ``msop run`` processes watching this test's namespace only (so tests never
+    share an operator); extra flags are passed through. Every process started is stopped
+    with SIGTERM at the end and must exit 0. Logs: .cache/e2e-logs/<namespace>-<n>.log."""
+    started: list[OperatorProcess] = []
+
+    def start(*args: str, wait_ready: bool = True, **env: str) -> OperatorProcess:
+        op = OperatorProcess(
+            kubeconfig=cluster.kubeconfig,
+            log_path=REPO / ".cache" / "e2e-logs" / f"{namespace}-{len(started)}.log",
+            args=("--namespace", namespace, "--log-level", "debug", *args),
+            env=env,
+        )
+        started.append(op)
+        try:
+            op.start(wait_ready=wait_ready)
+        except RuntimeError as e:
+            pytest.fail(str(e), pytrace=False)
+        return op
+
+    yield start
+    for op in started:
+        if op.alive():
+            code = op.stop()
+            assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"
+
+
+@pytest.fixture
+def operator(start_operator: OperatorFactory) -> OperatorProcess:
+    """One operator for this test's namespace, with default flags."""
+    return start_operator()

@@ -3,15 +3,25 @@ operator running as a process and pods driven by the kubelet stand-in."""
 
 from __future__ import annotations
 
+import json
+import time
+from typing import Any
+
+import pytest
+
+from msop.controller.msjob.plan import parse_time
 from msop.testing import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.e2e.msjobs import (
     apply,
+    condition,
     env_of,
     event_reasons,
     get,
+    is_true,
     job_pods,
     sample,
     wait_condition,
+    wait_for,
     wait_pods,
 )
 
@@ -71,3 +81,333 @@ def test_dataparallel_sample_runs_to_success(
     assert len(job_pods(cluster, namespace, name)) == 5
     table = cluster.kubectl("get", "msjobs", "-n", namespace).stdout
     assert "Succeeded" in table and name in table
+
+
+def _job(
+    name: str, run_policy: dict[str, object] | None = None, **replicas: object
+) -> dict[str, object]:
+    """A small MSJob: replicas=(count, restartPolicy) per type, e.g. Worker=(2, "Never")."""
+    specs = {}
+    for rtype, (count, policy) in replicas.items():  # type: ignore[misc]
+        specs[rtype] = {
+            "replicas": count,
+            "restartPolicy": policy,
+            "template": {"spec": {"containers": [{"name": "mindspore", "image": "mindspore:e2e"}]}},
+        }
+    spec: dict[str, object] = {"msReplicaSpecs": specs}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {
+        "apiVersion": "mindspore.gitee.com/v1",
+        "kind": "MSJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def _run_all(
+    kubelet: KubeletStandIn, cluster: LocalCluster, ns: str, job: str, names: set[str]
+) -> None:
+    wait_pods(cluster, ns, job, names)
+    for n in sorted(names):
+        kubelet.run(ns, n)
+
+
+SAMPLES = {
+    "ms_wide_deep_standalone.yaml": {"Worker": 1},
+    "ms_wide_deep_dataparallel.yaml": {"Scheduler": 1, "Worker": 4},
+    "ms_wide_deep_ps_standalone.yaml": {"Scheduler": 1, "PS": 2, "Worker": 1},
+    "ms_wide_deep_ps_distribute.yaml": {"Scheduler": 1, "PS": 2, "Worker": 4},
+}
+
+
+@pytest.mark.parametrize("file", sorted(SAMPLES))
+def test_ms_operator_samples_run_unchanged_to_success(
+    file: str,
+    cluster: LocalCluster,
+    operator: OperatorProcess,
+    namespace: str,
+    kubelet: KubeletStandIn,
+) -> None:
+    job = sample(file)
+    name = job["metadata"]["name"]
+    apply(cluster, namespace, job)
+    names = {f"{name}-{rt.lower()}-{i}" for rt, n in SAMPLES[file].items() for i in range(n)}
+    _run_all(kubelet, cluster, namespace, name, names)
+    pods = job_pods(cluster, namespace, name)
+    if "Scheduler" in SAMPLES[file]:
+        ps_env = [env_of(pods[f"{name}-ps-{i}"]) for i in range(SAMPLES[file].get("PS", 0))]
+        for env in ps_env:
+            assert env["MS_ROLE"] == "MS_PSERVER"
+            assert env["MS_SERVER_NUM"] == str(SAMPLES[file].get("PS", 0))
+    else:
+        # Standalone training gets no cluster variables, like ms-operator.
+        assert not any(k.startswith("MS_") for k in env_of(pods[f"{name}-worker-0"]))
+    wait_condition(cluster, namespace, name, "Running")
+    for i in range(SAMPLES[file]["Worker"]):
+        kubelet.succeed(namespace, f"{name}-worker-{i}")
+    wait_condition(cluster, namespace, name, "Succeeded")
+
+
+def _restarted(cluster: LocalCluster, namespace: str) -> dict[str, Any] | None:
+    job = get(cluster, namespace, "msjob", "ec")
+    cond = condition(job, "Restarting")
+    return job if cond and cond["reason"] == "MSJobRestarting" else None
+
+
+def test_exitcode_137_restarts_the_pod_then_succeeds(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("ec", {"backoffLimit": 3}, Worker=(2, "ExitCode")))
+    _run_all(kubelet, cluster, namespace, "ec", {"ec-worker-0", "ec-worker-1"})
+    wait_condition(cluster, namespace, "ec", "Running")
+    old_uid = kubelet.get(namespace, "ec-worker-1")["metadata"]["uid"]
+    kubelet.fail(namespace, "ec-worker-1", exit_code=137)
+    # kwok runs the replacement at once, so Restarting may already be over: look for its trace.
+    restarting = wait_for("the Restarting condition", lambda: _restarted(cluster, namespace))
+    assert restarting["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+
+    def recreated() -> bool:
+        pod = get(cluster, namespace, "pod", "ec-worker-1")
+        return pod is not None and pod["metadata"]["uid"] != old_uid
+
+    wait_for("ec-worker-1 to be recreated", recreated)
+    kubelet.run(namespace, "ec-worker-1")
+    running = wait_condition(cluster, namespace, "ec", "Running")
+    assert not is_true(running, "Restarting")
+    kubelet.succeed(namespace, "ec-worker-1")
+    kubelet.succeed(namespace, "ec-worker-0")  # worker 0 done => the job succeeded
+    wait_condition(cluster, namespace, "ec", "Succeeded")
+    assert {"ExitedWithCode", "MSJobRestarting"} <= event_reasons(cluster, namespace, "ec")
+
+
+def test_exitcode_1_is_a_permanent_failure(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("ec1", Worker=(2, "ExitCode")))
+    _run_all(kubelet, cluster, namespace, "ec1", {"ec1-worker-0", "ec1-worker-1"})
+    kubelet.fail(namespace, "ec1-worker-0", exit_code=1)
+    failed = wait_condition(cluster, namespace, "ec1", "Failed")
+    cond = condition(failed, "Failed")
+    assert (
+        cond and cond["reason"] == "MSJobFailed" and "1 Worker replica(s) failed" in cond["message"]
+    )
+    assert "restarts" not in failed["status"]["replicaStatuses"]["Worker"]
+    # cleanPodPolicy Running (default): the still-running worker is deleted, the failed one kept.
+    wait_for(
+        "running pod cleanup", lambda: set(job_pods(cluster, namespace, "ec1")) == {"ec1-worker-0"}
+    )
+    assert "MSJobFailed" in event_reasons(cluster, namespace, "ec1")
+
+
+def test_onfailure_restarts_beyond_backoff_limit_fail_the_job(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("bo", {"backoffLimit": 2}, Worker=(2, "OnFailure")))
+    _run_all(kubelet, cluster, namespace, "bo", {"bo-worker-0", "bo-worker-1"})
+    assert kubelet.get(namespace, "bo-worker-0")["spec"]["restartPolicy"] == "OnFailure"
+    kubelet.restart(namespace, "bo-worker-0", exit_code=1, times=2)
+    wait_condition(cluster, namespace, "bo", "Running")
+    kubelet.restart(namespace, "bo-worker-1", exit_code=1)
+    failed = wait_condition(cluster, namespace, "bo", "Failed")
+    assert condition(failed, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+    # Backoff failures delete every pod, whatever the cleanPodPolicy.
+    wait_for("all pods deleted", lambda: not job_pods(cluster, namespace, "bo"))
+
+
+def test_active_deadline_fails_the_job_on_time(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("dl", {"activeDeadlineSeconds": 3}, Worker=(1, "Never")))
+    _run_all(kubelet, cluster, namespace, "dl", {"dl-worker-0"})
+    # No pod event happens after Running: only a precise requeue can fire the deadline.
+    failed = wait_condition(cluster, namespace, "dl", "Failed", timeout=20)
+    cond = condition(failed, "Failed")
+    assert cond and cond["reason"] == "DeadlineExceeded"
+    started = parse_time(failed["status"]["startTime"])
+    ended = parse_time(cond["lastTransitionTime"])
+    assert started and ended and 3 <= (ended - started).total_seconds() <= 6
+    wait_for("pods deleted", lambda: not job_pods(cluster, namespace, "dl"))
+
+
+def test_ttl_deletes_the_finished_job_and_gc_removes_its_pods(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(
+        cluster,
+        namespace,
+        _job("ttl", {"ttlSecondsAfterFinished": 2, "cleanPodPolicy": "None"}, Worker=(1, "Never")),
+    )
+    _run_all(kubelet, cluster, namespace, "ttl", {"ttl-worker-0"})
+    kubelet.succeed(namespace, "ttl-worker-0")
+    wait_condition(cluster, namespace, "ttl", "Succeeded")
+    wait_for(
+        "the job to be deleted", lambda: get(cluster, namespace, "msjob", "ttl") is None, timeout=30
+    )
+    wait_for("GC to delete the pod", lambda: not job_pods(cluster, namespace, "ttl"), timeout=90)
+
+
+@pytest.mark.parametrize(
+    ("policy", "kept"),
+    [("All", set()), ("Running", {"cp-worker-0"}), ("None", {"cp-worker-0", "cp-worker-1"})],
+)
+def test_clean_pod_policy(
+    policy: str,
+    kept: set[str],
+    cluster: LocalCluster,
+    operator: OperatorProcess,
+    namespace: str,
+    kubelet: KubeletStandIn,
+) -> None:
+    apply(cluster, namespace, _job("cp", {"cleanPodPolicy": policy}, Worker=(2, "Never")))
+    _run_all(kubelet, cluster, namespace, "cp", {"cp-worker-0", "cp-worker-1"})
+    kubelet.succeed(namespace, "cp-worker-0")  # worker 0 done => job Succeeded; worker 1 still runs
+    wait_condition(cluster, namespace, "cp", "Succeeded")
+    wait_for(
+        f"pods {sorted(kept)} to remain", lambda: set(job_pods(cluster, namespace, "cp")) == kept
+    )
+    time.sleep(1)
+    assert set(job_pods(cluster, namespace, "cp")) == kept
+
+
+def test_suspend_and_resume(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("sus", None, Scheduler=(1, "Never"), Worker=(2, "Never")))
+    names = {"sus-scheduler-0", "sus-worker-0", "sus-worker-1"}
+    _run_all(kubelet, cluster, namespace, "sus", names)
+    first = wait_condition(cluster, namespace, "sus", "Running")
+    cluster.kubectl(
+        "patch",
+        "msjob",
+        "sus",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":true}}}',
+    )
+    suspended = wait_condition(cluster, namespace, "sus", "Suspended")
+    assert not is_true(suspended, "Running")
+    wait_for(
+        "pods and service deleted",
+        lambda: (
+            not job_pods(cluster, namespace, "sus")
+            and get(cluster, namespace, "service", "sus-scheduler-0") is None
+        ),
+    )
+    time.sleep(1.1)  # startTime has second resolution
+    cluster.kubectl(
+        "patch",
+        "msjob",
+        "sus",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec":{"runPolicy":{"suspend":false}}}',
+    )
+    _run_all(kubelet, cluster, namespace, "sus", names)
+    resumed = wait_condition(cluster, namespace, "sus", "Running")
+    cond = condition(resumed, "Suspended")
+    assert cond and cond["status"] == "False" and cond["reason"] == "MSJobResumed"
+    assert resumed["status"]["startTime"] > first["status"]["startTime"]
+    assert {"MSJobSuspended", "MSJobResumed"} <= event_reasons(cluster, namespace, "sus")
+
+
+def test_kubectl_scale_up_and_down(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("sc", None, Worker=(2, "Never")))
+    _run_all(kubelet, cluster, namespace, "sc", {"sc-worker-0", "sc-worker-1"})
+    cluster.kubectl("scale", "msjob/sc", "-n", namespace, "--replicas=4")
+    wait_pods(cluster, namespace, "sc", {f"sc-worker-{i}" for i in range(4)})
+    for i in range(4):
+        kubelet.run(namespace, f"sc-worker-{i}")
+    job = wait_for(
+        "4/4 workers",
+        lambda: (
+            (j := get(cluster, namespace, "msjob", "sc"))
+            and j.get("status", {}).get("workers") == "4/4"
+            and j
+        ),
+    )
+    assert job["status"]["replicaStatuses"]["Worker"]["selector"] == (
+        "training.kubeflow.org/job-name=sc,training.kubeflow.org/replica-type=worker"
+    )
+    cluster.kubectl("scale", "msjob/sc", "-n", namespace, "--replicas=1")
+    wait_for(
+        "scale down to worker 0", lambda: set(job_pods(cluster, namespace, "sc")) == {"sc-worker-0"}
+    )
+    scale = json.loads(
+        cluster.kubectl(
+            "get", "--raw", f"/apis/mindspore.gitee.com/v1/namespaces/{namespace}/msjobs/sc/scale"
+        ).stdout
+    )
+    assert scale["spec"]["replicas"] == 1
+
+
+def test_replicas_zero_is_stable(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    apply(cluster, namespace, _job("zero", None, Worker=(0, "Never")))
+    wait_condition(cluster, namespace, "zero", "Created")
+    time.sleep(2)
+    assert not job_pods(cluster, namespace, "zero")
+    assert "SuccessfulCreatePod" not in event_reasons(cluster, namespace, "zero")
+
+
+def test_deleting_a_running_job_garbage_collects_everything(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    apply(cluster, namespace, _job("gone", None, Scheduler=(1, "Never"), Worker=(2, "Never")))
+    _run_all(
+        kubelet, cluster, namespace, "gone", {"gone-scheduler-0", "gone-worker-0", "gone-worker-1"}
+    )
+    wait_condition(cluster, namespace, "gone", "Running")
+    cluster.kubectl("delete", "msjob", "gone", "-n", namespace, "--wait=false")
+    wait_for(
+        "GC of pods and service",
+        lambda: (
+            not job_pods(cluster, namespace, "gone")
+            and get(cluster, namespace, "service", "gone-scheduler-0") is None
+        ),
+        timeout=90,
+    )
+
+
+def test_gang_scheduling_holds_pods_until_the_podgroup_is_inqueue(
+    cluster: LocalCluster, start_operator: Any, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    start_operator("--enable-gang-scheduling")
+    job = sample("msjob_gang_scheduling.yaml")
+    apply(cluster, namespace, job)
+    name = job["metadata"]["name"]
+    pg = wait_for("the PodGroup", lambda: get(cluster, namespace, "podgroup", name))
+    assert pg["spec"]["minMember"] == 5
+    assert pg["spec"]["queue"] == "training"
+    assert pg["spec"]["priorityClassName"] == "high-priority"
+    time.sleep(2)
+    assert not job_pods(cluster, namespace, name), "pods must wait for the PodGroup"
+    cluster.kubectl(
+        "patch",
+        "podgroup",
+        name,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        '{"status":{"phase":"Inqueue"}}',
+    )
+    pods = wait_pods(
+        cluster, namespace, name, {f"{name}-scheduler-0", *(f"{name}-worker-{i}" for i in range(4))}
+    )
+    for p in pods.values():
+        assert p["spec"]["schedulerName"] == "volcano"
+        assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == name
+    # The kwok nodes are scheduled by the default scheduler only; finish the job by hand.
+    for i in reversed(range(4)):  # worker 0 last: its success ends the job
+        kubelet.succeed(namespace, f"{name}-worker-{i}")
+    wait_condition(cluster, namespace, name, "Succeeded")
+    wait_for("PodGroup deleted", lambda: get(cluster, namespace, "podgroup", name) is None)

@@ -87,14 +87,23 @@ class MSJobReconciler:
         self.expectations = expectations
         self.options = options
         self.now = now
+        # job key -> the resourceVersion our last status write replaced. While the cache
+        # still shows that version it is stale: planning from it would only conflict.
+        self._superseded: dict[str, str] = {}
 
     async def reconcile(self, request: Request) -> Result:
         key = f"{request.namespace}/{request.name}"
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
+            self._superseded.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
             return Result()
+        rv = job["metadata"].get("resourceVersion", "")
+        if self._superseded.get(key) == rv:
+            # Our own status write has not reached the cache yet; its watch event requeues.
+            return Result()
+        self._superseded.pop(key, None)
         if not (
             self.expectations.satisfied(pods_key(key))
             and self.expectations.satisfied(services_key(key))
@@ -121,9 +130,10 @@ class MSJobReconciler:
         ns = job["metadata"]["namespace"]
         status = p.status
         if status is not None and p.status_first:
-            if not await self._write_status(job, status, p.transitions):
+            written = await self._write_status(key, job, status, p.transitions)
+            if written is None:
                 return Result(requeue=True)
-            job = {**job, "status": status}
+            job = written
             status = None
 
         failure: ApiError | None = None
@@ -139,7 +149,7 @@ class MSJobReconciler:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
         status = self._replica_failure(job, status, failure)
-        if status is not None and not await self._write_status(job, status, p.transitions):
+        if status is not None and await self._write_status(key, job, status, p.transitions) is None:
             return Result(requeue=True)
         if p.delete_job:
             await self._delete_job(job)
@@ -171,7 +181,10 @@ class MSJobReconciler:
         )
         return base if changed else status
 
-    async def _write_status(self, job: JSON, status: JSON, transitions: Sequence[str]) -> bool:
+    async def _write_status(
+        self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
+    ) -> JSON | None:
+        """PUT the status; return the updated job, or None on a conflict (requeue)."""
         meta = job["metadata"]
         body = {
             "apiVersion": c.API_VERSION,
@@ -184,14 +197,15 @@ class MSJobReconciler:
             "status": status,
         }
         try:
-            await self.client.replace_status(MSJOBS, body)
+            updated = await self.client.replace_status(MSJOBS, body)
         except ApiError as e:
             if is_conflict(e) or is_not_found(e):
                 log.info("status write conflicted; requeueing", reason=e.reason)
-                return False
+                return None
             raise
+        self._superseded[key] = meta["resourceVersion"]
         metrics.count_transitions(transitions, meta["namespace"])
-        return True
+        return updated
 
     async def _create(
         self, key: str, ns: str, job: JSON, res: Resource, objs: list[JSON], exp_key: str
