@@ -155,6 +155,13 @@ def _add_run(sub: Any) -> None:
         help="seconds in-flight reconciles get on SIGTERM [env MSOP_GRACEFUL_SHUTDOWN_TIMEOUT]",
     )
     a(
+        "--watch-stall-timeout",
+        type=_positive_float,
+        default=float(_env("MSOP_WATCH_STALL_TIMEOUT", "90") or 90),
+        help="seconds without any watch event or bookmark after which a watch counts as "
+        "stuck and is restarted [env MSOP_WATCH_STALL_TIMEOUT]",
+    )
+    a(
         "--log-format",
         choices=("json", "console"),
         default=_env("MSOP_LOG_FORMAT", "json"),
@@ -203,6 +210,8 @@ async def run_operator(args: argparse.Namespace) -> int:
     from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
     from msop.controller.manager import Manager
     from msop.controller.msjob.controller import Settings, setup
+    from msop.informers.factory import InformerFactory
+    from msop.informers.reflector import ReflectorOptions
     from msop.kube.client import KubeClient
 
     log = structlog.get_logger("msop")
@@ -234,6 +243,9 @@ async def run_operator(args: argparse.Namespace) -> int:
             health_probe_bind_address=args.health_probe_bind_address,
             leader_election=election,
             graceful_shutdown_timeout=args.graceful_shutdown_timeout,
+            informers=InformerFactory(
+                client, options=ReflectorOptions(stall_timeout=args.watch_stall_timeout)
+            ),
         )
         setup(
             manager,
