@@ -16,7 +16,7 @@ import socket
 import sys
 import uuid
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from msop import __version__
 
@@ -52,6 +52,13 @@ def _default_namespace() -> str:
             return f.read().strip() or "default"
     except OSError:
         return "default"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line on stderr (exit 2), not a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def _add_run(sub: Any) -> None:
@@ -173,8 +180,10 @@ def _add_run(sub: Any) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="msop", description="msop: the MindSpore MSJob operator")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = _Parser(prog="msop", description="msop: the MindSpore MSJob operator")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
     _add_run(sub)
     sub.add_parser("version", help="print the msop version")
     return parser
@@ -184,13 +193,23 @@ class StartupError(Exception):
     """A one-line reason the operator cannot start."""
 
 
-async def _preflight(client: Any, namespaces: Sequence[str]) -> None:
-    """Fail fast, with one line, when the API server or the CRD is not there."""
-    from msop.controller.msjob.reconciler import MSJOBS
+async def _preflight(client: Any, namespaces: Sequence[str], gang: bool) -> None:
+    """Fail fast, with one line, when the API server or a needed CRD is not there."""
+    from msop.controller.msjob.reconciler import MSJOBS, PODGROUPS
     from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
 
+    namespace = namespaces[0] if namespaces else None
+    if gang:
+        try:
+            await client.list(PODGROUPS, namespace, limit=1)
+        except ApiError as e:
+            if is_not_found(e):
+                raise StartupError(
+                    "--enable-gang-scheduling needs Volcano's PodGroup CRD "
+                    "(podgroups.scheduling.volcano.sh), which is not installed"
+                ) from None
     try:
-        await client.list(MSJOBS, namespaces[0] if namespaces else None, limit=1)
+        await client.list(MSJOBS, namespace, limit=1)
     except ApiUnavailable as e:
         raise StartupError(f"cannot reach the API server: {e}") from None
     except ApiError as e:
@@ -223,7 +242,7 @@ async def run_operator(args: argparse.Namespace) -> int:
     except Exception as e:
         raise StartupError(f"cannot load Kubernetes config: {e}") from None
     async with client:
-        await _preflight(client, args.namespaces)
+        await _preflight(client, args.namespaces, args.enable_gang_scheduling)
         election = None
         if args.leader_elect:
             try:
@@ -271,8 +290,16 @@ async def run_operator(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
+    if args.command == "run" and args.namespaces is None:
+        # Repeated flags replace the variable instead of adding to it.
+        args.namespaces = [n for n in (_env("MSOP_NAMESPACES") or "").split(",") if n]
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.command == "version":
         print(f"msop {__version__}")
         return 0

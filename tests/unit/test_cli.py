@@ -1,0 +1,80 @@
+"""`msop` command-line behaviour that needs no cluster: versions, flag errors, startup errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from msop import __version__
+from msop.cli import build_parser, parse_args
+
+
+def msop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "msop.cli", *args], capture_output=True, text=True, env=env,
+        timeout=60,
+    )  # fmt: skip
+
+
+def test_version() -> None:
+    out = msop("version")
+    assert out.returncode == 0 and out.stdout.strip() == f"msop {__version__}"
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["run", "--max-concurrent-reconciles", "0"],
+        ["run", "--kube-api-qps", "-1"],
+        ["run", "--log-format", "xml"],
+        ["run", "--bogus"],
+        [],
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(args: list[str]) -> None:
+    out = msop(*args)
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+    assert "error:" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_unreachable_api_server_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        "clusters: [{name: x, cluster: {server: 'https://127.0.0.1:1',"
+        " insecure-skip-tls-verify: true}}]\n"
+        "contexts: [{name: x, context: {cluster: x, user: x}}]\n"
+        "users: [{name: x, user: {token: t}}]\n"
+    )
+    out = msop("run", "--kubeconfig", str(kubeconfig), "--metrics-bind-address", "0",
+               "--health-probe-bind-address", "0")  # fmt: skip
+    assert out.returncode == 1
+    assert out.stderr.strip().startswith("msop: error: cannot reach the API server")
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+
+
+def test_every_flag_has_an_env_var_and_a_default_in_help() -> None:
+    parser = build_parser()
+    run = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    for action in run._actions:
+        if action.dest in ("help",):
+            continue
+        assert "[env " in (action.help or ""), action.dest
+    text = run.format_help()
+    assert "(default: :8080)" in text and "(default: :8081)" in text
+
+
+def test_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MSOP_MAX_CONCURRENT_RECONCILES", "7")
+    monkeypatch.setenv("MSOP_LEADER_ELECT", "true")
+    monkeypatch.setenv("MSOP_NAMESPACES", "a,b")
+    args = parse_args(["run"])
+    assert args.max_concurrent_reconciles == 7 and args.leader_elect
+    assert args.namespaces == ["a", "b"]
+    args = parse_args(["run", "--max-concurrent-reconciles", "3", "--namespace", "c"])
+    assert args.max_concurrent_reconciles == 3
+    assert args.namespaces == ["c"]  # the command line wins over the variable
