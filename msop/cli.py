@@ -79,7 +79,7 @@ def _add_run(sub: Any) -> None:
         "--namespace",
         action="append",
         dest="namespaces",
-        default=[n for n in (_env("MSOP_NAMESPACES") or "").split(",") if n],
+        default=None,
         help="namespace to watch, repeatable; all namespaces when unset "
         "[env MSOP_NAMESPACES, comma-separated]",
     )
