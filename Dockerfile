@@ -1,0 +1,34 @@
+# msop operator image. Two stages: build the wheel with pip's build tooling, then install it
+# into a venv in a fresh slim image that has no compiler, no pip cache and no source tree.
+#   docker build -t msop:latest .
+# The same install steps run without Docker in tests/unit/test_dockerfile_install.py.
+
+ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+COPY pyproject.toml README.md ./
+COPY msop ./msop
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/msop/bin:$PATH
+COPY --from=build /wheels /wheels
+# The venv is owned by root and read-only to the operator; pip and setuptools leave with
+# the wheels, so the final image has no build tools in it.
+RUN python -m venv /opt/msop \
+    && /opt/msop/bin/pip install /wheels/*.whl \
+    && /opt/msop/bin/python -m compileall -q /opt/msop/lib \
+    && /opt/msop/bin/pip uninstall -y pip setuptools \
+    && rm -rf /wheels
+# 65532 is the conventional "nonroot" UID of distroless images; the Deployment runs as it.
+USER 65532:65532
+WORKDIR /tmp
+EXPOSE 8080 8081
+ENTRYPOINT ["msop"]
+CMD ["run"]
