@@ -1,0 +1,41 @@
+"""The msop SDK: submit MSJobs and follow them from Python.
+
+- :class:`MSJobClient` (async) and :class:`MSJobClientSync` (blocking, notebook-safe):
+  ``create`` (validated locally first), ``get``, ``list``, ``delete``, ``wait_for_job``
+  (a watch, with a progress line), ``get_logs``, ``get_events``;
+- :func:`dataparallel_job`: a complete MSJob from an image, a command and counts;
+- :func:`render`: the pods and Services the operator would create, offline;
+- errors under :class:`MSJobError`.
+"""
+
+from msop.client.builder import dataparallel_job
+from msop.client.client import MSJOBS, MSJobClient
+from msop.client.errors import (
+    MSJobError,
+    MSJobFailedError,
+    MSJobLogsError,
+    MSJobNotFoundError,
+    MSJobTimeoutError,
+    MSJobValidationError,
+)
+from msop.client.progress import format_progress
+from msop.client.render import CLUSTER_IP_PLACEHOLDER, UID_PLACEHOLDER, Rendered, render
+from msop.client.sync import MSJobClientSync
+
+__all__ = [
+    "CLUSTER_IP_PLACEHOLDER",
+    "MSJOBS",
+    "UID_PLACEHOLDER",
+    "MSJobClient",
+    "MSJobClientSync",
+    "MSJobError",
+    "MSJobFailedError",
+    "MSJobLogsError",
+    "MSJobNotFoundError",
+    "MSJobTimeoutError",
+    "MSJobValidationError",
+    "Rendered",
+    "dataparallel_job",
+    "format_progress",
+    "render",
+]

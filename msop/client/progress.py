@@ -1,0 +1,59 @@
+"""The live progress line of ``wait_for_job``: pure formatting plus a small writer."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TextIO
+
+from msop.api import constants as c
+from msop.api.conditions import latest_condition_type
+
+
+def format_progress(job: Mapping[str, Any]) -> str:
+    """``ns/name Condition | Worker active=2 succeeded=1 failed=0 | ...``.
+
+    The condition is the latest one (``Pending`` before the operator saw the job); replica
+    types appear in Scheduler, PS, Worker order, and only those the status reports.
+    """
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    state = latest_condition_type(status) or "Pending"
+    parts = [f"{meta.get('namespace')}/{meta.get('name')} {state}"]
+    replicas = status.get("replicaStatuses") or {}
+    for rtype in (*c.REPLICA_TYPES, *sorted(set(replicas) - set(c.REPLICA_TYPES))):
+        counts = replicas.get(rtype)
+        if not isinstance(counts, Mapping):
+            continue
+        parts.append(
+            f"{rtype} active={counts.get('active', 0)} succeeded={counts.get('succeeded', 0)} "
+            f"failed={counts.get('failed', 0)}"
+        )
+    return " | ".join(parts)
+
+
+class ProgressLine:
+    """Writes a changing status line: rewritten in place with ``\\r`` on a terminal, one
+    line per change otherwise (logs, CI). Identical consecutive lines are not repeated."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._last: str | None = None
+
+    def update(self, text: str) -> None:
+        if text == self._last:
+            return
+        if self._tty:
+            pad = max(0, len(self._last or "") - len(text))
+            self._stream.write("\r" + text + " " * pad)
+        else:
+            self._stream.write(text + "\n")
+        self._last = text
+        self._stream.flush()
+
+    def close(self) -> None:
+        """End the line on a terminal so later output starts on a fresh one."""
+        if self._tty and self._last is not None:
+            self._stream.write("\n")
+            self._stream.flush()
+        self._last = None

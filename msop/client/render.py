@@ -1,0 +1,144 @@
+"""``msop render``: the pods and Services the operator would create for an MSJob.
+
+Offline and pure: the MSJob goes through the reconciler's own planner
+(:func:`msop.controller.msjob.plan.plan`) as a brand-new job with nothing observed, so
+the output is what the operator's first reconciles create, and cannot drift from it.
+
+Two facts only a cluster knows are shown as placeholders:
+
+- the MSJob's ``metadata.uid`` (in every ownerReference): :data:`UID_PLACEHOLDER`,
+  unless the input already has a uid;
+- the Scheduler Service's ClusterIP, which every non-Scheduler replica receives as
+  ``MS_SCHED_HOST``: :data:`CLUSTER_IP_PLACEHOLDER`.
+
+The planner creates the Scheduler Service first and holds the other pods until the
+Service has a ClusterIP (and, with gang scheduling, holds every pod until the PodGroup
+is Inqueue). ``render`` therefore plans twice: once with nothing observed, then again
+observing exactly the planned Service (with the placeholder ClusterIP) and PodGroup
+(Inqueue), and no pods. The second plan holds every pod.
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+import yaml
+
+from msop.api import FieldError, validate
+from msop.client.manifests import is_msjob, load_documents
+from msop.controller.msjob.plan import Observed, Options, plan
+
+JSON = dict[str, Any]
+
+UID_PLACEHOLDER = "<msjob-uid>"
+CLUSTER_IP_PLACEHOLDER = "<scheduler-service-cluster-ip>"
+
+
+@dataclass
+class Rendered:
+    """What the operator creates for one job, in creation order."""
+
+    pod_group: JSON | None
+    services: list[JSON]
+    pods: list[JSON]
+    notes: list[str]
+    """Why something expected is missing (suspended, managed elsewhere)."""
+
+    def objects(self) -> list[JSON]:
+        head = [self.pod_group] if self.pod_group is not None else []
+        return [*head, *self.services, *self.pods]
+
+
+class InvalidJobError(ValueError):
+    """The MSJob breaks the admission rules; ``errors`` are the same as admission's."""
+
+    def __init__(self, errors: list[FieldError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def render(
+    job: JSON,
+    *,
+    namespace: str | None = None,
+    gang_scheduling: bool = False,
+    now: datetime | None = None,
+) -> Rendered:
+    """Plan ``job`` (raw, as a user wrote it) and return what would be created.
+
+    ``namespace`` overrides ``metadata.namespace`` (else the job's, else ``default``).
+    Raises InvalidJobError with the admission field errors when ``job`` is invalid.
+    """
+    errors = validate(job)
+    if errors:
+        raise InvalidJobError(errors)
+    job = copy.deepcopy(job)
+    meta = job.setdefault("metadata", {})
+    meta["namespace"] = namespace or meta.get("namespace") or "default"
+    meta.setdefault("uid", UID_PLACEHOLDER)
+    job.pop("status", None)  # a new job: the plan must not depend on a stale status
+    when = now or datetime.now(UTC)
+    options = Options(gang_scheduling=gang_scheduling)
+
+    first = plan(Observed(job=job, pods=[], services=[], now=when), options)
+    services = first.create_services
+    observed_services = []
+    for svc in services:
+        seen = copy.deepcopy(svc)
+        seen["spec"]["clusterIP"] = CLUSTER_IP_PLACEHOLDER
+        observed_services.append(seen)
+    pod_group = first.create_pod_group
+    observed_group = None
+    if pod_group is not None:
+        observed_group = {**copy.deepcopy(pod_group), "status": {"phase": "Inqueue"}}
+    second = plan(
+        Observed(job=job, pods=[], services=observed_services, now=when, pod_group=observed_group),
+        options,
+    )
+    notes: list[str] = []
+    if not second.create_pods and not services:
+        notes.append(
+            "nothing to create: the job is suspended, or managed by another controller "
+            "(spec.runPolicy.suspend / spec.runPolicy.managedBy)"
+        )
+    return Rendered(pod_group=pod_group, services=services, pods=second.create_pods, notes=notes)
+
+
+def render_files(
+    paths: list[str], namespace: str | None, gang_scheduling: bool, out: TextIO, err: TextIO
+) -> int:
+    """The ``msop render`` command: 0 when every MSJob rendered, 1 on any error."""
+    docs: list[JSON] = []
+    failed = False
+    for path in paths:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text()
+            jobs = [d for d in load_documents(text) if is_msjob(d)]
+        except (OSError, yaml.YAMLError) as e:
+            print(f"{path}: {e}", file=err)
+            failed = True
+            continue
+        if not jobs:
+            print(f"{path}: no MSJob document", file=err)
+            failed = True
+        for job in jobs:
+            try:
+                result = render(job, namespace=namespace, gang_scheduling=gang_scheduling)
+            except InvalidJobError as e:
+                for fe in e.errors:
+                    print(f"{path}: {fe.path}: {fe.message}", file=err)
+                failed = True
+                continue
+            for note in result.notes:
+                name = (job.get("metadata") or {}).get("name")
+                print(f"{path}: {name}: {note}", file=err)
+            docs.extend(result.objects())
+    if failed:
+        return 1
+    out.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True) if docs else "")
+    return 0
