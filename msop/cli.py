@@ -204,7 +204,7 @@ def _add_offline(sub: Any) -> None:
     render.add_argument("-f", "--filename", action="append", required=True, dest="files",
                         help="MSJob YAML file ('-' for stdin), repeatable")  # fmt: skip
     render.add_argument("-n", "--namespace", default=None,
-                        help="namespace of the objects (default: the job's, or default)")  # fmt: skip
+                        help="namespace (default: the job's own, else 'default')")  # fmt: skip
     render.add_argument("--enable-gang-scheduling", action="store_true",
                         help="render as an operator run with --enable-gang-scheduling")  # fmt: skip
     check = sub.add_parser(
