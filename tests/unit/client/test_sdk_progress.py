@@ -1,0 +1,66 @@
+"""The wait_for_job progress line: formatting and in-place vs line-per-change output."""
+
+from __future__ import annotations
+
+import io
+
+from msop.client.progress import ProgressLine, format_progress
+
+
+def _job(status: dict[str, object] | None = None) -> dict[str, object]:
+    job: dict[str, object] = {"metadata": {"namespace": "ns", "name": "j"}}
+    if status is not None:
+        job["status"] = status
+    return job
+
+
+def test_format_before_the_operator_saw_the_job() -> None:
+    assert format_progress(_job()) == "ns/j Pending"
+
+
+def test_format_latest_condition_and_counts_in_type_order() -> None:
+    status = {
+        "conditions": [
+            {"type": "Created", "status": "True"},
+            {"type": "Running", "status": "True"},
+        ],
+        "replicaStatuses": {
+            "Worker": {"active": 3, "succeeded": 1, "failed": 0, "selector": "x"},
+            "Scheduler": {"active": 1, "succeeded": 0, "failed": 0},
+            "PS": {"active": 2},
+        },
+    }
+    assert format_progress(_job(status)) == (
+        "ns/j Running | Scheduler active=1 succeeded=0 failed=0 | "
+        "PS active=2 succeeded=0 failed=0 | Worker active=3 succeeded=1 failed=0"
+    )
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_not_a_terminal_one_line_per_change() -> None:
+    out = io.StringIO()
+    line = ProgressLine(out)
+    for text in ("a Created", "a Created", "a Running", "a Succeeded"):
+        line.update(text)
+    line.close()
+    assert out.getvalue() == "a Created\na Running\na Succeeded\n"
+
+
+def test_terminal_rewrites_in_place_and_pads_shorter_lines() -> None:
+    out = _Tty()
+    line = ProgressLine(out)
+    line.update("job Created long")
+    line.update("job Running")
+    line.update("job Running")
+    line.close()
+    assert out.getvalue() == "\rjob Created long\rjob Running     \n"
+
+
+def test_terminal_close_without_output_writes_nothing() -> None:
+    out = _Tty()
+    ProgressLine(out).close()
+    assert out.getvalue() == ""
