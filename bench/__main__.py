@@ -1,0 +1,112 @@
+"""``python -m bench``: run the scenarios and write ``bench/results/<timestamp>/``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import burst, memory
+from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
+from bench.plots import write_plots
+from bench.report import judge, render_markdown
+from msop import __version__
+
+#: Operator flags for the burst. The default client-side limit (50 QPS) would make the
+#: burst measure the throttle, not the operator; the raw baseline is not throttled.
+DEFAULT_OPERATOR_ARGS = "--kube-api-qps 2000 --kube-api-burst 4000"
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    p.add_argument("--scale", type=float, default=float(os.environ.get("BENCH_SCALE", "1")),
+                   help="multiplies the job and pod counts (1 = the issue's sizes)")  # fmt: skip
+    p.add_argument("--concurrency", type=int, default=50, help="requests in flight")
+    p.add_argument("--operator-args", default=DEFAULT_OPERATOR_ARGS,
+                   help="extra `msop run` flags for the burst operator")  # fmt: skip
+    p.add_argument("--skip", action="append", default=[], choices=("burst", "memory"))
+    p.add_argument("--timeout", type=float, default=600, help="seconds per wait")
+    p.add_argument("--out", type=Path, default=None, help="results directory")
+    return p
+
+
+def _count(base: int, scale: float) -> int:
+    return max(1, round(base * scale))
+
+
+async def _main(args: argparse.Namespace, started: datetime) -> Path:
+    out: Path = args.out
+    logs = out / "logs"
+    report: dict[str, Any] = {
+        "started": started.isoformat(timespec="seconds"),
+        "command": "make bench" + (f" BENCH_SCALE={args.scale:g}" if args.scale != 1 else ""),
+        "argv": sys.argv[1:],
+        "scale": args.scale,
+        "environment": {"machine": machine()},
+        "notes": [],
+    }
+    t0 = time.monotonic()
+    versions: dict[str, str] = {"msop": __version__, "python": platform.python_version()}
+    tag = f"{os.getpid()}"
+    if "burst" not in args.skip:
+        cluster = start_cluster(f"msop-bench-burst-{tag}", nodes=4)
+        try:
+            versions["kubernetes"] = server_version(cluster)
+            versions["kwok"] = kwok_version(cluster)
+            print(f"burst: cluster up ({time.monotonic() - t0:.0f}s)", flush=True)
+            report["burst"] = await burst.run(
+                cluster,
+                jobs=_count(500, args.scale),
+                concurrency=args.concurrency,
+                operator_args=shlex.split(args.operator_args),
+                log_dir=logs,
+                wait_s=args.timeout,
+            )
+            print(f"burst: done ({time.monotonic() - t0:.0f}s)", flush=True)
+        finally:
+            cluster.stop()
+    if "memory" not in args.skip:
+        cluster = start_cluster(f"msop-bench-mem-{tag}", nodes=1)
+        try:
+            versions.setdefault("kubernetes", server_version(cluster))
+            versions.setdefault("kwok", kwok_version(cluster))
+            report["memory"] = await memory.run(
+                cluster, jobs=_count(2000, args.scale), concurrency=args.concurrency, log_dir=logs
+            )
+            print(f"memory: done ({time.monotonic() - t0:.0f}s)", flush=True)
+        finally:
+            cluster.stop()
+    report["environment"]["versions"] = versions
+    report["duration_s"] = time.monotonic() - t0
+    report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    report["targets"] = judge(report)
+    try:
+        report["plots"] = write_plots(report, out)
+    except ImportError:
+        report["notes"].append("matplotlib is not installed: no plots (pip install '.[bench]')")
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "report.md").write_text(render_markdown(report))
+    return out
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    started = datetime.now(UTC)
+    if args.out is None:
+        args.out = REPO / "bench" / "results" / started.strftime("%Y%m%dT%H%M%SZ")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = asyncio.run(_main(args, started))
+    print((out / "report.md").read_text())
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Count one client's API requests from a kube-apiserver audit log (JSON lines).
+
+Only the ``ResponseComplete`` stage (or ``Panic``) of each audit ID counts, so a watch
+that streamed for minutes is one request. Pure apart from reading the file.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
+READ_VERBS = frozenset({"get", "list"})
+
+
+@dataclass
+class RequestCounts:
+    """Requests by ``(verb, resource[/subresource])``."""
+
+    by_verb_resource: Counter[tuple[str, str]] = field(default_factory=Counter)
+
+    def total(self, verbs: frozenset[str] | None = None, resource: str | None = None) -> int:
+        return sum(
+            n
+            for (verb, res), n in self.by_verb_resource.items()
+            if (verbs is None or verb in verbs) and (resource is None or res == resource)
+        )
+
+    def as_rows(self) -> list[dict[str, object]]:
+        return [
+            {"verb": verb, "resource": res, "count": n}
+            for (verb, res), n in sorted(self.by_verb_resource.items())
+        ]
+
+
+def _resource(obj_ref: dict[str, object]) -> str:
+    res = str(obj_ref.get("resource", ""))
+    group = str(obj_ref.get("apiGroup", ""))
+    if group:
+        res = f"{res}.{group}"
+    sub = obj_ref.get("subresource")
+    return f"{res}/{sub}" if sub else res
+
+
+def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCounts:
+    """Count the requests whose User-Agent starts with ``user_agent_prefix``."""
+    counts = RequestCounts()
+    for line in lines:
+        if user_agent_prefix not in line:
+            continue  # cheap pre-filter; the log holds every client's requests
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not str(event.get("userAgent", "")).startswith(user_agent_prefix):
+            continue
+        if event.get("stage") not in ("ResponseComplete", "Panic"):
+            continue
+        ref = event.get("objectRef") or {}
+        counts.by_verb_resource[(str(event.get("verb", "")), _resource(ref))] += 1
+    return counts
+
+
+def count_file(path: Path, user_agent_prefix: str) -> RequestCounts:
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return count_requests(f, user_agent_prefix)

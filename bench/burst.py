@@ -1,0 +1,281 @@
+"""Scenarios 1, 2, 3 and 5 on one cluster: the operator's burst and full lifecycle, the
+raw-create limit, the operator's API requests (audit log) and its CPU per lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench import workload
+from bench.audit import READ_VERBS, WRITE_VERBS, count_file
+from bench.environment import create_namespace, sample
+from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
+from bench.stats import ratio, summarize
+from msop.controller.msjob.reconciler import MSJOBS
+from msop.kube import PODS, SERVICES, KubeClient
+from msop.testing import LocalCluster, OperatorProcess
+
+JSON = dict[str, Any]
+PODS_PER_JOB = 6  # 1 Scheduler + 1 PS + 4 Workers
+OPERATOR_NS = "bench-burst"
+RAW_NS = "bench-raw"
+BENCH_USER_AGENT = "msop-bench/1"
+OPERATOR_USER_AGENT_PREFIX = "msop/"
+
+
+async def bench_client(kubeconfig: str, concurrency: int) -> KubeClient:
+    """A client with no client-side throttling; concurrency is bounded by the callers."""
+    return await KubeClient.from_config(
+        kubeconfig,
+        qps=1e6,
+        burst=1_000_000,
+        user_agent=BENCH_USER_AGENT,
+        max_connections=concurrency + 16,
+    )
+
+
+async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]) -> None:
+    """Run ``fn`` over ``items`` with at most ``n`` in flight; the first error propagates."""
+    sem = asyncio.Semaphore(n)
+
+    async def one(item: Any) -> None:
+        async with sem:
+            await fn(item)
+
+    async with asyncio.TaskGroup() as tg:
+        for item in items:
+            tg.create_task(one(item))
+
+
+def _completed_status(now: str) -> JSON:
+    return {
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": "mindspore",
+                    "image": "mindspore/mindspore-gpu:2.2.0",
+                    "imageID": "",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+            ],
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+        }
+    }
+
+
+def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> list[float]:
+    pods = seen.per_job_last_seen()
+    services = svcs.per_job_last_seen()
+    out = []
+    for job, t0 in started.items():
+        _, p_last = pods[job]
+        _, s_last = services[job]
+        out.append(max(p_last, s_last) - t0)
+    return out
+
+
+async def run_operator_burst(
+    cluster: LocalCluster,
+    jobs: int,
+    concurrency: int,
+    operator_args: list[str],
+    log_dir: Path,
+    wait_s: float,
+) -> JSON:
+    create_namespace(cluster, OPERATOR_NS)
+    op = OperatorProcess(
+        kubeconfig=cluster.kubeconfig,
+        log_path=log_dir / "operator-burst.log",
+        args=("--namespace", OPERATOR_NS, *operator_args),
+    )
+    op.start(timeout=120)
+    assert op.proc is not None
+    pid = op.proc.pid
+    client = await bench_client(cluster.kubeconfig, concurrency)
+    pods, services, conds = FirstSeen(), FirstSeen(), ConditionTimes()
+    names = [f"job-{i:05d}" for i in range(jobs)]
+    created: dict[str, float] = {}
+    try:
+        async with asyncio.TaskGroup() as tg:
+            watchers = [
+                tg.create_task(watch_forever(client, PODS, OPERATOR_NS, pods)),
+                tg.create_task(watch_forever(client, SERVICES, OPERATOR_NS, services)),
+                tg.create_task(watch_forever(client, MSJOBS, OPERATOR_NS, conds)),
+            ]
+            await asyncio.sleep(1)  # the watches are open
+            cpu0 = sample(pid).cpu_seconds
+
+            async def create(name: str) -> None:
+                await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
+                created[name] = time.monotonic()
+
+            t0 = time.monotonic()
+            await bounded(concurrency, names, create)
+            t_created = time.monotonic()
+            t_exist = await wait_until(
+                "every job's pods and Service",
+                lambda: len(pods.times) >= jobs * PODS_PER_JOB and len(services.times) >= jobs,
+                wait_s,
+            )
+            t_running = await wait_until(
+                "every job Running", lambda: len(conds.first["Running"]) >= jobs, wait_s
+            )
+            stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            body = _completed_status(stamp)
+
+            async def complete(name: str) -> None:
+                await client.patch(PODS, name, body, OPERATOR_NS, subresource="status")
+
+            t_complete = time.monotonic()
+            await bounded(concurrency, sorted(pods.times), complete)
+            t_patched = time.monotonic()
+            t_succeeded = await wait_until(
+                "every job Succeeded", lambda: len(conds.first["Succeeded"]) >= jobs, wait_s
+            )
+            await asyncio.sleep(3)  # let trailing reconciles (and their writes) finish
+            cpu1 = sample(pid).cpu_seconds
+            rss = sample(pid).rss_bytes
+            for w in watchers:
+                w.cancel()
+    finally:
+        await client.close()
+        op.stop()
+    latencies = _latencies(pods, services, created)
+    cpu = cpu1 - cpu0
+    return {
+        "jobs": jobs,
+        "pods": jobs * PODS_PER_JOB,
+        "services": jobs,
+        "concurrency": concurrency,
+        "operator_args": operator_args,
+        "creates_sent_s": t_created - t0,
+        "all_objects_exist_s": t_exist - t0,
+        "all_running_s": t_running - t0,
+        "completion_patches_s": t_patched - t_complete,
+        "all_succeeded_after_completion_s": t_succeeded - t_complete,
+        "job_latency_s": summarize(latencies),
+        "job_latencies": sorted(latencies),
+        "operator_cpu_s": cpu,
+        "operator_cpu_ms_per_lifecycle": 1000 * cpu / jobs,
+        "operator_cpu_s_per_1000_lifecycles": 1000 * cpu / jobs,
+        "operator_rss_mib_after": rss / 2**20,
+    }
+
+
+async def run_raw(cluster: LocalCluster, jobs: int, concurrency: int, wait_s: float) -> JSON:
+    """Create the same Services and pods directly: per job, the Service first (its
+    ClusterIP goes into the pods' environment), then its pods; at most ``concurrency``
+    requests in flight in total."""
+    create_namespace(cluster, RAW_NS)
+    client = await bench_client(cluster.kubeconfig, concurrency)
+    pods, services = FirstSeen(), FirstSeen()
+    sem = asyncio.Semaphore(concurrency)
+    started: dict[str, float] = {}
+    names = [f"job-{i:05d}" for i in range(jobs)]
+
+    async def one_job(name: str) -> None:
+        job = workload.msjob(name, RAW_NS)
+        async with sem:
+            started[name] = time.monotonic()
+            svc = await client.create(
+                SERVICES, workload.orphaned(workload.service_for(job), RAW_NS)
+            )
+        ip = svc["spec"]["clusterIP"]
+
+        async def create_pod(pod: JSON) -> None:
+            async with sem:
+                await client.create(PODS, workload.orphaned(pod, RAW_NS))
+
+        async with asyncio.TaskGroup() as tg:
+            for pod in workload.pods_for(job, ip):
+                tg.create_task(create_pod(pod))
+
+    try:
+        async with asyncio.TaskGroup() as tg:
+            watchers = [
+                tg.create_task(watch_forever(client, PODS, RAW_NS, pods)),
+                tg.create_task(watch_forever(client, SERVICES, RAW_NS, services)),
+            ]
+            await asyncio.sleep(1)
+            t0 = time.monotonic()
+            async with asyncio.TaskGroup() as jobs_tg:
+                for name in names:
+                    jobs_tg.create_task(one_job(name))
+            t_created = time.monotonic()
+            t_exist = await wait_until(
+                "every raw pod and Service",
+                lambda: len(pods.times) >= jobs * PODS_PER_JOB and len(services.times) >= jobs,
+                wait_s,
+            )
+            for w in watchers:
+                w.cancel()
+    finally:
+        await client.close()
+    latencies = _latencies(pods, services, started)
+    return {
+        "creates_returned_s": t_created - t0,
+        "all_objects_exist_s": t_exist - t0,
+        "job_latency_s": summarize(latencies),
+        "job_latencies": sorted(latencies),
+    }
+
+
+def api_efficiency(audit_log: Path, jobs: int) -> JSON:
+    """The operator's requests over the burst run, from the audit log."""
+    counts = count_file(audit_log, OPERATOR_USER_AGENT_PREFIX)
+    creates = counts.total(frozenset({"create"}), "pods") + counts.total(
+        frozenset({"create"}), "services"
+    )
+    status_writes = counts.total(WRITE_VERBS, "msjobs.mindspore.gitee.com/status")
+    events = counts.total(WRITE_VERBS, "events") + counts.total(WRITE_VERBS, "events.events.k8s.io")
+    writes = counts.total(WRITE_VERBS)
+    minimum = jobs * (PODS_PER_JOB + 1 + 3)
+    return {
+        "requests": counts.as_rows(),
+        "writes_total": writes,
+        "writes_excluding_events": writes - events,
+        "event_writes": events,
+        "object_creates": creates,
+        "status_writes": status_writes,
+        "minimum_writes": minimum,
+        "writes_per_job": (writes - events) / jobs,
+        "minimum_writes_per_job": minimum / jobs,
+        "status_writes_per_job": status_writes / jobs,
+        "event_writes_per_job": events / jobs,
+        "reads_get_list": counts.total(READ_VERBS),
+        "watches": counts.total(frozenset({"watch"})),
+    }
+
+
+async def run(
+    cluster: LocalCluster,
+    jobs: int,
+    concurrency: int,
+    operator_args: list[str],
+    log_dir: Path,
+    wait_s: float,
+) -> JSON:
+    operator = await run_operator_burst(cluster, jobs, concurrency, operator_args, log_dir, wait_s)
+    raw = await run_raw(cluster, jobs, concurrency, wait_s)
+    api = api_efficiency(cluster.audit_log, jobs)
+    return {
+        "operator": operator,
+        "raw": raw,
+        "ratio_operator_to_raw": ratio(operator["all_objects_exist_s"], raw["all_objects_exist_s"]),
+        "api": api,
+    }

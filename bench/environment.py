@@ -1,0 +1,115 @@
+"""The bench's control plane and operator: a LocalCluster with the CRD installed,
+namespaces, and ``/proc`` readings of the operator process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from msop.testing import LocalCluster
+
+REPO = Path(__file__).resolve().parents[1]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def binaries() -> Path:
+    """Build (or reuse) the control-plane binaries; return their directory."""
+    out = subprocess.run(
+        [str(REPO / "hack/cluster/build.sh")], capture_output=True, text=True, check=True
+    )
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def start_cluster(name: str, nodes: int) -> LocalCluster:
+    """Start a cluster and install the MSJob CRD (Established before returning)."""
+    cluster = LocalCluster(
+        name=name,
+        bin_dir=binaries(),
+        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok-bench",
+        nodes=nodes,
+    )
+    try:
+        cluster.start()
+        for crd in sorted((REPO / "config/crd/bases").glob("*.yaml")):
+            cluster.kubectl("apply", "-f", str(crd))
+            _wait_established(cluster, crd)
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def _wait_established(cluster: LocalCluster, crd: Path, timeout: float = 60) -> None:
+    # `kubectl wait` fails outright while a new CRD has no status yet; poll instead.
+    name = cluster.kubectl("get", "-f", str(crd), "-o", "name").stdout.strip()
+    query = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
+    deadline = time.monotonic() + timeout
+    while cluster.kubectl("get", name, "-o", query).stdout.strip() != "True":
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{name} not Established within {timeout}s")
+        time.sleep(0.2)
+
+
+def create_namespace(cluster: LocalCluster, name: str, timeout: float = 60) -> None:
+    """Create ``name`` and wait for its default ServiceAccount (pods need it)."""
+    cluster.kubectl("create", "namespace", name)
+    deadline = time.monotonic() + timeout
+    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"namespace {name}: no default ServiceAccount")
+        time.sleep(0.2)
+
+
+def server_version(cluster: LocalCluster) -> str:
+    out = cluster.kubectl("version", "-o", "json").stdout
+    info = json.loads(out).get("serverVersion", {})
+    return str(info.get("gitVersion", "unknown"))
+
+
+def kwok_version(cluster: LocalCluster) -> str:
+    out = subprocess.run(
+        [cluster.binary("kwok"), "--version"], capture_output=True, text=True, check=False
+    )
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """One reading of a process: resident memory and CPU time so far."""
+
+    rss_bytes: int
+    cpu_seconds: float
+
+
+def sample(pid: int) -> ProcSample:
+    """Read VmRSS from ``/proc/<pid>/status`` and utime+stime from ``/proc/<pid>/stat``."""
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return ProcSample(rss, (utime + stime) / CLOCK_TICKS)
+
+
+def machine() -> dict[str, object]:
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    cpu_model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu_model = line.split(":", 1)[1].strip()
+            break
+    return {
+        "cores": os.cpu_count(),
+        "cpu_model": cpu_model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
