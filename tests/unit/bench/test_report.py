@@ -1,0 +1,100 @@
+"""bench's pure parts: percentiles, audit counting, target verdicts and the Markdown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench.audit import WRITE_VERBS, count_requests
+from bench.report import judge, render_markdown
+from bench.stats import cdf, percentile, ratio, summarize
+
+
+@pytest.mark.parametrize(
+    ("values", "q", "expected"),
+    [
+        ([5.0], 99, 5.0),
+        ([1.0, 2.0, 3.0, 4.0], 0, 1.0),
+        ([1.0, 2.0, 3.0, 4.0], 100, 4.0),
+        ([1.0, 2.0, 3.0, 4.0], 50, 2.5),
+        ([4.0, 1.0, 3.0, 2.0], 50, 2.5),  # order does not matter
+        (list(map(float, range(101))), 99, 99.0),
+        ([0.0, 10.0], 90, 9.0),
+    ],
+)
+def test_percentile(values: list[float], q: float, expected: float) -> None:
+    assert percentile(values, q) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize(("values", "q"), [([], 50), ([1.0], -1), ([1.0], 101)])
+def test_percentile_rejects(values: list[float], q: float) -> None:
+    with pytest.raises(ValueError):
+        percentile(values, q)
+
+
+def test_summarize_and_cdf() -> None:
+    s = summarize([3.0, 1.0, 2.0])
+    assert s == {"count": 3, "mean": 2.0, "p50": 2.0, "p90": 2.8, "p99": pytest.approx(2.98),
+                 "max": 3.0}  # fmt: skip
+    assert summarize([]) == {"count": 0}
+    assert cdf([2.0, 1.0]) == ([1.0, 2.0], [0.5, 1.0])
+    assert ratio(3.0, 2.0) == 1.5
+    assert ratio(1.0, 0.0) is None
+
+
+def _audit(verb: str, resource: str, ua: str, stage: str = "ResponseComplete", **ref: str) -> str:
+    return json.dumps(
+        {"stage": stage, "verb": verb, "userAgent": ua, "objectRef": {"resource": resource, **ref}}
+    )
+
+
+def test_count_requests_filters_user_agent_and_stage() -> None:
+    lines = [
+        _audit("create", "pods", "msop/0.1.0"),
+        _audit("create", "pods", "msop/0.1.0"),
+        _audit("watch", "pods", "msop/0.1.0", stage="ResponseStarted"),
+        _audit("watch", "pods", "msop/0.1.0"),
+        _audit("update", "msjobs", "msop/0.1.0", apiGroup="mindspore.gitee.com",
+               subresource="status"),
+        _audit("create", "pods", "msop-bench/1"),
+        _audit("create", "pods", "kubectl/v1.36"),
+        "not json msop/",
+    ]  # fmt: skip
+    counts = count_requests(lines, "msop/")
+    assert counts.by_verb_resource == {
+        ("create", "pods"): 2,
+        ("watch", "pods"): 1,
+        ("update", "msjobs.mindspore.gitee.com/status"): 1,
+    }
+    assert counts.total(WRITE_VERBS) == 3
+    assert counts.total(WRITE_VERBS, "pods") == 2
+
+
+def _results(p99: float, writes: float) -> dict[str, object]:
+    return {
+        "burst": {
+            "operator": {"job_latency_s": {"p99": p99}, "operator_cpu_ms_per_lifecycle": 25.0},
+            "ratio_operator_to_raw": 1.2,
+            "api": {"writes_per_job": writes, "minimum_writes_per_job": 10.0},
+        }
+    }
+
+
+def test_judge() -> None:
+    rows = {r["target"]: r for r in judge(_results(p99=1.5, writes=10.0))}
+    assert rows["burst p99 job latency"]["met"] is True
+    assert rows["operator / raw-create time"]["met"] is True
+    assert rows["writes per job"]["met"] is True
+    assert rows["CPU per job lifecycle"]["met"] is False
+    assert rows["bytes per cached pod"]["met"] is None  # no memory scenario run
+    rows = {r["target"]: r for r in judge(_results(p99=2.5, writes=9.0))}
+    assert rows["burst p99 job latency"]["met"] is False
+    assert rows["writes per job"]["met"] is False  # fewer than the minimum is also wrong
+
+
+def test_render_markdown_without_scenarios() -> None:
+    report = {"started": "now", "command": "make bench", "scale": 1, "targets": judge({})}
+    md = render_markdown(report)
+    assert md.startswith("# msop benchmark now")
+    assert "not measured" in md
