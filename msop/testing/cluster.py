@@ -20,7 +20,7 @@ import shutil
 import socket
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -88,6 +88,9 @@ class LocalCluster:
     kube_version: str = "v1.36.3"
     etcd_version: str = "3.6.10"
     extra_kwokctl_args: Sequence[str] = field(default_factory=tuple)
+    extra_config_docs: Sequence[Mapping[str, object]] = field(default_factory=tuple)
+    """More documents for kwokctl's ``--config`` file: Stages, or a KwokctlConfiguration
+    that kwokctl strategic-merges into ours (e.g. ``componentsPatches``)."""
 
     @property
     def kubeconfig(self) -> str:
@@ -141,7 +144,9 @@ class LocalCluster:
             "options": options,
         }
         path = self.workdir / f"{self.name}-kwokctl.yaml"
-        path.write_text(json.dumps(config, indent=2))
+        path.write_text(
+            "\n---\n".join(json.dumps(d, indent=2) for d in (config, *self.extra_config_docs))
+        )
         return path
 
     def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
