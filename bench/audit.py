@@ -64,6 +64,12 @@ def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCount
     return counts
 
 
-def count_file(path: Path, user_agent_prefix: str) -> RequestCounts:
+def count_file(path: Path, user_agent_prefix: str, keep: Path | None = None) -> RequestCounts:
+    """Count from the log at ``path``; with ``keep``, also copy the lines that mention
+    ``user_agent_prefix`` there (the client's own audit trail, for a closer look)."""
     with path.open(encoding="utf-8", errors="replace") as f:
-        return count_requests(f, user_agent_prefix)
+        lines = [line for line in f if user_agent_prefix in line]
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text("".join(lines))
+    return count_requests(lines, user_agent_prefix)

@@ -235,9 +235,10 @@ async def run_raw(cluster: LocalCluster, jobs: int, concurrency: int, wait_s: fl
     }
 
 
-def api_efficiency(audit_log: Path, jobs: int) -> JSON:
-    """The operator's requests over the burst run, from the audit log."""
-    counts = count_file(audit_log, OPERATOR_USER_AGENT_PREFIX)
+def api_efficiency(audit_log: Path, jobs: int, keep: Path | None = None) -> JSON:
+    """The operator's requests over the burst run, from the audit log (its lines are
+    copied to ``keep``)."""
+    counts = count_file(audit_log, OPERATOR_USER_AGENT_PREFIX, keep)
     creates = counts.total(frozenset({"create"}), "pods") + counts.total(
         frozenset({"create"}), "services"
     )
@@ -272,7 +273,7 @@ async def run(
 ) -> JSON:
     operator = await run_operator_burst(cluster, jobs, concurrency, operator_args, log_dir, wait_s)
     raw = await run_raw(cluster, jobs, concurrency, wait_s)
-    api = api_efficiency(cluster.audit_log, jobs)
+    api = api_efficiency(cluster.audit_log, jobs, log_dir / "audit-operator.jsonl")
     return {
         "operator": operator,
         "raw": raw,

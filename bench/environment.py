@@ -15,6 +15,19 @@ from msop.testing import LocalCluster
 REPO = Path(__file__).resolve().parents[1]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
+#: kube-apiserver's default Service range (10.0.0.0/24) holds 254 Services; the burst
+#: needs 1,000 and the memory scenario 2,000.
+WIDE_SERVICE_RANGE = {
+    "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+    "kind": "KwokctlConfiguration",
+    "componentsPatches": [
+        {
+            "name": "kube-apiserver",
+            "extraArgs": [{"key": "service-cluster-ip-range", "value": "10.96.0.0/16"}],
+        }
+    ],
+}
+
 
 def binaries() -> Path:
     """Build (or reuse) the control-plane binaries; return their directory."""
@@ -31,6 +44,7 @@ def start_cluster(name: str, nodes: int) -> LocalCluster:
         bin_dir=binaries(),
         workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok-bench",
         nodes=nodes,
+        extra_config_docs=(WIDE_SERVICE_RANGE,),
     )
     try:
         cluster.start()
