@@ -1,0 +1,53 @@
+"""MSJobClientSync runs on its own loop thread, so it works under a running loop (Jupyter)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from msop.client import MSJobClientSync, MSJobValidationError, dataparallel_job
+from msop.kube.errors import ApiUnavailable
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "http://127.0.0.1:PORT"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: ns}}]
+current-context: x
+"""
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def kubeconfig(tmp_path: Path) -> Path:
+    path = tmp_path / "kubeconfig"
+    path.write_text(KUBECONFIG.replace("PORT", str(_closed_port())))
+    return path
+
+
+async def test_blocking_calls_work_while_a_loop_is_running(kubeconfig: Path) -> None:
+    asyncio.get_running_loop()  # as in a notebook cell
+    before = threading.active_count()
+    with MSJobClientSync(kubeconfig, namespace="team") as client:
+        assert client.namespace == "team"
+        with pytest.raises(MSJobValidationError):
+            client.create(dataparallel_job("Bad_Name", "img", "x"))
+        with pytest.raises(ApiUnavailable):
+            client.get("j")  # nobody listens: the request really went out
+        with pytest.raises(ApiUnavailable):
+            client.list()
+    assert threading.active_count() == before  # the loop thread is gone
+    client.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        client.get("j")
