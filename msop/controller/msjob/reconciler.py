@@ -15,6 +15,8 @@ decides anything itself except how to react to API errors:
 - **Status** is written through the status subresource, guarded by ``resourceVersion``,
   and only when it changed. A conflict requeues: the next pass recomputes from a fresher
   cache, so no update is lost and a stale status is never written over a newer one.
+  A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
+  not requeued until the job changes (the Warning events of the pass are already out).
 """
 
 from __future__ import annotations
@@ -32,10 +34,16 @@ from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.msjob import metrics
 from msop.controller.msjob.plan import Observed, Options, Plan, format_time, plan
-from msop.controller.reconcile import Request, Result
+from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube.client import KubeClient
-from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
+from msop.kube.errors import (
+    ApiError,
+    is_already_exists,
+    is_conflict,
+    is_invalid,
+    is_not_found,
+)
 from msop.kube.resources import PODS, SERVICES, Resource
 
 JSON = dict[str, Any]
@@ -202,6 +210,11 @@ class MSJobReconciler:
             if is_conflict(e) or is_not_found(e):
                 log.info("status write conflicted; requeueing", reason=e.reason)
                 return None
+            if is_invalid(e):
+                # The stored object fails the CRD's current schema (written under an
+                # older one): no status can be written until its spec is edited, and
+                # that edit enqueues it again. Retrying now would only loop.
+                raise TerminalError(f"status write refused: {e.message}") from e
             raise
         self._superseded[key] = meta["resourceVersion"]
         metrics.count_transitions(transitions, meta["namespace"])
