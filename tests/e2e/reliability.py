@@ -1,0 +1,307 @@
+"""Shared tools of the reliability scenarios (tests/e2e/test_reliability*.py).
+
+- small MSJobs and an async driver that creates them in bulk and ends their workers the
+  way the kubelet stand-in does (status-subresource patches), fast enough for hundreds;
+- the API server's audit log read back: successful creates by the operator, per object;
+- the operator's ``/metrics`` and its process (RSS, open TCP connections) read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from msop.kube.client import KubeClient
+from msop.kube.errors import ApiError, is_already_exists, is_not_found
+from msop.kube.resources import PODS, SERVICES, Resource
+
+JSON = dict[str, Any]
+MSJOBS = Resource("mindspore.gitee.com", "v1", "msjobs", "MSJob")
+#: The test's own client: its user agent must not look like the operator's (``msop/``).
+TEST_AGENT = "reliability-e2e"
+
+
+def msjob(
+    name: str,
+    workers: int = 1,
+    scheduler: bool = False,
+    run_policy: JSON | None = None,
+    labels: dict[str, str] | None = None,
+) -> JSON:
+    """A small MSJob: ``workers`` Never-restart workers, optionally a Scheduler."""
+
+    def replica(n: int) -> JSON:
+        return {
+            "replicas": n,
+            "restartPolicy": "Never",
+            "template": {
+                "metadata": {"labels": dict(labels or {})},
+                "spec": {"containers": [{"name": "mindspore", "image": "mindspore:e2e"}]},
+            },
+        }
+
+    specs = {"Worker": replica(workers)}
+    if scheduler:
+        specs["Scheduler"] = replica(1)
+    spec: JSON = {"msReplicaSpecs": specs}
+    if run_policy:
+        spec["runPolicy"] = run_policy
+    return {
+        "apiVersion": "mindspore.gitee.com/v1",
+        "kind": "MSJob",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def has_true(job: JSON, type_: str) -> bool:
+    return any(
+        c.get("type") == type_ and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or ()
+    )
+
+
+def condition_types(job: JSON) -> set[str]:
+    return {c["type"] for c in (job.get("status") or {}).get("conditions") or ()}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def succeeded_status(pod: JSON) -> JSON:
+    """The status a kubelet reports when every container exited 0."""
+    now = _now()
+    return {
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": [
+                {
+                    "name": c["name"],
+                    "image": c.get("image", ""),
+                    "imageID": "",
+                    "ready": False,
+                    "started": False,
+                    "restartCount": 0,
+                    "state": {
+                        "terminated": {
+                            "exitCode": 0,
+                            "reason": "Completed",
+                            "startedAt": now,
+                            "finishedAt": now,
+                        }
+                    },
+                }
+                for c in pod["spec"]["containers"]
+            ],
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+        }
+    }
+
+
+async def create_all(client: KubeClient, ns: str, jobs: Iterable[JSON], parallel: int = 8) -> None:
+    """Create MSJobs, ``parallel`` at a time; AlreadyExists is fine."""
+    sem = asyncio.Semaphore(parallel)
+
+    async def one(job: JSON) -> None:
+        async with sem:
+            try:
+                await client.create(MSJOBS, job, ns)
+            except ApiError as e:
+                if not is_already_exists(e):
+                    raise
+
+    await asyncio.gather(*(one(j) for j in jobs))
+
+
+async def succeed_running_workers(client: KubeClient, ns: str, done: set[str]) -> int:
+    """One kubelet pass: every Running worker of a job that reports Running succeeds.
+
+    Ending a worker only once its job has said Running keeps the Running transition in
+    the job's history. ``done`` collects the pods already ended; returns how many were
+    ended in this pass.
+    """
+    jobs = (await client.list(MSJOBS, ns))["items"]
+    running = {j["metadata"]["name"] for j in jobs if has_true(j, "Running")}
+    pods = (
+        await client.list(PODS, ns, label_selector="training.kubeflow.org/replica-type=worker")
+    )["items"]
+    todo = [
+        p
+        for p in pods
+        if p["metadata"]["name"] not in done
+        and p.get("status", {}).get("phase") == "Running"
+        and p["metadata"]["labels"].get("training.kubeflow.org/job-name") in running
+    ]
+    sem = asyncio.Semaphore(8)
+
+    async def one(pod: JSON) -> None:
+        async with sem:
+            name = pod["metadata"]["name"]
+            try:
+                await client.patch(PODS, name, succeeded_status(pod), ns, subresource="status")
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
+            done.add(name)
+
+    await asyncio.gather(*(one(p) for p in todo))
+    return len(todo)
+
+
+async def count(client: KubeClient, res: Resource, ns: str, selector: str | None = None) -> int:
+    return len((await client.list(res, ns, label_selector=selector))["items"])
+
+
+async def children(client: KubeClient, ns: str) -> tuple[int, int]:
+    """(pods, services) the operator owns in ``ns``."""
+    sel = "training.kubeflow.org/operator-name"
+    return await count(client, PODS, ns, sel), await count(client, SERVICES, ns, sel)
+
+
+# --- the audit log --------------------------------------------------------------------
+
+
+def audit_events(audit_log: Path) -> list[JSON]:
+    out = []
+    with audit_log.open(errors="replace") as f:
+        for line in f:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue  # a line being written right now
+    return out
+
+
+def operator_creates(audit_log: Path, ns: str, resources: Iterable[str]) -> Counter[str]:
+    """How many times the operator (user agent ``msop/...``) stored each object in ``ns``
+    with a create, per ``resource/name``, read from the audit log.
+
+    A 201 stored it. A create in flight when the operator is SIGKILLed is audited as 504
+    (the client went away) and may or may not have stored it: when the operator's next
+    create of that name succeeds (201) with no delete in between, it had not; otherwise
+    (next is 409 AlreadyExists, or none) it had. At Metadata level the log has no UIDs;
+    an object stored twice under one name needs two stored creates, which this counts.
+    """
+    wanted = set(resources)
+    history: dict[str, list[tuple[str, int]]] = {}
+    for ev in audit_events(audit_log):
+        ref = ev.get("objectRef") or {}
+        if (
+            ref.get("namespace") != ns
+            or ref.get("resource") not in wanted
+            or ref.get("subresource")
+        ):
+            continue
+        key = f"{ref['resource']}/{ref.get('name', '')}"
+        code = (ev.get("responseStatus") or {}).get("code", 0)
+        if ev.get("verb") == "create" and str(ev.get("userAgent", "")).startswith("msop/"):
+            history.setdefault(key, []).append(("create", code))
+        elif ev.get("verb") == "delete" and code in (200, 202):
+            history.setdefault(key, []).append(("delete", code))
+    n: Counter[str] = Counter()
+    for key, steps in history.items():
+        for i, (verb, code) in enumerate(steps):
+            if verb != "create":
+                continue
+            if code == 201:
+                n[key] += 1
+            elif code >= 500:
+                later = steps[i + 1 : i + 2]
+                if not (later and later[0] == ("create", 201)):
+                    n[key] += 1
+    return n
+
+
+def operator_calls(
+    audit_log: Path, ns: str, verb: str, resource: str, subresource: str | None = None
+) -> list[JSON]:
+    """Every request (any outcome) by the operator with this verb on this resource."""
+    return [
+        ev
+        for ev in audit_events(audit_log)
+        if ev.get("verb") == verb
+        and (ev.get("objectRef") or {}).get("namespace") == ns
+        and (ev.get("objectRef") or {}).get("resource") == resource
+        and (ev.get("objectRef") or {}).get("subresource") == subresource
+        and str(ev.get("userAgent", "")).startswith("msop/")
+    ]
+
+
+# --- the operator from outside -----------------------------------------------------------
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
+
+
+def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """Read a Prometheus text page: (name, labels) -> value."""
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+    for line in text.splitlines():
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
+        out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(url: str, name: str, **labels: str) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels``; 0 when none."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in scrape(url).items() if n == name and want <= ls)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmRSS for pid {pid}")
+
+
+def tcp_connections(pid: int) -> int:
+    """Established TCP connections held by the process (its socket fds found in the
+    kernel's TCP tables in state 01)."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    established = 0
+    for table in ("tcp", "tcp6"):
+        path = Path(f"/proc/{pid}/net/{table}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == "01" and fields[9] in inodes:
+                established += 1
+    return established
+
+
+async def wait_until(what: str, predicate: Any, within: float, interval: float = 0.5) -> Any:
+    """Await ``predicate()`` (sync or async) until truthy; AssertionError after ``within``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    last: Any = None
+    while True:
+        last = predicate()
+        if asyncio.iscoroutine(last):
+            last = await last
+        if last:
+            return last
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {last!r})")
+        await asyncio.sleep(interval)

@@ -1,0 +1,612 @@
+"""Reliability scenarios of issue 8 that take seconds to a minute each: API server
+restart, watch expiry (410), stuck watch, status conflicts, quota refusals, hostile input.
+
+Faults are real: the control plane is restarted with kwokctl, etcd is compacted through
+its HTTP gateway, a TCP proxy (tests/e2e/tcpproxy.py) freezes or cuts the operator's
+connections. Scenarios that change the API server's flags or the CRD run on a second,
+small cluster of their own (``side_cluster``) so the shared one is never altered.
+Figures are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import os
+import time
+import urllib.request
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from msop.kube.client import KubeClient
+from msop.kube.resources import PODS, SERVICES
+from msop.testing import LocalCluster, OperatorProcess
+from tests.e2e.conftest import build_binaries, install_crds
+from tests.e2e.msjobs import condition, event_reasons, events, get, wait_condition, wait_for
+from tests.e2e.reliability import (
+    MSJOBS,
+    TEST_AGENT,
+    condition_types,
+    create_all,
+    has_true,
+    metric,
+    msjob,
+    operator_calls,
+    succeed_running_workers,
+    wait_until,
+)
+from tests.e2e.tcpproxy import TcpProxy
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    async with await KubeClient.from_config(
+        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
+    ) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def side_cluster() -> Iterator[LocalCluster]:
+    """A small cluster of this module's own: its API server serves watches straight from
+    etcd (no watch cache), so a compaction makes an old resourceVersion "410 Gone"; and
+    its CRD may be swapped without disturbing the shared cluster."""
+    c = LocalCluster(
+        name=f"msop-rel-{os.getpid()}",
+        bin_dir=build_binaries(),
+        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok",
+        nodes=1,
+        extra_kwokctl_args=("--extra-args", "kube-apiserver=watch-cache=false"),
+    )
+    try:
+        c.start()
+        install_crds(c)
+        yield c
+    finally:
+        c.stop()
+
+
+def new_namespace(cluster: LocalCluster) -> str:
+    name = f"rel-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    wait_for(
+        f"namespace {name} default ServiceAccount",
+        lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
+        30,
+    )
+    return name
+
+
+def operator_on(
+    cluster: LocalCluster, ns: str, kubeconfig: str, *args: str, **env: str
+) -> OperatorProcess:
+    return OperatorProcess(
+        kubeconfig=kubeconfig,
+        log_path=REPO / ".cache" / "e2e-logs" / f"{ns}-{uuid.uuid4().hex[:4]}.log",
+        args=("--namespace", ns, "--log-level", "debug", *args),
+        env=env,
+    )
+
+
+def proxied_kubeconfig(cluster: LocalCluster, proxy_port: int, path: Path) -> tuple[str, int]:
+    """Write a copy of the cluster's kubeconfig that goes through the proxy; return the
+    API server's (host, port)."""
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = cfg["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy_port}"
+    path.write_text(yaml.safe_dump(cfg))
+    return host, int(port)
+
+
+def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = cfg["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    return host, int(port)
+
+
+def cluster_is_whole(cluster: LocalCluster) -> None:
+    """Wait until a restarted control plane serves the next tests normally (the
+    controller-manager creates a new namespace's default ServiceAccount)."""
+    wait_for(
+        "the API server back", lambda: cluster.kubectl("get", "ns", check=False).returncode == 0, 90
+    )
+    probe = new_namespace(cluster)
+    cluster.kubectl("delete", "namespace", probe, "--wait=false", check=False)
+
+
+# --- 2. API server restart -------------------------------------------------------------
+
+
+@pytest.mark.slow
+async def test_operator_converges_across_an_apiserver_restart(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    """Jobs run; the control plane is stopped and started; workers end right after it is
+    back; every job Succeeds, with the same operator process throughout."""
+    op = start_operator()
+    names = [f"ar-{i}" for i in range(6)]
+    await create_all(client, namespace, [msjob(n, scheduler=i < 2) for i, n in enumerate(names)])
+    for n in names:
+        await asyncio.to_thread(wait_condition, cluster, namespace, n, "Running", 90)
+    errors_before = metric(op.metrics_url, "informer_watch_restarts_total")
+    cluster.kwokctl("stop", "cluster")
+    try:
+        await asyncio.sleep(2)
+    finally:
+        cluster.kwokctl("start", "cluster")
+    started = time.monotonic()
+    done: set[str] = set()
+    await wait_until(
+        "every job Succeeded after the restart",
+        lambda: _all_succeeded_after_pass(client, namespace, names, done),
+        within=120,
+        interval=1,
+    )
+    restarts = metric(op.metrics_url, "informer_watch_restarts_total") - errors_before
+    print(
+        f"\napiserver restart: all {len(names)} jobs Succeeded {time.monotonic() - started:.1f}s "
+        f"after it came back; {restarts:.0f} watch restarts"
+    )
+    assert op.alive(), op.log_tail()
+    assert restarts >= 1
+    await asyncio.to_thread(cluster_is_whole, cluster)
+
+
+async def _all_succeeded_after_pass(
+    client: KubeClient, ns: str, names: list[str], done: set[str]
+) -> bool:
+    try:
+        await succeed_running_workers(client, ns, done)
+        jobs = (await client.list(MSJOBS, ns))["items"]
+    except Exception:  # the API server is still coming back
+        return False
+    ok = [j for j in jobs if j["metadata"]["name"] in names and has_true(j, "Succeeded")]
+    return len(ok) == len(names)
+
+
+# --- 3. watch expiry (410 Gone) ---------------------------------------------------------
+
+
+def etcd_compact(cluster: LocalCluster) -> int:
+    """Compact the cluster's etcd up to its current revision (gRPC gateway); return it."""
+    cfg = json.loads((cluster.workdir / f"{cluster.name}-kwokctl.yaml").read_text())
+    base = f"http://127.0.0.1:{cfg['options']['etcdPort']}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{base}/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+            return out
+
+    key = base64.b64encode(b"/registry/").decode()
+    rev = int(post("range", {"key": key, "limit": 1})["header"]["revision"])
+    post("compaction", {"revision": rev, "physical": True})
+    return rev
+
+
+async def test_watch_expiry_relists_and_misses_no_deletion(
+    side_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The operator is cut off (through a proxy); meanwhile a worker pod and a whole job
+    are deleted and etcd is compacted. Its watches resume from a compacted
+    resourceVersion, get 410, relist; the deleted pod is recreated (the deletion was
+    seen from the last known state) and the deleted job leaves nothing behind."""
+    c = side_cluster
+    ns = new_namespace(c)
+    async with (
+        TcpProxy(*apiserver_address(c)) as proxy,
+        await KubeClient.from_config(c.kubeconfig, user_agent=TEST_AGENT) as client,
+    ):
+        kc = tmp_path / "proxied.kubeconfig"
+        proxied_kubeconfig(c, proxy.port, kc)
+        op = operator_on(c, ns, str(kc))
+        await asyncio.to_thread(op.start)
+        try:
+            await create_all(client, ns, [msjob("keep", workers=2), msjob("gone")])
+            await wait_until(
+                "3 pods Running",
+                lambda: _phases(client, ns, "Running", 3),
+                within=60,
+            )
+            await wait_until("keep Running", lambda: _job_has(client, ns, "keep", "Running"), 60)
+            expired_before = metric(
+                op.metrics_url, "informer_watch_restarts_total", reason="expired"
+            )
+            lists_before = metric(op.metrics_url, "informer_lists_total")
+            proxy.hold_new()
+            proxy.cut()
+            await client.delete(PODS, "keep-worker-1", ns, grace_period_seconds=0)
+            await client.delete(MSJOBS, "gone", ns)
+            await wait_until(
+                "gone's pod collected", lambda: _absent(client, ns, "gone-worker-0"), 60
+            )
+            for i in range(20):  # more events the operator will never see one by one
+                await client.patch(MSJOBS, "keep", {"metadata": {"annotations": {"n": str(i)}}}, ns)
+            rev = await asyncio.to_thread(etcd_compact, c)
+            proxy.thaw()
+            await wait_until(
+                "a watch to expire (410) and relist",
+                lambda: (
+                    metric(op.metrics_url, "informer_watch_restarts_total", reason="expired")
+                    > expired_before
+                ),
+                within=60,
+            )
+            pod = await wait_until(
+                "keep-worker-1 recreated", lambda: _get_pod(client, ns, "keep-worker-1"), 60
+            )
+            assert pod["metadata"]["ownerReferences"][0]["name"] == "keep"
+            expired = metric(op.metrics_url, "informer_watch_restarts_total", reason="expired")
+            lists = metric(op.metrics_url, "informer_lists_total")
+            assert lists > lists_before
+            assert op.alive(), op.log_tail()
+            print(
+                f"\nwatch expiry: etcd compacted at {rev}; {expired - expired_before:.0f} watches "
+                f"expired, {lists - lists_before:.0f} relists; deleted pod recreated"
+            )
+        finally:
+            proxy.thaw()
+            code = await asyncio.to_thread(op.stop)
+            c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        assert code == 0, op.log_tail()
+
+
+async def _phases(client: KubeClient, ns: str, phase: str, n: int) -> bool:
+    pods = (await client.list(PODS, ns))["items"]
+    return sum(p.get("status", {}).get("phase") == phase for p in pods) >= n
+
+
+async def _job_has(client: KubeClient, ns: str, name: str, type_: str) -> bool:
+    return has_true(await client.get(MSJOBS, name, ns), type_)
+
+
+async def _get_pod(client: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
+    pods = (await client.list(PODS, ns, field_selector=f"metadata.name={name}"))["items"]
+    return pods[0] if pods else None
+
+
+async def _absent(client: KubeClient, ns: str, name: str) -> bool:
+    return await _get_pod(client, ns, name) is None
+
+
+# --- 4. stuck watch ---------------------------------------------------------------------
+
+STALL = 6.0
+
+
+async def test_stuck_watch_is_restarted_within_the_bound(
+    cluster: LocalCluster, namespace: str, client: KubeClient, tmp_path: Path
+) -> None:
+    """Traffic to the operator freezes with every connection left open. Within the
+    stall bound (MSOP_WATCH_STALL_TIMEOUT=6 s, +4 s slack) the operator gives up the
+    frozen watches; once traffic flows again it converges on a job created meanwhile."""
+    async with TcpProxy(*apiserver_address(cluster)) as proxy:
+        kc = tmp_path / "proxied.kubeconfig"
+        proxied_kubeconfig(cluster, proxy.port, kc)
+        op = operator_on(cluster, namespace, str(kc), MSOP_WATCH_STALL_TIMEOUT=str(STALL))
+        await asyncio.to_thread(op.start)
+        try:
+            await create_all(client, namespace, [msjob("before")])
+            await wait_until(
+                "before Created", lambda: _job_has(client, namespace, "before", "Created"), 60
+            )
+            await asyncio.sleep(1)
+            stalled_before = metric(
+                op.metrics_url, "informer_watch_restarts_total", reason="stalled"
+            )
+            frozen = proxy.freeze()
+            t0 = time.monotonic()
+            await create_all(client, namespace, [msjob("during")])
+            # msjobs, pods, services: three watches, each must be given up.
+            await wait_until(
+                "the frozen watches restarted",
+                lambda: (
+                    metric(op.metrics_url, "informer_watch_restarts_total", reason="stalled")
+                    >= stalled_before + 3
+                ),
+                within=STALL + 4,
+                interval=0.2,
+            )
+            detected = time.monotonic() - t0
+            # Nothing reaches the operator now, so every watch it has, and every watch it
+            # opens again (on a pooled or a new connection, frozen either way), is stuck.
+            assert not await _job_has(client, namespace, "during", "Created")
+            proxy.thaw()
+            await wait_until(
+                "during Created", lambda: _job_has(client, namespace, "during", "Created"), 60
+            )
+            print(
+                f"\nstuck watch: bound {STALL}s; 3 stuck watches restarted {detected:.1f}s "
+                f"after the freeze ({len(frozen)} connections frozen)"
+            )
+        finally:
+            proxy.thaw()
+            code = await asyncio.to_thread(op.stop)
+        assert code == 0, op.log_tail()
+
+
+# --- 6. status conflicts ----------------------------------------------------------------
+
+
+async def test_concurrent_writer_loses_no_status(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    """Another writer patches the job's labels, annotations and a harmless spec field
+    as fast as it can while the job runs to completion."""
+    op = start_operator()
+    await create_all(client, namespace, [msjob("busy", workers=3, scheduler=True)])
+    stop = asyncio.Event()
+    writes = 0
+
+    async def writer() -> None:
+        nonlocal writes
+        while not stop.is_set():
+            patch = {
+                "metadata": {"labels": {"writer": str(writes)}, "annotations": {"w": str(writes)}},
+                "spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600 + writes}},
+            }
+            await client.patch(MSJOBS, "busy", patch, namespace)
+            writes += 1
+
+    tasks = [asyncio.create_task(writer()) for _ in range(2)]
+    try:
+        await wait_until("busy Running", lambda: _job_has(client, namespace, "busy", "Running"), 60)
+        done: set[str] = set()
+        await wait_until(
+            "busy Succeeded",
+            lambda: _pass_then_check(client, namespace, "busy", done),
+            within=60,
+        )
+        await asyncio.sleep(2)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    job = await client.get(MSJOBS, "busy", namespace)
+    assert {"Created", "Running", "Succeeded"} <= condition_types(job), job["status"]
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 3, job["status"]
+    assert job["metadata"]["labels"]["writer"] == str(writes - 1) or writes > 0
+    assert job["status"].get("completionTime")
+    conflicts = op.log_path.read_text().count("status write conflicted")
+    requeues = metric(op.metrics_url, "controller_runtime_reconcile_total", result="requeue")
+    print(
+        f"\nstatus conflicts: {writes} concurrent writes, {conflicts} status conflicts "
+        f"retried, reconcile requeues {requeues:.0f}; no transition lost"
+    )
+    assert conflicts >= 1 and requeues >= 1, "no conflict happened: the test proved nothing"
+
+
+async def _pass_then_check(client: KubeClient, ns: str, name: str, done: set[str]) -> bool:
+    await succeed_running_workers(client, ns, done)
+    return await _job_has(client, ns, name, "Succeeded")
+
+
+# --- 7. the cluster says no -------------------------------------------------------------
+
+QUOTA_WINDOW = 60.0
+
+
+async def test_pod_quota_refusals_are_reported_and_retried_without_a_hot_loop(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    """``pods: 1``: the second worker is refused (403). The job says why (condition and
+    Warning event); the operator retries with backoff, bounded calls per minute; once
+    the quota is raised, the job runs."""
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "pods"},
+        "spec": {"hard": {"pods": "1"}},
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(quota))
+    wait_for(
+        "the quota counted",
+        lambda: (
+            (get(cluster, namespace, "resourcequota", "pods") or {}).get("status", {}).get("hard")
+        ),
+        30,
+    )
+    start_operator()
+    await create_all(client, namespace, [msjob("quota", workers=2)])
+    job = await asyncio.to_thread(
+        wait_for,
+        "the ReplicaFailure condition",
+        lambda: condition(get(cluster, namespace, "msjob", "quota"), "ReplicaFailure"),
+        60,
+    )
+    assert job["reason"] == "Forbidden", job
+    assert "exceeded quota" in job["message"], job
+    warnings = [e for e in events(cluster, namespace, "quota") if e["reason"] == "FailedCreatePod"]
+    assert warnings and warnings[0]["type"] == "Warning"
+    t0 = len(operator_calls(cluster.audit_log, namespace, "create", "pods"))
+    await asyncio.sleep(QUOTA_WINDOW)
+    attempts = len(operator_calls(cluster.audit_log, namespace, "create", "pods")) - t0
+    refused = sum(
+        (e.get("responseStatus") or {}).get("code") == 403
+        for e in operator_calls(cluster.audit_log, namespace, "create", "pods")
+    )
+    per_minute = attempts * 60 / QUOTA_WINDOW
+    print(
+        f"\nquota: {per_minute:.0f} pod create attempts/min while refused ({refused} refusals "
+        f"in all)"
+    )
+    assert per_minute <= 20, f"{attempts} pod creates in {QUOTA_WINDOW}s: a hot loop"
+    quota["spec"] = {"hard": {"pods": "10"}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(quota))
+    await wait_until(
+        "both pods", lambda: _count_pods(client, namespace, 2), within=QUOTA_WINDOW * 20
+    )
+    await wait_until("quota Running", lambda: _job_has(client, namespace, "quota", "Running"), 60)
+    final = await client.get(MSJOBS, "quota", namespace)
+    assert "ReplicaFailure" not in condition_types(final), final["status"]
+    assert "FailedCreatePod" in event_reasons(cluster, namespace, "quota")
+
+
+async def _count_pods(client: KubeClient, ns: str, n: int) -> bool:
+    return len((await client.list(PODS, ns))["items"]) >= n
+
+
+# --- 8. hostile and extreme input -----------------------------------------------------
+
+
+def test_name_too_long_for_pod_names_is_rejected_at_admission(
+    cluster: LocalCluster, namespace: str
+) -> None:
+    name = "x" * 55  # + "-worker-0" = 64 characters
+    proc = cluster.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=json.dumps(msjob(name)), check=False
+    )
+    assert proc.returncode != 0
+    assert "63 characters" in proc.stderr, proc.stderr
+    assert get(cluster, namespace, "msjob", name) is None
+
+
+async def test_a_thousand_workers(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    """One MSJob with 1,000 workers: every pod is created, once, and the job Runs."""
+    start_operator("--kube-api-qps", "200", "--kube-api-burst", "400")
+    started = time.monotonic()
+    await create_all(client, namespace, [msjob("big", workers=1000)])
+    await wait_until(
+        "1,000 pods", lambda: _count_pods(client, namespace, 1000), within=180, interval=2
+    )
+    created = time.monotonic() - started
+    await wait_until("big Running", lambda: _job_has(client, namespace, "big", "Running"), 180, 2)
+    job = await client.get(MSJOBS, "big", namespace)
+    creates = [
+        e
+        for e in operator_calls(cluster.audit_log, namespace, "create", "pods")
+        if (e.get("responseStatus") or {}).get("code") == 201
+    ]
+    assert len(creates) == 1000
+    print(
+        f"\n1,000 workers: created in {created:.0f}s, Running after "
+        f"{time.monotonic() - started:.0f}s ({job['status'].get('workers')})"
+    )
+
+
+async def test_template_labels_kept_owner_and_namespace_overridden(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    other = new_namespace(cluster)
+    try:
+        start_operator()
+        job = msjob("tpl", workers=2, scheduler=True, labels={"team": "Research_A.b-1", "x": ""})
+        for spec in job["spec"]["msReplicaSpecs"].values():
+            meta = spec["template"]["metadata"]
+            meta["namespace"] = other
+            meta["ownerReferences"] = [
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "name": "thief",
+                    "controller": True,
+                    "uid": "00000000-0000-0000-0000-000000000001",
+                }
+            ]
+        await create_all(client, namespace, [job])
+        uid = (await client.get(MSJOBS, "tpl", namespace))["metadata"]["uid"]
+        await wait_until("3 pods", lambda: _count_pods(client, namespace, 3), 60)
+        for pod in (await client.list(PODS, namespace))["items"]:
+            labels = pod["metadata"]["labels"]
+            assert labels["team"] == "Research_A.b-1" and labels["x"] == "", labels
+            assert pod["metadata"]["namespace"] == namespace
+            refs = pod["metadata"]["ownerReferences"]
+            assert [(r["kind"], r["uid"]) for r in refs] == [("MSJob", uid)], refs
+        for res in (PODS, SERVICES):
+            assert (await client.list(res, other))["items"] == []
+    finally:
+        cluster.kubectl("delete", "namespace", other, "--wait=false", check=False)
+
+
+def permissive(crd: dict[str, Any]) -> dict[str, Any]:
+    """The CRD with an 'older', permissive schema: anything goes."""
+    out = copy.deepcopy(crd)
+    for v in out["spec"]["versions"]:
+        v["schema"] = {
+            "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+        }
+        v.get("subresources", {}).pop("scale", None)
+    return out
+
+
+async def test_malformed_jobs_fail_with_a_reason_never_crash(side_cluster: LocalCluster) -> None:
+    """MSJobs written under a permissive schema (replicas "abc", no mindspore container)
+    are read back under the real one. Each gets an InvalidSpec Warning event; the one the
+    API server still lets us write status for gets Failed/InvalidSpec; the one whose
+    status it refuses (422: the object fails the current schema) is not retried in a
+    loop. The operator stays up and a good job next to them is reconciled."""
+    c = side_cluster
+    ns = new_namespace(c)
+    real = yaml.safe_load(CRD.read_text())
+    bad_replicas = msjob("bad-replicas")
+    bad_replicas["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = "abc"
+    no_container = msjob("no-mindspore")
+    no_container["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "name"
+    ] = "x"
+    try:
+        c.kubectl("replace", "-f", "-", input=json.dumps(permissive(real)))
+        for job in (bad_replicas, no_container):
+            wait_for(
+                f"{job['metadata']['name']} accepted under the permissive schema",
+                lambda job=job: (
+                    c.kubectl(
+                        "create", "-n", ns, "-f", "-", input=json.dumps(job), check=False
+                    ).returncode
+                    == 0
+                ),
+                30,
+            )
+    finally:
+        c.kubectl("replace", "-f", "-", input=json.dumps(real))
+    op = operator_on(c, ns, c.kubeconfig)
+    await asyncio.to_thread(op.start)
+    try:
+        c.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(msjob("good")))
+        for name in ("bad-replicas", "no-mindspore"):
+            evs = await asyncio.to_thread(
+                wait_for,
+                f"an InvalidSpec Warning on {name}",
+                lambda name=name: [
+                    e
+                    for e in events(c, ns, name)
+                    if e["type"] == "Warning" and e["reason"] == "InvalidSpec"
+                ],
+                60,
+            )
+            print(f"\nmalformed {name}: Warning InvalidSpec: {evs[0]['message']}")
+        job = await asyncio.to_thread(wait_condition, c, ns, "no-mindspore", "Failed", 60)
+        failed = condition(job, "Failed")
+        assert failed and failed["reason"] == "InvalidSpec", failed
+        await asyncio.to_thread(wait_condition, c, ns, "good", "Created", 60)
+        await asyncio.sleep(5)
+        writes = [
+            e
+            for e in operator_calls(c.audit_log, ns, "update", "msjobs", subresource="status")
+            if (e.get("objectRef") or {}).get("name") == "bad-replicas"
+        ]
+        print(f"malformed bad-replicas: {len(writes)} status writes refused (422), then no retry")
+        assert 1 <= len(writes) <= 3, len(writes)
+        assert op.alive(), op.log_tail()
+    finally:
+        code = await asyncio.to_thread(op.stop)
+        c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+    assert code == 0, op.log_tail()
