@@ -69,6 +69,7 @@ class MSJobClientSync:
         if self._thread.is_alive():
             try:
                 self._call(self._client.close())
+                self._call(self._loop.shutdown_default_executor())  # DNS lookup threads
             finally:
                 self._stop_loop()
 
