@@ -92,6 +92,11 @@ class LocalCluster:
     """More documents for kwokctl's ``--config`` file: Stages, or a KwokctlConfiguration
     that kwokctl strategic-merges into ours (e.g. ``componentsPatches``)."""
 
+    def __post_init__(self) -> None:
+        # kwokctl resolves binaries and data under its workdir; relative paths break it.
+        self.workdir = Path(self.workdir).resolve()
+        self.bin_dir = Path(self.bin_dir).resolve()
+
     @property
     def kubeconfig(self) -> str:
         return str(self.workdir / f"{self.name}.kubeconfig")
@@ -128,6 +133,9 @@ class LocalCluster:
             "kubeAdmission": True,
             "kubeAuditPolicy": str(policy),
             "disableQPSLimits": True,
+            # kwok only plays pods on nodes whose Lease it holds; after a restart it waits
+            # for the old Leases to expire, so keep them short.
+            "nodeLeaseDurationSeconds": 10,
             "kubeApiserverBinary": self.binary("kube-apiserver"),
             "kubeControllerManagerBinary": self.binary("kube-controller-manager"),
             "kubeSchedulerBinary": self.binary("kube-scheduler"),
@@ -215,6 +223,56 @@ class LocalCluster:
         shutil.copyfile(self.cluster_dir / "kubeconfig.yaml", self.kubeconfig)
         self.kubectl("apply", "-f", "-", input=json.dumps(self._node_list()))
         self._wait_nodes_ready(timeout)
+
+    def wait_healthy(self, timeout: float = 120) -> None:
+        """Wait until the cluster serves pods end to end again (e.g. after a restart):
+        nodes Ready, the scheduler (which must first re-acquire its lease) places a probe
+        pod and kwok runs it. Raises ClusterStartError naming the failed component."""
+        self._wait_nodes_ready(timeout)
+        probe = f"healthz-probe-{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": probe, "namespace": "default"},
+            "spec": {
+                "containers": [{"name": "probe", "image": "probe"}],
+                "terminationGracePeriodSeconds": 0,
+            },
+        }
+        deadline = time.monotonic() + timeout
+        while self.kubectl("create", "-f", "-", input=json.dumps(pod), check=False).returncode:
+            if time.monotonic() > deadline:
+                raise ClusterStartError(self._diagnose("cannot create a probe pod"))
+            time.sleep(0.5)
+        try:
+            phase = ""
+            while time.monotonic() < deadline:
+                dead = self.dead_components()
+                if dead:
+                    raise ClusterStartError(self._diagnose(f"{', '.join(dead)} exited"))
+                proc = self.kubectl(
+                    "get", "pod", probe, "-n", "default", "-o", "jsonpath={.status.phase}",
+                    check=False,
+                )  # fmt: skip
+                phase = proc.stdout.strip()
+                if phase == "Running":
+                    return
+                time.sleep(0.5)
+            raise ClusterStartError(
+                self._diagnose(f"probe pod not Running within {timeout}s (phase {phase!r})")
+            )
+        finally:
+            self.kubectl("delete", "pod", probe, "-n", "default", "--wait=false", check=False)
+
+    def restart(self, downtime: float = 1.0, timeout: float = 120) -> None:
+        """Stop every component, wait ``downtime`` seconds, start them and wait until the
+        cluster is healthy again (``wait_healthy``)."""
+        self.kwokctl("stop", "cluster")
+        try:
+            time.sleep(downtime)
+        finally:
+            self.kwokctl("start", "cluster")
+        self.wait_healthy(timeout)
 
     def _node_list(self) -> dict[str, object]:
         items = []

@@ -336,6 +336,8 @@ async def test_cache_converges_across_an_apiserver_restart(
         await client.delete(CONFIGMAPS, "r3", namespace)
         await client.create(CONFIGMAPS, cm("r5", namespace))
         await cluster_is_whole_again(cluster)
+        # Later tests need pods scheduled and run again (scheduler lease, kwok nodes).
+        await asyncio.to_thread(cluster.wait_healthy)
         want = await server_state(client, namespace)
         await eventually(
             lambda: {k: o["metadata"]["resourceVersion"] for k, o in rec.seen.items()} == want,
