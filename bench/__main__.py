@@ -33,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--operator-args", default=DEFAULT_OPERATOR_ARGS,
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[], choices=("burst", "memory"))
+    p.add_argument("--profile", action="store_true",
+                   help="run the burst operator under cProfile (logs/operator-burst.prof); "
+                   "its CPU figures then include the profiler's overhead")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600, help="seconds per wait")
     p.add_argument("--out", type=Path, default=None, help="results directory")
     return p
@@ -69,6 +72,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 operator_args=shlex.split(args.operator_args),
                 log_dir=logs,
                 wait_s=args.timeout,
+                profile=args.profile,
             )
             print(f"burst: done ({time.monotonic() - t0:.0f}s)", flush=True)
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -12,12 +13,12 @@ from typing import Any
 
 from bench import workload
 from bench.audit import READ_VERBS, WRITE_VERBS, count_file
-from bench.environment import create_namespace, sample
+from bench.environment import create_namespace, sample, start_operator
 from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
 from msop.controller.msjob.reconciler import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
-from msop.testing import LocalCluster, OperatorProcess
+from msop.testing import LocalCluster
 
 JSON = dict[str, Any]
 PODS_PER_JOB = 6  # 1 Scheduler + 1 PS + 4 Workers
@@ -78,6 +79,19 @@ def _completed_status(now: str) -> JSON:
     }
 
 
+def _reconciles(metrics_url: str) -> dict[str, float]:
+    """``controller_runtime_reconcile_total`` by result, from the operator's /metrics."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("controller_runtime_reconcile_total{"):
+            labels, value = line.rsplit(" ", 1)
+            result = labels.split('result="', 1)[1].split('"', 1)[0]
+            out[result] = out.get(result, 0.0) + float(value)
+    return out
+
+
 def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> list[float]:
     pods = seen.per_job_last_seen()
     services = svcs.per_job_last_seen()
@@ -96,14 +110,15 @@ async def run_operator_burst(
     operator_args: list[str],
     log_dir: Path,
     wait_s: float,
+    profile: bool = False,
 ) -> JSON:
     create_namespace(cluster, OPERATOR_NS)
-    op = OperatorProcess(
-        kubeconfig=cluster.kubeconfig,
-        log_path=log_dir / "operator-burst.log",
-        args=("--namespace", OPERATOR_NS, *operator_args),
+    op = start_operator(
+        cluster.kubeconfig,
+        log_dir / "operator-burst.log",
+        ("--namespace", OPERATOR_NS, *operator_args),
+        profile_to=log_dir / "operator-burst.prof" if profile else None,
     )
-    op.start(timeout=120)
     assert op.proc is not None
     pid = op.proc.pid
     client = await bench_client(cluster.kubeconfig, concurrency)
@@ -150,6 +165,7 @@ async def run_operator_burst(
             await asyncio.sleep(3)  # let trailing reconciles (and their writes) finish
             cpu1 = sample(pid).cpu_seconds
             rss = sample(pid).rss_bytes
+            reconciles = await asyncio.to_thread(_reconciles, op.metrics_url)
             for w in watchers:
                 w.cancel()
     finally:
@@ -174,6 +190,8 @@ async def run_operator_burst(
         "operator_cpu_ms_per_lifecycle": 1000 * cpu / jobs,
         "operator_cpu_s_per_1000_lifecycles": 1000 * cpu / jobs,
         "operator_rss_mib_after": rss / 2**20,
+        "reconciles": reconciles,
+        "reconciles_per_job": sum(reconciles.values()) / jobs,
     }
 
 
@@ -270,8 +288,11 @@ async def run(
     operator_args: list[str],
     log_dir: Path,
     wait_s: float,
+    profile: bool = False,
 ) -> JSON:
-    operator = await run_operator_burst(cluster, jobs, concurrency, operator_args, log_dir, wait_s)
+    operator = await run_operator_burst(
+        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile
+    )
     raw = await run_raw(cluster, jobs, concurrency, wait_s)
     api = api_efficiency(cluster.audit_log, jobs, log_dir / "audit-operator.jsonl")
     return {

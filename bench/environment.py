@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from msop.testing import LocalCluster
+from msop.testing import LocalCluster, OperatorProcess
+from msop.testing.operator import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -62,7 +64,7 @@ def _wait_established(cluster: LocalCluster, crd: Path, timeout: float = 60) -> 
     name = cluster.kubectl("get", "-f", str(crd), "-o", "name").stdout.strip()
     query = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
     deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", name, "-o", query).stdout.strip() != "True":
+    while cluster.kubectl("get", name, "-o", query, check=False).stdout.strip() != "True":
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name} not Established within {timeout}s")
         time.sleep(0.2)
@@ -127,3 +129,25 @@ def machine() -> dict[str, object]:
         "memory_gib": round(mem_kb / 1024 / 1024, 1),
         "loadavg": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def start_operator(
+    kubeconfig: str, log_path: Path, args: tuple[str, ...], profile_to: Path | None = None
+) -> OperatorProcess:
+    """Start ``msop run`` and wait until ready; with ``profile_to``, under cProfile (the
+    profile is written there when the operator exits on SIGTERM)."""
+    op = OperatorProcess(kubeconfig=kubeconfig, log_path=log_path, args=args)
+    if profile_to is None:
+        return op.start(timeout=120)
+    op.metrics_port, op.health_port = free_port(), free_port()
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        op.proc = subprocess.Popen(
+            [sys.executable, "-m", "cProfile", "-o", str(profile_to), "-m", "msop.cli", "run",
+             "--kubeconfig", kubeconfig,
+             "--metrics-bind-address", f"127.0.0.1:{op.metrics_port}",
+             "--health-probe-bind-address", f"127.0.0.1:{op.health_port}", *args],
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    op.wait_ready(120)
+    return op

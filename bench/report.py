@@ -146,7 +146,9 @@ def render_markdown(report: JSON) -> str:
         lines.append(
             f"{_fmt(op['operator_cpu_s'])} s of operator CPU for {op['jobs']} lifecycles: "
             f"**{_fmt(op['operator_cpu_ms_per_lifecycle'])} ms per lifecycle**, "
-            f"{_fmt(op['operator_cpu_s_per_1000_lifecycles'])} s per 1,000."
+            f"{_fmt(op['operator_cpu_s_per_1000_lifecycles'])} s per 1,000. "
+            f"Reconciles per job: {_fmt(op.get('reconciles_per_job'))} "
+            f"(by result: {op.get('reconciles')})."
         )
 
     mem = report.get("memory")
