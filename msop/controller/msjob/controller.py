@@ -28,6 +28,7 @@ from msop.controller.msjob.reconciler import (
     pods_key,
     services_key,
 )
+from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.informers.informer import SharedInformer, final_state
 from msop.informers.lister import Lister, MultiNamespaceLister
 from msop.informers.store import Transform
@@ -36,6 +37,8 @@ from msop.kube.resources import PODS, SERVICES, Resource
 CONTROLLER_NAME = "msjob"
 EVENT_COMPONENT = "msjob-controller"
 CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
+#: Upper bound (seconds) of the per-job retry backoff after a failed reconcile.
+RETRY_MAX_DELAY = 60.0
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,11 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         CONTROLLER_NAME,
         reconciler,
         max_concurrent_reconciles=settings.max_concurrent_reconciles,
+        # A refused create (quota, admission) is retried with backoff; nothing we watch
+        # says when the cluster changes its mind, so cap the backoff at a minute as the
+        # Kubernetes Job controller does (MaxJobApiBackOff), not controller-runtime's
+        # 1000 s: a raised quota is picked up within a minute, still one call a minute.
+        rate_limiter=default_controller_rate_limiter(max_delay=RETRY_MAX_DELAY),
     )
     for inf in jobs:
         controller.watch(inf, EnqueueRequestForObject())
