@@ -142,6 +142,7 @@ class SharedInformer:
             label_selector=label_selector,
             field_selector=field_selector,
             options=options,
+            list_transform=transform,
         )
         self._handlers: list[HandlerRegistration] = []
         self._synced = asyncio.Event()
@@ -201,9 +202,12 @@ class SharedInformer:
 
     # -- ReflectorSink ----------------------------------------------------------------
 
-    def replace(self, items: list[Obj], resource_version: str) -> None:
-        """Apply a full list (ReflectorSink). Called by the reflector only."""
-        if self.transform is not None:
+    def replace(
+        self, items: list[Obj], resource_version: str, *, transformed: bool = False
+    ) -> None:
+        """Apply a full list (ReflectorSink). Called by the reflector only; with
+        ``transformed`` the items already went through :attr:`transform`."""
+        if self.transform is not None and not transformed:
             items = [self.transform(obj) for obj in items]
         initial = not self._synced.is_set()
         known = dict(self.store.items())

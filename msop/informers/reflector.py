@@ -38,7 +38,7 @@ from typing import Any, Literal, NamedTuple, Protocol
 import structlog
 
 from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL
-from msop.informers.store import Obj, key_of
+from msop.informers.store import Obj, Transform, key_of
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable, is_gone
 from msop.kube.resources import Resource
@@ -191,8 +191,11 @@ def relist_deltas(
 class ReflectorSink(Protocol):
     """Where a reflector delivers what it sees. Calls are synchronous and must not raise."""
 
-    def replace(self, items: list[Obj], resource_version: str) -> None:
-        """A complete list: the sink's content must become exactly ``items``."""
+    def replace(
+        self, items: list[Obj], resource_version: str, *, transformed: bool = False
+    ) -> None:
+        """A complete list: the sink's content must become exactly ``items``;
+        ``transformed``: they already went through the reflector's ``list_transform``."""
 
     def watch_event(self, event_type: str, obj: Obj) -> None:
         """One ADDED, MODIFIED or DELETED watch event with its object."""
@@ -232,10 +235,14 @@ class Reflector:
         label_selector: str | None = None,
         field_selector: str | None = None,
         options: ReflectorOptions | None = None,
+        list_transform: Transform | None = None,
     ) -> None:
         self.client = client
         self.resource = resource
         self.sink = sink
+        # Applied to listed objects page by page: the parsed pages of a long list are
+        # freed as they go instead of all being held until the sink slims them down.
+        self.list_transform = list_transform
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
@@ -287,11 +294,15 @@ class Reflector:
             label_selector=self.label_selector,
             field_selector=self.field_selector,
             limit=self.options.page_size,
+            transform=self.list_transform,
         )
         rv = str(result.get("metadata", {}).get("resourceVersion", ""))
         self.stats.lists += 1
         LISTS_TOTAL.labels(self._label).inc()
-        self.sink.replace(result["items"], rv)
+        if self.list_transform is None:
+            self.sink.replace(result["items"], rv)
+        else:
+            self.sink.replace(result["items"], rv, transformed=True)
         self.last_sync_resource_version = rv
         self._log.debug("listed", count=len(result["items"]), resource_version=rv)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, Self
 from urllib.parse import urlsplit
@@ -246,6 +246,46 @@ class KubeClient:
             raise ApiError.from_status(status, parsed, retry_after=_retry_after(resp.headers))
         return parsed
 
+    async def stream(
+        self, path: str, *, query: Mapping[str, str] | None = None, accept: str = "*/*"
+    ) -> AsyncGenerator[bytes, None]:
+        """GET ``path`` and yield the raw body in chunks as they arrive (pod logs, any
+        non-JSON or endless body). Throttled and counted like every request; no read
+        timeout (a followed log may be quiet for long). Raises ApiError for a non-2xx
+        answer and ApiUnavailable when no answer comes or the stream breaks. Close the
+        generator (``contextlib.aclosing``) to end the request early.
+        """
+        waited = await self.limiter.wait()
+        RATE_LIMITER_DURATION.labels("GET", self.host).observe(waited)
+        headers = await self._headers(None)
+        headers["Accept"] = accept
+        try:
+            resp = await self._rest.request(
+                "GET",
+                self._base + path,
+                query_params=dict(query) if query else None,
+                headers=headers,
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+            )
+        except _TRANSPORT_ERRORS as e:
+            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
+            raise ApiUnavailable(f"GET {path}: {e!r}") from e
+        REQUESTS_TOTAL.labels(str(resp.status), "GET", self.host).inc()
+        try:
+            if not 200 <= resp.status < 300:
+                raise ApiError.from_status(resp.status, _decode(await resp.read()))
+            while True:
+                try:
+                    chunk = await resp.content.readany()
+                except _TRANSPORT_ERRORS as e:
+                    raise ApiUnavailable(f"GET {path}: stream broken: {e!r}") from e
+                if not chunk:
+                    return
+                yield chunk
+        finally:
+            resp.close()
+
     # -- verbs ------------------------------------------------------------------------
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
@@ -293,13 +333,22 @@ class KubeClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         limit: int = 500,
+        transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """List every object with pages of ``limit``, as one List dict.
 
         The result's ``metadata.resourceVersion`` is the first page's, i.e. the snapshot
         all pages belong to. If the continue token expires mid-way (410) the list is
         redone in one unpaginated request, as client-go's pager does.
+
+        ``transform`` is applied to each item as its page arrives, so a caller that keeps
+        a slimmer form never holds every full object of a long list at once.
         """
+
+        def items_of(page: dict[str, Any]) -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = page["items"]
+            return items if transform is None else [transform(o) for o in items]
+
         first = await self.list(
             res,
             namespace,
@@ -307,7 +356,7 @@ class KubeClient:
             field_selector=field_selector,
             limit=limit,
         )
-        items: list[dict[str, Any]] = first["items"]
+        items = first["items"] = items_of(first)
         token = first.get("metadata", {}).get("continue")
         while token:
             try:
@@ -322,11 +371,14 @@ class KubeClient:
             except ApiError as e:
                 if e.status != 410 or isinstance(e, ApiUnavailable):
                     raise
-                return await self.list(
+                whole = await self.list(
                     res, namespace, label_selector=label_selector, field_selector=field_selector
                 )
-            items.extend(page["items"])
+                whole["items"] = items_of(whole)
+                return whole
+            items.extend(items_of(page))
             token = page.get("metadata", {}).get("continue")
+            del page  # not held while the next page is fetched
         first.setdefault("metadata", {}).pop("continue", None)
         first["metadata"].pop("remainingItemCount", None)
         return first

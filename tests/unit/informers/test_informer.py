@@ -127,3 +127,19 @@ def test_listers() -> None:
         MultiNamespaceLister([a, informer("a")])
     with pytest.raises(ValueError):
         MultiNamespaceLister([informer(None)])
+
+
+def test_list_already_transformed_by_the_reflector_is_not_transformed_again() -> None:
+    calls: list[str] = []
+
+    def transform(obj: dict[str, Any]) -> dict[str, Any]:
+        calls.append(obj["metadata"]["name"])
+        return obj
+
+    inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, transform=transform)
+    assert inf.reflector.list_transform is transform  # pages are slimmed as they arrive
+    inf.replace([cm("x", "1")], "1", transformed=True)
+    assert calls == []
+    inf.replace([cm("y", "2")], "2")
+    inf.watch_event("ADDED", cm("z", "3"))
+    assert calls == ["y", "z"]
