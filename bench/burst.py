@@ -16,7 +16,7 @@ from bench.audit import READ_VERBS, WRITE_VERBS, count_file
 from bench.environment import create_namespace, sample, start_operator
 from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
-from msop.controller.msjob.reconciler import MSJOBS
+from bench.workload import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.testing import LocalCluster
 
