@@ -224,7 +224,8 @@ class StartupError(Exception):
 
 async def _preflight(client: Any, namespaces: Sequence[str], gang: bool) -> None:
     """Fail fast, with one line, when the API server or a needed CRD is not there."""
-    from msop.controller.msjob.reconciler import MSJOBS, PODGROUPS
+    from msop.api.resources import MSJOBS
+    from msop.controller.msjob.reconciler import PODGROUPS
     from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
 
     namespace = namespaces[0] if namespaces else None

@@ -8,8 +8,9 @@
 - errors under :class:`MSJobError`.
 """
 
+from msop.api.resources import MSJOBS
 from msop.client.builder import dataparallel_job
-from msop.client.client import MSJOBS, MSJobClient
+from msop.client.client import MSJobClient
 from msop.client.errors import (
     MSJobError,
     MSJobFailedError,

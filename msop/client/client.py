@@ -13,6 +13,7 @@ from typing import Any, Literal, Self, TextIO
 from msop.api import FieldError, validate
 from msop.api import constants as c
 from msop.api.conditions import get_condition
+from msop.api.resources import MSJOBS
 from msop.client.errors import (
     MSJobError,
     MSJobFailedError,
@@ -26,13 +27,12 @@ from msop.client.progress import ProgressLine, format_progress
 from msop.controller.msjob.desired import object_name
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_gone, is_not_found
-from msop.kube.resources import EVENTS, Resource
+from msop.kube.resources import EVENTS
 
 JSON = dict[str, Any]
 JSONList = list[JSON]
 
 #: The MSJob REST resource (``mindspore.gitee.com/v1``, ``msjobs``).
-MSJOBS = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 #: How long one watch request may stay open before the SDK re-opens it.
 WATCH_SECONDS = 300

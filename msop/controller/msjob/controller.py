@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from msop.api import constants as c
+from msop.api.resources import MSJOBS
 from msop.controller.controller import Controller
 from msop.controller.expectations import Expectations
 from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner, Obj
@@ -21,7 +22,6 @@ from msop.controller.msjob import metrics
 from msop.controller.msjob.plan import Options
 from msop.controller.msjob.projection import pod_projection, service_projection
 from msop.controller.msjob.reconciler import (
-    MSJOBS,
     PODGROUPS,
     MSJobReconciler,
     Reader,

@@ -30,6 +30,7 @@ import structlog
 
 from msop.api import constants as c
 from msop.api.conditions import set_condition
+from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.msjob import metrics
@@ -49,7 +50,7 @@ from msop.kube.resources import PODS, SERVICES, Resource
 JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob")
 
-MSJOBS = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
+
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 REPLICA_FAILURE = c.REPLICA_FAILURE
 
