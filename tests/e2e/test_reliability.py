@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import functools
 import json
 import os
 import time
@@ -271,11 +272,23 @@ async def test_watch_expiry_relists_and_misses_no_deletion(
 
 async def _phases(client: KubeClient, ns: str, phase: str, n: int) -> bool:
     pods = (await client.list(PODS, ns))["items"]
-    return sum(p.get("status", {}).get("phase") == phase for p in pods) >= n
+    return sum(1 for p in pods if p.get("status", {}).get("phase") == phase) >= n
+
+
+def _create_ok(cluster: LocalCluster, ns: str, obj: dict[str, Any]) -> bool:
+    proc = cluster.kubectl("create", "-n", ns, "-f", "-", input=json.dumps(obj), check=False)
+    return proc.returncode == 0
+
+
+def _warnings(cluster: LocalCluster, ns: str, name: str, reason: str) -> list[dict[str, Any]]:
+    return [
+        e for e in events(cluster, ns, name) if e["type"] == "Warning" and e["reason"] == reason
+    ]
 
 
 async def _job_has(client: KubeClient, ns: str, name: str, type_: str) -> bool:
-    return has_true(await client.get(MSJOBS, name, ns), type_)
+    job: dict[str, Any] = await client.get(MSJOBS, name, ns)
+    return has_true(job, type_)
 
 
 async def _get_pod(client: KubeClient, ns: str, name: str) -> dict[str, Any] | None:
@@ -572,12 +585,7 @@ async def test_malformed_jobs_fail_with_a_reason_never_crash(side_cluster: Local
         for job in (bad_replicas, no_container):
             wait_for(
                 f"{job['metadata']['name']} accepted under the permissive schema",
-                lambda job=job: (
-                    c.kubectl(
-                        "create", "-n", ns, "-f", "-", input=json.dumps(job), check=False
-                    ).returncode
-                    == 0
-                ),
+                functools.partial(_create_ok, c, ns, job),
                 30,
             )
     finally:
@@ -590,11 +598,7 @@ async def test_malformed_jobs_fail_with_a_reason_never_crash(side_cluster: Local
             evs = await asyncio.to_thread(
                 wait_for,
                 f"an InvalidSpec Warning on {name}",
-                lambda name=name: [
-                    e
-                    for e in events(c, ns, name)
-                    if e["type"] == "Warning" and e["reason"] == "InvalidSpec"
-                ],
+                functools.partial(_warnings, c, ns, name, "InvalidSpec"),
                 60,
             )
             print(f"\nmalformed {name}: Warning InvalidSpec: {evs[0]['message']}")
