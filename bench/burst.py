@@ -92,6 +92,12 @@ def _reconciles(metrics_url: str) -> dict[str, float]:
     return out
 
 
+def _count_lines(path: Path, needle: str) -> int:
+    """Lines of the operator's log that contain ``needle``."""
+    with path.open(encoding="utf-8", errors="replace") as f:
+        return sum(needle in line for line in f)
+
+
 def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> list[float]:
     pods = seen.per_job_last_seen()
     services = svcs.per_job_last_seen()
@@ -190,6 +196,7 @@ async def run_operator_burst(
         "operator_cpu_ms_per_lifecycle": 1000 * cpu / jobs,
         "operator_cpu_s_per_1000_lifecycles": 1000 * cpu / jobs,
         "operator_rss_mib_after": rss / 2**20,
+        "events_dropped": _count_lines(log_dir / "operator-burst.log", "event queue full"),
         "reconciles": reconciles,
         "reconciles_per_job": sum(reconciles.values()) / jobs,
     }

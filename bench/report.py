@@ -134,7 +134,9 @@ def render_markdown(report: JSON) -> str:
             f"Writes per job: **{_fmt(api['writes_per_job'])}** (minimum "
             f"{_fmt(api['minimum_writes_per_job'])}: {op['pods'] // op['jobs']} pods + 1 Service "
             f"+ 3 status writes); status writes per job {_fmt(api['status_writes_per_job'])}; "
-            f"Events {_fmt(api['event_writes_per_job'])} per job (not counted). GET/LIST: "
+            f"Events {_fmt(api['event_writes_per_job'])} per job (not counted; "
+            f"{_fmt(op.get('events_dropped'))} more dropped by the operator's bounded event "
+            f"queue). GET/LIST: "
             f"{api['reads_get_list']} in total; watches: {api['watches']}."
         )
         lines.append("")
