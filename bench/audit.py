@@ -7,10 +7,13 @@ that streamed for minutes is one request. Pure apart from reading the file.
 from __future__ import annotations
 
 import json
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+
+from bench.stats import summarize
 
 WRITE_VERBS = frozenset({"create", "update", "patch", "delete", "deletecollection"})
 READ_VERBS = frozenset({"get", "list"})
@@ -21,6 +24,10 @@ class RequestCounts:
     """Requests by ``(verb, resource[/subresource])``."""
 
     by_verb_resource: Counter[tuple[str, str]] = field(default_factory=Counter)
+    server_seconds: defaultdict[tuple[str, str], list[float]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    """Time in the API server (received to response complete) of each request."""
 
     def total(self, verbs: frozenset[str] | None = None, resource: str | None = None) -> int:
         return sum(
@@ -30,10 +37,23 @@ class RequestCounts:
         )
 
     def as_rows(self) -> list[dict[str, object]]:
-        return [
-            {"verb": verb, "resource": res, "count": n}
-            for (verb, res), n in sorted(self.by_verb_resource.items())
-        ]
+        """One row per (verb, resource): count and server-side latency (not for watches)."""
+        rows: list[dict[str, object]] = []
+        for (verb, res), n in sorted(self.by_verb_resource.items()):
+            row: dict[str, object] = {"verb": verb, "resource": res, "count": n}
+            if verb != "watch":
+                row["server_s"] = summarize(self.server_seconds[(verb, res)])
+            rows.append(row)
+        return rows
+
+
+def _seconds(start: object, end: object) -> float | None:
+    try:
+        a = datetime.fromisoformat(str(start).replace("Z", "+00:00"))
+        b = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (b - a).total_seconds()
 
 
 def _resource(obj_ref: dict[str, object]) -> str:
@@ -60,7 +80,11 @@ def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCount
         if event.get("stage") not in ("ResponseComplete", "Panic"):
             continue
         ref = event.get("objectRef") or {}
-        counts.by_verb_resource[(str(event.get("verb", "")), _resource(ref))] += 1
+        key = (str(event.get("verb", "")), _resource(ref))
+        counts.by_verb_resource[key] += 1
+        took = _seconds(event.get("requestReceivedTimestamp"), event.get("stageTimestamp"))
+        if took is not None:
+            counts.server_seconds[key].append(took)
     return counts
 
 

@@ -260,6 +260,12 @@ async def run_raw(cluster: LocalCluster, jobs: int, concurrency: int, wait_s: fl
     }
 
 
+def raw_server_latency(audit_log: Path) -> list[dict[str, object]]:
+    """The baseline's creates as the API server timed them (the bench's user agent)."""
+    rows = count_file(audit_log, BENCH_USER_AGENT).as_rows()
+    return [r for r in rows if r["verb"] == "create"]
+
+
 def api_efficiency(audit_log: Path, jobs: int, keep: Path | None = None) -> JSON:
     """The operator's requests over the burst run, from the audit log (its lines are
     copied to ``keep``)."""
@@ -302,6 +308,7 @@ async def run(
     )
     raw = await run_raw(cluster, jobs, concurrency, wait_s)
     api = api_efficiency(cluster.audit_log, jobs, log_dir / "audit-operator.jsonl")
+    raw["server_latency"] = raw_server_latency(cluster.audit_log)
     return {
         "operator": operator,
         "raw": raw,

@@ -75,6 +75,11 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
     return lines
 
 
+def _server(row: JSON) -> list[Any]:
+    s = row.get("server_s") or {}
+    return [s.get("p50"), s.get("p99")]
+
+
 def render_markdown(report: JSON) -> str:
     """The human-readable report; every number comes from ``report``."""
     env = report.get("environment", {})
@@ -141,9 +146,16 @@ def render_markdown(report: JSON) -> str:
         )
         lines.append("")
         lines += _table(
-            ["verb", "resource", "count"],
-            [[r["verb"], r["resource"], r["count"]] for r in api["requests"]],
+            ["verb", "resource", "count", "server p50 s", "server p99 s"],
+            [[r["verb"], r["resource"], r["count"], *_server(r)] for r in api["requests"]],
         )
+        if raw.get("server_latency"):
+            lines += ["", "The baseline's creates, as the API server timed them:", ""]
+            lines += _table(
+                ["verb", "resource", "count", "server p50 s", "server p99 s"],
+                [[r["verb"], r["resource"], r["count"], *_server(r)]
+                 for r in raw["server_latency"]],
+            )  # fmt: skip
         lines += ["", "## CPU", ""]
         lines.append(
             f"{_fmt(op['operator_cpu_s'])} s of operator CPU for {op['jobs']} lifecycles: "
