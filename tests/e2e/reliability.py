@@ -19,12 +19,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
 
 JSON = dict[str, Any]
-MSJOBS = Resource("mindspore.gitee.com", "v1", "msjobs", "MSJob")
 #: The test's own client: its user agent must not look like the operator's (``msop/``).
 TEST_AGENT = "reliability-e2e"
 
