@@ -96,9 +96,16 @@ async def run(
     cached = full["cached_pods"]
     per_pod_settled = (full["rss_bytes_settled"] - empty["rss_bytes_settled"]) / max(cached, 1)
     per_pod_synced = (full["rss_bytes_at_synced"] - empty["rss_bytes_at_synced"]) / max(cached, 1)
+    # The slope above the first filled level leaves out the one-off cost of the first
+    # list pages and of the first objects of each kind.
+    first = points[1] if len(points) > 2 else empty
+    slope = (full["rss_bytes_settled"] - first["rss_bytes_settled"]) / max(
+        cached - first["cached_pods"], 1
+    )
     return {
         "jobs": jobs,
         "pods_in_cluster": 2 * jobs * PODS_PER_JOB,
+        "marginal_bytes_per_cached_pod": slope,
         "cached_pods": cached,
         "fill_seconds": fill_s,
         "points": points,

@@ -172,8 +172,10 @@ def render_markdown(report: JSON) -> str:
             f"{mem['pods_in_cluster']:,} pods in the cluster, {mem['cached_pods']:,} of them the "
             f"operator's, and {mem['jobs']:,} MSJobs. Bytes per cached pod "
             f"(RSS full - RSS empty, over cached pods): "
-            f"**{_fmt(mem['bytes_per_cached_pod'], 0)} B**; the MSJobs and Services in the "
-            f"cache are included in that figure."
+            f"**{_fmt(mem['bytes_per_cached_pod'], 0)} B**; marginal, between the first "
+            f"filled level and the full cluster: "
+            f"{_fmt(mem.get('marginal_bytes_per_cached_pod'), 0)} B. Both include the MSJobs (one per {mem['cached_pods'] // max(mem['jobs'], 1)} "
+            f"pods) and Services in the cache."
         )
         lines.append("")
         lines += _table(
