@@ -174,8 +174,9 @@ def render_markdown(report: JSON) -> str:
             f"(RSS full - RSS empty, over cached pods): "
             f"**{_fmt(mem['bytes_per_cached_pod'], 0)} B**; marginal, between the first "
             f"filled level and the full cluster: "
-            f"{_fmt(mem.get('marginal_bytes_per_cached_pod'), 0)} B. Both include the MSJobs (one per {mem['cached_pods'] // max(mem['jobs'], 1)} "
-            f"pods) and Services in the cache."
+            f"{_fmt(mem.get('marginal_bytes_per_cached_pod'), 0)} B. Both include the "
+            f"MSJobs (one per {mem['cached_pods'] // max(mem['jobs'], 1)} pods) and Services "
+            f"in the cache."
         )
         lines.append("")
         lines += _table(
