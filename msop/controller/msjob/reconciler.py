@@ -3,6 +3,8 @@
 This is the only part of the MSJob controller that talks to the API server. It never
 decides anything itself except how to react to API errors:
 
+- **The Scheduler Service** is created first; its ClusterIP comes back in the create
+  response, so the planner runs again with it and every pod goes out in the same pass.
 - **Creates** go out in slow-start batches (1, 2, 4, ...), Services before pods. The
   first failure stops the rest, so a quota that forbids pods costs one request per
   reconcile, and the controller's rate-limited requeue spaces the retries (no hot loop).
@@ -15,6 +17,9 @@ decides anything itself except how to react to API errors:
 - **Status** is written through the status subresource, guarded by ``resourceVersion``,
   and only when it changed. A conflict requeues: the next pass recomputes from a fresher
   cache, so no update is lost and a stale status is never written over a newer one.
+  A change that only moves pod counts (``replicaStatuses``, ``workers``) waits up to
+  ``COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write, not one each;
+  condition changes are written at once.
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
 """
@@ -22,6 +27,7 @@ decides anything itself except how to react to API errors:
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -53,6 +59,8 @@ log = structlog.get_logger("msop.msjob")
 
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 REPLICA_FAILURE = c.REPLICA_FAILURE
+#: Seconds a status change that only moves pod counts may wait to be coalesced.
+COUNT_WRITE_DELAY = 1.0
 
 
 class Reader(Protocol):
@@ -99,12 +107,15 @@ class MSJobReconciler:
         # job key -> the resourceVersion our last status write replaced. While the cache
         # still shows that version it is stale: planning from it would only conflict.
         self._superseded: dict[str, str] = {}
+        # job key -> monotonic time since when only its pod counts are unwritten.
+        self._counts_dirty: dict[str, float] = {}
 
     async def reconcile(self, request: Request) -> Result:
         key = f"{request.namespace}/{request.name}"
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
             self._superseded.pop(key, None)
+            self._counts_dirty.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
             return Result()
@@ -133,9 +144,22 @@ class MSJobReconciler:
             pod_group=pod_group,
         )
         p = plan(observed, self.options)
-        return await self._apply(key, job, p)
+        failure: ApiError | None = None
+        if p.create_services and not p.status_first:
+            # The create response carries the Service's ClusterIP: plan again with it, so
+            # the pods that need it go out in this pass, not after a watch round trip.
+            ns = request.namespace
+            failure, created = await self._create(
+                key, ns, job, SERVICES, p.create_services, services_key(key)
+            )
+            if failure is None:
+                observed.services = [*observed.services, *created]
+                p = plan(observed, self.options)
+            else:
+                p.create_services, p.create_pods = [], []
+        return await self._apply(key, job, p, failure)
 
-    async def _apply(self, key: str, job: JSON, p: Plan) -> Result:
+    async def _apply(self, key: str, job: JSON, p: Plan, failure: ApiError | None) -> Result:
         ns = job["metadata"]["namespace"]
         status = p.status
         if status is not None and p.status_first:
@@ -145,10 +169,12 @@ class MSJobReconciler:
             job = written
             status = None
 
-        failure: ApiError | None = None
-        failure = await self._create(key, ns, job, SERVICES, p.create_services, services_key(key))
         if failure is None:
-            failure = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
+            failure, _ = await self._create(
+                key, ns, job, SERVICES, p.create_services, services_key(key)
+            )
+        if failure is None:
+            failure, _ = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
         await self._delete(key, ns, PODS, p.delete_pods, pods_key(key))
         await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
         await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
@@ -158,13 +184,33 @@ class MSJobReconciler:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
         status = self._replica_failure(job, status, failure)
-        if status is not None and await self._write_status(key, job, status, p.transitions) is None:
-            return Result(requeue=True)
+        requeue_after = p.requeue_after
+        if status is not None and self._only_counts_changed(job, status):
+            # Pod counts move with every pod event of a burst; write them at most once per
+            # COUNT_WRITE_DELAY instead of once per event. Transitions are never delayed.
+            now = time.monotonic()
+            since = self._counts_dirty.setdefault(key, now)
+            if now - since < COUNT_WRITE_DELAY:
+                wait = COUNT_WRITE_DELAY - (now - since)
+                requeue_after = wait if requeue_after is None else min(requeue_after, wait)
+                status = None
+        if status is not None:
+            if await self._write_status(key, job, status, p.transitions) is None:
+                return Result(requeue=True)
+            self._counts_dirty.pop(key, None)
         if p.delete_job:
             await self._delete_job(job)
         if failure is not None:
             raise failure
-        return Result(requeue_after=p.requeue_after)
+        return Result(requeue_after=requeue_after)
+
+    @staticmethod
+    def _only_counts_changed(job: JSON, status: JSON) -> bool:
+        old = job.get("status") or {}
+        ignore = ("replicaStatuses", "workers", "lastReconcileTime")
+        return {k: v for k, v in status.items() if k not in ignore} == {
+            k: v for k, v in old.items() if k not in ignore
+        }
 
     def _replica_failure(
         self, job: JSON, status: JSON | None, failure: ApiError | None
@@ -223,9 +269,12 @@ class MSJobReconciler:
 
     async def _create(
         self, key: str, ns: str, job: JSON, res: Resource, objs: list[JSON], exp_key: str
-    ) -> ApiError | None:
+    ) -> tuple[ApiError | None, list[JSON]]:
+        """Create ``objs`` in slow-start batches; return the first failure (creates stop
+        there) and the objects the API server returned."""
+        created: list[JSON] = []
         if not objs:
-            return None
+            return None, created
         names = [o["metadata"]["name"] for o in objs]
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
@@ -257,6 +306,7 @@ class MSJobReconciler:
                         self.expectations.creation_observed(exp_key, o["metadata"]["name"])
                     raise result
                 else:
+                    created.append(result)
                     self.recorder.event(
                         job, "Normal", f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
                     )
@@ -264,7 +314,7 @@ class MSJobReconciler:
             batch *= 2
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
-        return failure
+        return failure, created
 
     async def _delete(
         self,
