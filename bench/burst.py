@@ -16,9 +16,10 @@ from bench.audit import READ_VERBS, WRITE_VERBS, count_file
 from bench.environment import create_namespace, sample, start_operator
 from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
-from bench.workload import MSJOBS
+from msop.api.resources import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.testing import LocalCluster
+from msop.testing.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 PODS_PER_JOB = 6  # 1 Scheduler + 1 PS + 4 Workers
@@ -50,33 +51,6 @@ async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]
     async with asyncio.TaskGroup() as tg:
         for item in items:
             tg.create_task(one(item))
-
-
-def _completed_status(now: str) -> JSON:
-    return {
-        "status": {
-            "phase": "Succeeded",
-            "containerStatuses": [
-                {
-                    "name": "mindspore",
-                    "image": "mindspore/mindspore-gpu:2.2.0",
-                    "imageID": "",
-                    "ready": False,
-                    "started": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": 0,
-                            "reason": "Completed",
-                            "startedAt": now,
-                            "finishedAt": now,
-                        }
-                    },
-                }
-            ],
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-        }
-    }
 
 
 def _reconciles(metrics_url: str) -> dict[str, float]:
@@ -157,7 +131,7 @@ async def run_operator_burst(
                 "every job Running", lambda: len(conds.first["Running"]) >= jobs, wait_s
             )
             stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-            body = _completed_status(stamp)
+            body = succeeded_status({"spec": workload.template_spec()}, stamp)
 
             async def complete(name: str) -> None:
                 await client.patch(PODS, name, body, OPERATOR_NS, subresource="status")

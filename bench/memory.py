@@ -17,7 +17,7 @@ from typing import Any
 from bench import workload
 from bench.burst import bench_client, bounded
 from bench.environment import create_namespace, sample
-from bench.workload import MSJOBS
+from msop.api.resources import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.testing import LocalCluster, OperatorProcess
 

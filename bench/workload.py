@@ -11,14 +11,18 @@ from typing import Any
 from msop.api import constants as c
 from msop.api.defaults import apply_defaults
 from msop.controller.msjob import desired
-from msop.kube import Resource
 
 JSON = dict[str, Any]
 
-MSJOBS = Resource(c.GROUP, c.VERSION, c.PLURAL, c.KIND)
 
 #: A scheduler name nobody serves: pods stay Pending and untouched (memory scenario).
 UNSCHEDULED = "msop-bench-unscheduled"
+
+
+def template_spec() -> JSON:
+    """The pod spec of every benchmark replica (without a scheduler name)."""
+    spec: JSON = _template(None)["spec"]
+    return spec
 
 
 def _template(scheduler_name: str | None) -> JSON:

@@ -35,6 +35,57 @@ def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def terminated_containers(
+    pod: JSON, exit_code: int, reason: str, now: str | None = None
+) -> list[JSON]:
+    """``containerStatuses`` of a pod whose containers all exited with ``exit_code``
+    (restart counts kept). Pure: use it to build status patches at scale."""
+    now = now or _now()
+    old = {c["name"]: c for c in (pod.get("status") or {}).get("containerStatuses") or []}
+    return [
+        {
+            "name": c["name"],
+            "image": c.get("image", ""),
+            "imageID": "",
+            "ready": False,
+            "started": False,
+            "restartCount": old.get(c["name"], {}).get("restartCount", 0),
+            "state": {
+                "terminated": {
+                    "exitCode": exit_code,
+                    "reason": reason,
+                    "startedAt": now,
+                    "finishedAt": now,
+                }
+            },
+        }
+        for c in pod["spec"]["containers"]
+    ]
+
+
+def succeeded_status(pod: JSON, now: str | None = None) -> JSON:
+    """The status patch a kubelet sends when every container of ``pod`` exited 0."""
+    return {
+        "status": {
+            "phase": "Succeeded",
+            "containerStatuses": terminated_containers(pod, 0, "Completed", now),
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
+        }
+    }
+
+
+def failed_status(pod: JSON, exit_code: int, reason: str = "Error") -> JSON:
+    """The status patch a kubelet sends when every container exited with ``exit_code``."""
+    return {
+        "status": {
+            "phase": "Failed",
+            "reason": reason,
+            "containerStatuses": terminated_containers(pod, exit_code, reason),
+            "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
+        }
+    }
+
+
 class KubeletStandIn:
     """Pod-lifecycle driver for e2e tests; ``cluster`` is anything with ``kubectl()``."""
 
@@ -75,55 +126,15 @@ class KubeletStandIn:
         pod: JSON = json.loads(out.stdout)
         return pod
 
-    def _terminated(self, pod: JSON, exit_code: int, reason: str) -> list[JSON]:
-        now = _now()
-        old = {c["name"]: c for c in pod.get("status", {}).get("containerStatuses", [])}
-        return [
-            {
-                "name": c["name"],
-                "image": c.get("image", ""),
-                "imageID": "",
-                "ready": False,
-                "started": False,
-                "restartCount": old.get(c["name"], {}).get("restartCount", 0),
-                "state": {
-                    "terminated": {
-                        "exitCode": exit_code,
-                        "reason": reason,
-                        "startedAt": now,
-                        "finishedAt": now,
-                    }
-                },
-            }
-            for c in pod["spec"]["containers"]
-        ]
-
     def succeed(self, namespace: str, name: str) -> JSON:
         """Every container exits 0; the pod becomes Succeeded."""
         pod = self.get(namespace, name)
-        return self._patch_status(
-            namespace,
-            name,
-            {
-                "phase": "Succeeded",
-                "containerStatuses": self._terminated(pod, 0, "Completed"),
-                "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-            },
-        )
+        return self._patch_status(namespace, name, succeeded_status(pod)["status"])
 
     def fail(self, namespace: str, name: str, exit_code: int = 1, reason: str = "Error") -> JSON:
         """Every container exits with ``exit_code``; the pod becomes Failed."""
         pod = self.get(namespace, name)
-        return self._patch_status(
-            namespace,
-            name,
-            {
-                "phase": "Failed",
-                "reason": reason,
-                "containerStatuses": self._terminated(pod, exit_code, reason),
-                "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
-            },
-        )
+        return self._patch_status(namespace, name, failed_status(pod, exit_code, reason)["status"])
 
     def restart(self, namespace: str, name: str, exit_code: int = 1, times: int = 1) -> JSON:
         """Containers exited with ``exit_code`` and were restarted ``times`` times in place."""

@@ -15,7 +15,6 @@ import re
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
+from msop.testing.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 #: The test's own client: its user agent must not look like the operator's (``msop/``).
@@ -71,40 +71,6 @@ def has_true(job: JSON, type_: str) -> bool:
 
 def condition_types(job: JSON) -> set[str]:
     return {c["type"] for c in (job.get("status") or {}).get("conditions") or ()}
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def succeeded_status(pod: JSON) -> JSON:
-    """The status a kubelet reports when every container exited 0."""
-    now = _now()
-    return {
-        "status": {
-            "phase": "Succeeded",
-            "containerStatuses": [
-                {
-                    "name": c["name"],
-                    "image": c.get("image", ""),
-                    "imageID": "",
-                    "ready": False,
-                    "started": False,
-                    "restartCount": 0,
-                    "state": {
-                        "terminated": {
-                            "exitCode": 0,
-                            "reason": "Completed",
-                            "startedAt": now,
-                            "finishedAt": now,
-                        }
-                    },
-                }
-                for c in pod["spec"]["containers"]
-            ],
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"}],
-        }
-    }
 
 
 async def create_all(client: KubeClient, ns: str, jobs: Iterable[JSON], parallel: int = 8) -> None:
