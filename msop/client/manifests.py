@@ -6,6 +6,7 @@ Pure functions over plain dicts. YAML parse errors surface as ``yaml.YAMLError``
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,13 @@ def load_documents(text: str) -> Iterator[Any]:
 
 def is_msjob(doc: Any) -> bool:
     return isinstance(doc, Mapping) and doc.get("kind") == c.KIND
+
+
+def read_msjobs(path: str) -> list[JSON]:
+    """The MSJob documents of a YAML file (``-`` reads stdin); other kinds are skipped.
+    Raises OSError or yaml.YAMLError."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    return [d for d in load_documents(text) if is_msjob(d)]
 
 
 def load_job(source: Mapping[str, Any] | str | Path) -> JSON:

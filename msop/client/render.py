@@ -21,16 +21,14 @@ observing exactly the planned Service (with the placeholder ClusterIP) and PodGr
 from __future__ import annotations
 
 import copy
-import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
 from msop.api import FieldError, validate
-from msop.client.manifests import is_msjob, load_documents
+from msop.client.manifests import read_msjobs
 from msop.controller.msjob.plan import Observed, Options, plan
 
 JSON = dict[str, Any]
@@ -117,8 +115,7 @@ def render_files(
     failed = False
     for path in paths:
         try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text()
-            jobs = [d for d in load_documents(text) if is_msjob(d)]
+            jobs = read_msjobs(path)
         except (OSError, yaml.YAMLError) as e:
             print(f"{path}: {e}", file=err)
             failed = True

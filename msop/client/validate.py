@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 import yaml
 
 from msop.api import FieldError, validate
 from msop.api import constants as c
-from msop.client.manifests import is_msjob, load_documents
+from msop.client.manifests import read_msjobs
 
 
 def check_document(doc: Any) -> list[FieldError]:
@@ -32,8 +30,7 @@ def validate_files(paths: list[str], out: TextIO) -> int:
     failed = False
     for path in paths:
         try:
-            text = sys.stdin.read() if path == "-" else Path(path).read_text()
-            jobs = [d for d in load_documents(text) if is_msjob(d)]
+            jobs = read_msjobs(path)
         except (OSError, yaml.YAMLError) as e:
             detail = " ".join(str(e).split())
             print(f"{path}: {detail}", file=out)
