@@ -139,6 +139,7 @@ class EventRecorder:
         host: str | None = None,
         *,
         max_pending: int = 1000,
+        writers: int = 4,
         window: float = 600.0,
         cache_size: int = 4096,
         clock: Callable[[], float] = time.monotonic,
@@ -153,6 +154,7 @@ class EventRecorder:
         )
         self._clock = clock
         self._wall = wall
+        self.writers = max(1, writers)
         self.dropped = 0
         """Events dropped because the queue was full."""
         self.failed = 0
@@ -173,11 +175,18 @@ class EventRecorder:
         return self._queue.qsize()
 
     async def run(self) -> None:
-        """Write queued events until cancelled. Write errors are logged and swallowed.
+        """Write queued events until cancelled, ``writers`` at a time (a burst of pod
+        creates makes events faster than one round trip each). Write errors are logged
+        and swallowed.
 
         On the first cancellation it still writes what is already queued (the events of
         the last reconciles before a graceful stop); a second cancellation abandons them.
         """
+        async with asyncio.TaskGroup() as tg:
+            for _ in range(self.writers):
+                tg.create_task(self._drain())
+
+    async def _drain(self) -> None:
         try:
             while True:
                 await self._write_logged(*await self._queue.get())
