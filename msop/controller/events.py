@@ -149,12 +149,16 @@ class EventRecorder:
         self.component = component
         self.host = host if host is not None else socket.gethostname()
         self.correlator = EventCorrelator(window=window, maxsize=cache_size)
-        self._queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]] = asyncio.Queue(
-            max_pending
-        )
+        self.writers = max(1, writers)
+        # One queue per writer; an event goes to the queue its (object, reason, message)
+        # hashes to, so repeats of one event are written in order by one writer and
+        # aggregate instead of racing to create two Events.
+        self._queues: list[asyncio.Queue[tuple[dict[str, Any], str, str, str]]] = [
+            asyncio.Queue() for _ in range(self.writers)
+        ]
+        self.max_pending = max_pending
         self._clock = clock
         self._wall = wall
-        self.writers = max(1, writers)
         self.dropped = 0
         """Events dropped because the queue was full."""
         self.failed = 0
@@ -163,7 +167,11 @@ class EventRecorder:
     def event(self, obj: Mapping[str, Any], type: EventType, reason: str, message: str) -> None:
         """Queue an Event about ``obj``; returns at once. Never raises."""
         try:
-            self._queue.put_nowait((involved_object(obj), type, reason, message))
+            if self.pending() >= self.max_pending:
+                raise asyncio.QueueFull
+            ref = involved_object(obj)
+            shard = hash((ref.get("uid"), type, reason, message)) % self.writers
+            self._queues[shard].put_nowait((ref, type, reason, message))
         except asyncio.QueueFull:
             self.dropped += 1
             log.warning("event queue full; event dropped", reason=reason, message=message)
@@ -172,7 +180,7 @@ class EventRecorder:
 
     def pending(self) -> int:
         """Events queued and not yet written."""
-        return self._queue.qsize()
+        return sum(q.qsize() for q in self._queues)
 
     async def run(self) -> None:
         """Write queued events until cancelled, ``writers`` at a time (a burst of pod
@@ -183,16 +191,16 @@ class EventRecorder:
         the last reconciles before a graceful stop); a second cancellation abandons them.
         """
         async with asyncio.TaskGroup() as tg:
-            for _ in range(self.writers):
-                tg.create_task(self._drain())
+            for queue in self._queues:
+                tg.create_task(self._drain(queue))
 
-    async def _drain(self) -> None:
+    async def _drain(self, queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]]) -> None:
         try:
             while True:
-                await self._write_logged(*await self._queue.get())
+                await self._write_logged(*await queue.get())
         except asyncio.CancelledError:
-            while not self._queue.empty():
-                await self._write_logged(*self._queue.get_nowait())
+            while not queue.empty():
+                await self._write_logged(*queue.get_nowait())
             raise
 
     async def _write_logged(
