@@ -246,8 +246,17 @@ def test_readme_sdk_example_runs_as_written(
     def drive() -> None:
         # kwok starts the pods; the stand-in waits for each to run, as a kubelet would. The
         # example deletes its job as soon as it is Running, so a pod may be gone by then.
-        pods = wait_pods(cluster, namespace, name, {f"{name}-scheduler-0", f"{name}-worker-0"})
-        for pod in pods:
+        want = {f"{name}-scheduler-0", f"{name}-worker-0"}
+        # kwok may run the pods and the example delete its job before this thread ever
+        # sees both pods: stop waiting as soon as the example is done.
+        wait_for(
+            f"pods {sorted(want)}",
+            lambda: example_done.is_set() or (set(job_pods(cluster, namespace, name)) >= want),
+            timeout=60,
+        )
+        if example_done.is_set():
+            return
+        for pod in sorted(want):
             if example_done.is_set():
                 return
             try:
