@@ -212,39 +212,77 @@ class KubeClient:
         ``path`` starts with ``/api`` or ``/apis``. Raises ApiError / ApiUnavailable /
         ApiTimeout as described in the module docstring.
         """
-        waited = await self.limiter.wait()
-        RATE_LIMITER_DURATION.labels(method, self.host).observe(waited)
         headers = await self._headers(
             content_type or ("application/json" if body is not None else None)
         )
         start = time.monotonic()
+        resp = await self._open(
+            method, path, query=query, headers=headers, body=body, client_timeout=self._timeout
+        )
         try:
-            resp = await self._rest.request(
+            try:
+                data = await resp.read()
+            finally:
+                resp.release()
+        except TimeoutError as e:
+            raise ApiTimeout(f"{method} {path}: timed out") from e
+        except _TRANSPORT_ERRORS as e:
+            raise ApiUnavailable(f"{method} {path}: {e!r}") from e
+        REQUEST_DURATION.labels(method, self.host).observe(time.monotonic() - start)
+        parsed = _decode(data)
+        if not 200 <= resp.status < 300:
+            raise ApiError.from_status(resp.status, parsed, retry_after=_retry_after(resp.headers))
+        return parsed
+
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None,
+        headers: dict[str, str],
+        client_timeout: aiohttp.ClientTimeout,
+        body: Any = None,
+        throttle: bool = True,
+    ) -> aiohttp.ClientResponse:
+        """Send a request and return the response with its body unread; every request
+        (throttled unless ``throttle=False``, for watches) is counted in
+        ``rest_client_requests_total``. Raises ApiTimeout / ApiUnavailable when no answer
+        comes."""
+        if throttle:
+            waited = await self.limiter.wait()
+            RATE_LIMITER_DURATION.labels(method, self.host).observe(waited)
+        try:
+            resp: aiohttp.ClientResponse = await self._rest.request(
                 method,
                 self._base + path,
                 query_params=dict(query) if query else None,
                 headers=headers,
                 body=body,
                 _preload_content=False,
-                _request_timeout=self._timeout,
+                _request_timeout=client_timeout,
             )
-            try:
-                data = await resp.read()
-            finally:
-                resp.release()
         except TimeoutError as e:
             REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
             raise ApiTimeout(f"{method} {path}: timed out") from e
         except _TRANSPORT_ERRORS as e:
             REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
             raise ApiUnavailable(f"{method} {path}: {e!r}") from e
-        status: int = resp.status
-        REQUESTS_TOTAL.labels(str(status), method, self.host).inc()
-        REQUEST_DURATION.labels(method, self.host).observe(time.monotonic() - start)
-        parsed = _decode(data)
-        if not 200 <= status < 300:
-            raise ApiError.from_status(status, parsed, retry_after=_retry_after(resp.headers))
-        return parsed
+        REQUESTS_TOTAL.labels(str(resp.status), method, self.host).inc()
+        return resp
+
+    @staticmethod
+    async def _raise_for_status(resp: aiohttp.ClientResponse) -> None:
+        """ApiError from a non-2xx response (its body read if it can be)."""
+        if 200 <= resp.status < 300:
+            return
+        try:
+            data = await resp.read()
+        except (TimeoutError, *_TRANSPORT_ERRORS):
+            data = b""
+        raise ApiError.from_status(
+            resp.status, _decode(data), retry_after=_retry_after(resp.headers)
+        )
 
     async def stream(
         self, path: str, *, query: Mapping[str, str] | None = None, accept: str = "*/*"
@@ -255,26 +293,14 @@ class KubeClient:
         answer and ApiUnavailable when no answer comes or the stream breaks. Close the
         generator (``contextlib.aclosing``) to end the request early.
         """
-        waited = await self.limiter.wait()
-        RATE_LIMITER_DURATION.labels("GET", self.host).observe(waited)
         headers = await self._headers(None)
         headers["Accept"] = accept
+        resp = await self._open(
+            "GET", path, query=query, headers=headers,
+            client_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
+        )  # fmt: skip
         try:
-            resp = await self._rest.request(
-                "GET",
-                self._base + path,
-                query_params=dict(query) if query else None,
-                headers=headers,
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=30),
-            )
-        except _TRANSPORT_ERRORS as e:
-            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
-            raise ApiUnavailable(f"GET {path}: {e!r}") from e
-        REQUESTS_TOTAL.labels(str(resp.status), "GET", self.host).inc()
-        try:
-            if not 200 <= resp.status < 300:
-                raise ApiError.from_status(resp.status, _decode(await resp.read()))
+            await self._raise_for_status(resp)
             while True:
                 try:
                     chunk = await resp.content.readany()
@@ -520,31 +546,11 @@ class KubeClient:
         timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=self._timeout.total, sock_read=read_timeout
         )
+        resp = await self._open(
+            "GET", path, query=query, headers=headers, client_timeout=timeout, throttle=False
+        )
         try:
-            resp = await self._rest.request(
-                "GET",
-                self._base + path,
-                query_params=query,
-                headers=headers,
-                _preload_content=False,
-                _request_timeout=timeout,
-            )
-        except TimeoutError as e:
-            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
-            raise ApiTimeout(f"watch {path}: timed out") from e
-        except _TRANSPORT_ERRORS as e:
-            REQUESTS_TOTAL.labels("<error>", "GET", self.host).inc()
-            raise ApiUnavailable(f"watch {path}: {e!r}") from e
-        REQUESTS_TOTAL.labels(str(resp.status), "GET", self.host).inc()
-        try:
-            if not 200 <= resp.status < 300:
-                try:
-                    data = await resp.read()
-                except (TimeoutError, *_TRANSPORT_ERRORS):
-                    data = b""
-                raise ApiError.from_status(
-                    resp.status, _decode(data), retry_after=_retry_after(resp.headers)
-                )
+            await self._raise_for_status(resp)
             content = resp.content
             while True:
                 try:
