@@ -62,6 +62,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _add_run(sub: Any) -> None:
+    # Numeric defaults are the environment's strings: argparse converts and checks a
+    # string default with the flag's type, so a bad variable is a one-line usage error.
     run = sub.add_parser(
         "run",
         help="run the operator",
@@ -113,27 +115,27 @@ def _add_run(sub: Any) -> None:
     a(
         "--leader-election-lease-duration",
         type=_positive_float,
-        default=float(_env("MSOP_LEADER_ELECTION_LEASE_DURATION", "15") or 15),
+        default=_env("MSOP_LEADER_ELECTION_LEASE_DURATION", "15"),
         help="seconds a follower waits before taking an unrenewed Lease "
         "[env MSOP_LEADER_ELECTION_LEASE_DURATION]",
     )
     a(
         "--leader-election-renew-deadline",
         type=_positive_float,
-        default=float(_env("MSOP_LEADER_ELECTION_RENEW_DEADLINE", "10") or 10),
+        default=_env("MSOP_LEADER_ELECTION_RENEW_DEADLINE", "10"),
         help="seconds the leader retries renewing before it gives up "
         "[env MSOP_LEADER_ELECTION_RENEW_DEADLINE]",
     )
     a(
         "--leader-election-retry-period",
         type=_positive_float,
-        default=float(_env("MSOP_LEADER_ELECTION_RETRY_PERIOD", "2") or 2),
+        default=_env("MSOP_LEADER_ELECTION_RETRY_PERIOD", "2"),
         help="seconds between Lease attempts [env MSOP_LEADER_ELECTION_RETRY_PERIOD]",
     )
     a(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=int(_env("MSOP_MAX_CONCURRENT_RECONCILES", "10") or 10),
+        default=_env("MSOP_MAX_CONCURRENT_RECONCILES", "10"),
         help="MSJobs reconciled in parallel [env MSOP_MAX_CONCURRENT_RECONCILES]",
     )
     a(
@@ -146,25 +148,25 @@ def _add_run(sub: Any) -> None:
     a(
         "--kube-api-qps",
         type=_positive_float,
-        default=float(_env("MSOP_KUBE_API_QPS", "50") or 50),
+        default=_env("MSOP_KUBE_API_QPS", "50"),
         help="client-side request rate limit [env MSOP_KUBE_API_QPS]",
     )
     a(
         "--kube-api-burst",
         type=_positive_int,
-        default=int(_env("MSOP_KUBE_API_BURST", "100") or 100),
+        default=_env("MSOP_KUBE_API_BURST", "100"),
         help="client-side request burst [env MSOP_KUBE_API_BURST]",
     )
     a(
         "--graceful-shutdown-timeout",
         type=_positive_float,
-        default=float(_env("MSOP_GRACEFUL_SHUTDOWN_TIMEOUT", "30") or 30),
+        default=_env("MSOP_GRACEFUL_SHUTDOWN_TIMEOUT", "30"),
         help="seconds in-flight reconciles get on SIGTERM [env MSOP_GRACEFUL_SHUTDOWN_TIMEOUT]",
     )
     a(
         "--watch-stall-timeout",
         type=_positive_float,
-        default=float(_env("MSOP_WATCH_STALL_TIMEOUT", "90") or 90),
+        default=_env("MSOP_WATCH_STALL_TIMEOUT", "90"),
         help="seconds without any watch event or bookmark after which a watch counts as "
         "stuck and is restarted [env MSOP_WATCH_STALL_TIMEOUT]",
     )

@@ -78,3 +78,12 @@ def test_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch)
     args = parse_args(["run", "--max-concurrent-reconciles", "3", "--namespace", "c"])
     assert args.max_concurrent_reconciles == 3
     assert args.namespaces == ["c"]  # the command line wins over the variable
+
+
+def test_a_bad_environment_value_is_a_one_line_usage_error() -> None:
+    import os
+
+    out = msop("run", env={**os.environ, "MSOP_KUBE_API_QPS": "fast"})
+    assert out.returncode == 2
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert "--kube-api-qps" in out.stderr
