@@ -365,7 +365,12 @@ async def test_concurrent_writer_loses_no_status(
     """Another writer patches the job's labels, annotations and a harmless spec field
     as fast as it can while the job runs to completion."""
     op = start_operator()
-    await create_all(client, namespace, [msjob("busy", workers=3, scheduler=True)])
+    job = msjob("busy", workers=3, scheduler=True)
+    # AllWorkers: the job finishes only once every worker has succeeded, so the frozen
+    # replica counts must say 3. (With the default policy the job finishes when Worker 0
+    # succeeds; a worker ended a moment later is, by design, not counted.)
+    job["spec"]["successPolicy"] = "AllWorkers"
+    await create_all(client, namespace, [job])
     stop = asyncio.Event()
     writes = 0
 
@@ -393,8 +398,9 @@ async def test_concurrent_writer_loses_no_status(
         stop.set()
         await asyncio.gather(*tasks)
     job = await client.get(MSJOBS, "busy", namespace)
-    assert {"Created", "Running", "Succeeded"} <= condition_types(job), job["status"]
-    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 3, job["status"]
+    shown = json.dumps(job["status"], indent=1)
+    assert {"Created", "Running", "Succeeded"} <= condition_types(job), shown
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 3, shown
     assert job["metadata"]["labels"]["writer"] == str(writes - 1) or writes > 0
     assert job["status"].get("completionTime")
     conflicts = op.log_path.read_text().count("status write conflicted")
