@@ -6,10 +6,10 @@ reconciler calls `apply_defaults` on every object it reads instead.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from msop.api import constants as c
+from msop.api.copying import copy_json
 
 
 def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
@@ -27,7 +27,7 @@ def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
     Parts of the wrong type are left untouched (never raises). Idempotent:
     `apply_defaults(apply_defaults(j)) == apply_defaults(j)`.
     """
-    out = copy.deepcopy(job)
+    out = copy_json(job)
     spec = out.get("spec")
     if spec is None:
         spec = out["spec"] = {}

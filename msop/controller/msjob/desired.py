@@ -25,10 +25,10 @@ cluster only works if every replica agrees on them.
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from msop.api import constants as c
+from msop.api.copying import copy_json
 from msop.api.types import MSJob, ReplicaSpec
 
 JSON = dict[str, Any]
@@ -169,7 +169,7 @@ def pod(
     tmeta = template.get("metadata") or {}
     labels = {**(tmeta.get("labels") or {}), **replica_labels(view.name, replica_type, index)}
     annotations = dict(tmeta.get("annotations") or {})
-    pod_spec: JSON = copy.deepcopy(dict(template.get("spec") or {}))
+    pod_spec: JSON = copy_json(dict(template.get("spec") or {}))
     pod_spec["restartPolicy"] = pod_restart_policy(spec.restart_policy)
 
     if has_scheduler(job):

@@ -47,13 +47,13 @@ Rules, in the order they apply:
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msop.api import constants as c
 from msop.api.conditions import get_condition, is_finished, is_true, set_condition
+from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
@@ -189,8 +189,9 @@ class _Planner:
         self.now = obs.now
         self.now_s = format_time(obs.now)
         self.raw = obs.job
-        self.old_status: JSON = copy.deepcopy(self.raw.get("status") or {})
-        self.status: JSON = copy.deepcopy(self.old_status)
+        # The cached job is read-only: old_status is only compared against, status is ours.
+        self.old_status: JSON = self.raw.get("status") or {}
+        self.status: JSON = copy_json(self.old_status)
         self.plan = Plan()
         self.counts: dict[str, JSON] | None = None
         self.job = apply_defaults(self.raw)
