@@ -1,9 +1,10 @@
 """An asyncio Kubernetes client that speaks plain dicts.
 
-:class:`KubeClient` sends REST requests through kubernetes_asyncio's configuration loading
-and connection machinery (TLS, bearer tokens, client certificates, token refresh) and
-returns the API server's JSON parsed with :func:`json.loads` - never model classes.
-Objects go out and come back exactly as the API server defines them.
+:class:`KubeClient` takes its configuration (TLS, bearer tokens, client certificates, token
+refresh) from kubernetes_asyncio's kubeconfig and in-cluster loaders, sends requests over
+its own aiohttp session (:mod:`msop.kube.transport`) and returns the API server's JSON
+parsed with :func:`json.loads` - never model classes. Objects go out and come back
+exactly as the API server defines them.
 
 Contract for every request method:
 
@@ -40,6 +41,7 @@ from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.kube.flowcontrol import TokenBucket
 from msop.kube.metrics import RATE_LIMITER_DURATION, REQUEST_DURATION, REQUESTS_TOTAL
 from msop.kube.resources import Resource
+from msop.kube.transport import Transport
 
 __all__ = ["KubeClient", "PatchType"]
 
@@ -87,17 +89,17 @@ class KubeClient:
 
     def __init__(
         self,
-        api_client: Any,
+        transport: Transport,
         *,
         qps: float = 50,
         burst: int = 100,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
     ) -> None:
-        self._api_client = api_client
-        self._configuration = api_client.configuration
-        self._rest = api_client.rest_client
-        self._base = str(self._configuration.host).rstrip("/")
+        self.transport = transport
+        """The HTTP session (shared by clients made from this one's transport)."""
+        self._configuration = transport.configuration
+        self._base = transport.base
         self.host = urlsplit(self._base).netloc or self._base
         """``host[:port]`` of the API server, the ``host`` label of the metrics."""
         self.user_agent = user_agent
@@ -159,12 +161,10 @@ class KubeClient:
         ``max_connections`` bounds the HTTP connection pool (None: unbounded). Every open
         watch holds one connection for its whole life, so keep it above the number of
         informers plus the request concurrency, or requests queue for a free connection.
-        It is written into ``configuration``. Call this from inside a running event loop.
+        Call this from inside a running event loop.
         """
-        configuration.connection_pool_maxsize = max_connections or 0  # aiohttp: 0 = no limit
-        api_client = k8s_client.ApiClient(configuration)
         return cls(
-            api_client,
+            Transport(configuration, max_connections=max_connections),
             qps=qps,
             burst=burst,
             user_agent=user_agent,
@@ -173,7 +173,7 @@ class KubeClient:
 
     async def close(self) -> None:
         """Close the HTTP session; open watches fail with ApiUnavailable. Idempotent."""
-        await self._api_client.close()
+        await self.transport.close()
 
     async def __aenter__(self) -> Self:
         return self
@@ -253,14 +253,8 @@ class KubeClient:
             waited = await self.limiter.wait()
             RATE_LIMITER_DURATION.labels(method, self.host).observe(waited)
         try:
-            resp: aiohttp.ClientResponse = await self._rest.request(
-                method,
-                self._base + path,
-                query_params=dict(query) if query else None,
-                headers=headers,
-                body=body,
-                _preload_content=False,
-                _request_timeout=client_timeout,
+            resp = await self.transport.request(
+                method, path, query=query, headers=headers, body=body, client_timeout=client_timeout
             )
         except TimeoutError as e:
             REQUESTS_TOTAL.labels("<error>", method, self.host).inc()

@@ -186,7 +186,7 @@ async def test_cache_converges_after_watch_connections_are_cut(
 
 def cut_watch_connections(client: KubeClient) -> None:
     """Drop every open connection of the client's HTTP pool (the watch among them)."""
-    connector = client._rest.pool_manager.connector
+    connector = client.transport.session.connector
     for proto in list(getattr(connector, "_acquired", ())):
         transport = proto.transport
         if transport is not None:
@@ -251,7 +251,7 @@ class GoneOnce(KubeClient):
     """
 
     def __init__(self, base: KubeClient) -> None:
-        super().__init__(base._api_client, user_agent="msop-e2e-gone")
+        super().__init__(base.transport, user_agent="msop-e2e-gone")
         self.release = asyncio.Event()
         self.failed = False
 

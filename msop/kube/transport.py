@@ -1,0 +1,143 @@
+"""The HTTP session under :class:`~msop.kube.client.KubeClient`.
+
+TLS and credentials come from a kubernetes_asyncio ``Configuration`` (kubeconfig or
+in-cluster); the session is ours, so that each request costs only what it must:
+
+- **No per-request environment lookups.** aiohttp with ``trust_env=True`` (what
+  kubernetes_asyncio's REST client uses) reads ``~/.netrc`` and the proxy variables on
+  every request, each in a worker thread. Here the proxy is resolved once, when the
+  session is made: the kubeconfig's ``proxy-url`` if it has one, else ``HTTPS_PROXY``/
+  ``HTTP_PROXY`` unless ``NO_PROXY`` exempts the API server - as client-go does.
+  ``.netrc`` is not read (client-go does not read it either).
+- **Compact JSON bodies** (no spaces after separators).
+- **One connection pool** of ``max_connections`` (0 = unbounded).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import ssl
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+import aiohttp
+
+#: Watch events carrying large objects can exceed aiohttp's default line buffer; etcd
+#: accepts requests up to 1.5 MiB, so 2 MiB holds any object the API server can store.
+READ_BUFSIZE = 2**21
+
+
+def env_proxy(url: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The proxy the environment asks for to reach ``url`` (None: connect directly).
+
+    ``https_proxy``/``HTTPS_PROXY`` for https URLs, ``http_proxy``/``HTTP_PROXY`` for
+    http (the lower-case spelling wins). ``no_proxy``/``NO_PROXY`` exempts hosts: ``*``,
+    host names, domain suffixes (``.svc`` or ``svc``), ``host:port``, IP addresses and
+    CIDR ranges. ``environ`` defaults to ``os.environ``.
+    """
+    env = os.environ if environ is None else environ
+
+    def var(name: str) -> str:
+        return (env.get(name) or env.get(name.upper()) or "").strip()
+
+    parts = urlsplit(url)
+    if not parts.hostname or _bypassed(parts.hostname, parts.port, var("no_proxy")):
+        return None
+    return var(f"{parts.scheme or 'https'}_proxy") or None
+
+
+def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
+    host = host.lower()
+    try:
+        ip: ipaddress.IPv4Address | ipaddress.IPv6Address | None = ipaddress.ip_address(host)
+    except ValueError:
+        ip = None
+    for entry in no_proxy.split(","):
+        name = entry.strip().lower()
+        if name == "*":
+            return True
+        if not name:
+            continue
+        if ip is not None and "/" in name:
+            try:
+                if ip in ipaddress.ip_network(name, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        name = name.lstrip(".")
+        if name in (host, f"{host}:{port}") or host.endswith("." + name):
+            return True
+    return False
+
+
+def ssl_context(configuration: Any) -> ssl.SSLContext:
+    """The TLS context a ``Configuration`` describes (CA, client certificate, verify)."""
+    context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
+    if configuration.cert_file:
+        context.load_cert_chain(configuration.cert_file, keyfile=configuration.key_file)
+    if not configuration.verify_ssl:
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+    if getattr(configuration, "disable_strict_ssl_verification", False):
+        context.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return context
+
+
+class Transport:
+    """Sends HTTP requests to one API server; see the module docstring.
+
+    Make it inside a running event loop (the aiohttp session binds to it); close it
+    with :meth:`close`.
+    """
+
+    def __init__(self, configuration: Any, *, max_connections: int | None = 100) -> None:
+        self.configuration = configuration
+        self.base = str(configuration.host).rstrip("/")
+        self.server_hostname: str | None = configuration.tls_server_name or None
+        self.proxy: str | None = configuration.proxy or env_proxy(self.base)
+        self.proxy_headers: Mapping[str, str] | None = configuration.proxy_headers or None
+        connector = aiohttp.TCPConnector(limit=max_connections or 0, ssl=ssl_context(configuration))
+        self.session = aiohttp.ClientSession(
+            connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE
+        )
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Mapping[str, str] | None,
+        headers: Mapping[str, str],
+        body: Any,
+        client_timeout: aiohttp.ClientTimeout,
+    ) -> aiohttp.ClientResponse:
+        """Send one request; the response comes back with its body unread.
+
+        ``body``: ``None``, ``bytes``/``str`` (sent as is) or a JSON value (encoded).
+        Raises aiohttp/OS errors as they come; the caller maps them.
+        """
+        url = self.base + path
+        if query:
+            url += "?" + urlencode(query)
+        data: bytes | str | None
+        if body is None or isinstance(body, bytes | str):
+            data = body
+        else:
+            data = json.dumps(body, separators=(",", ":"))
+        return await self.session.request(
+            method,
+            url,
+            headers=headers,
+            data=data,
+            timeout=client_timeout,
+            proxy=self.proxy,
+            proxy_headers=self.proxy_headers,
+            server_hostname=self.server_hostname,
+        )
