@@ -138,7 +138,11 @@ def start_operator(
     profile is written there when the operator exits on SIGTERM)."""
     op = OperatorProcess(kubeconfig=kubeconfig, log_path=log_path, args=args)
     if profile_to is None:
-        return op.start(timeout=120)
+        op.start(timeout=120)
+        spy = os.environ.get("PYSPY_OUT")
+        if spy and "burst" in str(log_path):
+            subprocess.Popen(["/work/main/.venv/bin/py-spy", "record", "--pid", str(op.proc.pid), "-f", "raw", "-o", spy, "-r", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return op
     op.metrics_port, op.health_port = free_port(), free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
