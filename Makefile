@@ -69,7 +69,7 @@ BENCH_ARGS  ?=
 
 .PHONY: bench
 bench: venv ## scale benchmarks -> bench/results/<timestamp>/ (BENCH_SCALE=0.1 for a quick run)
-	@$(BIN)/python -c 'import matplotlib' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,bench]'
+	@{ $(BIN)/python -c 'import matplotlib' 2>/dev/null && test -x $(BIN)/py-spy; } || $(BIN)/pip install -q -e '.[dev,bench]'
 	@hack/cluster/build.sh >/dev/null
 	$(BIN)/python -m bench --scale $(BENCH_SCALE) $(BENCH_ARGS)
 

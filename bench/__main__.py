@@ -17,6 +17,7 @@ from typing import Any
 from bench import burst, memory
 from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
+from bench.pyspy import write_summary
 from bench.report import judge, render_markdown
 from msop import __version__
 
@@ -36,9 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--operator-args", default=DEFAULT_OPERATOR_ARGS,
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[], choices=("burst", "memory"))
-    p.add_argument("--profile", action="store_true",
-                   help="run the burst operator under cProfile (logs/operator-burst.prof); "
-                   "its CPU figures then include the profiler's overhead")  # fmt: skip
+    p.add_argument("--profile", nargs="?", const="cprofile", choices=("cprofile", "py-spy"),
+                   help="profile the burst operator: cprofile (the default; main thread, "
+                   "logs/operator-burst.prof) or py-spy (sampled, every thread, "
+                   "logs/operator-burst.pyspy.txt and a summary in "
+                   "logs/operator-burst.pyspy-top.txt); its CPU figures then include the "
+                   "profiler's overhead")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600, help="seconds per wait")
     p.add_argument("--out", type=Path, default=None, help="results directory")
     return p
@@ -78,6 +82,11 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 profile=args.profile,
             )
             print(f"burst: done ({time.monotonic() - t0:.0f}s)", flush=True)
+            if args.profile == "py-spy":
+                raw = logs / burst.PROFILE_FILES["py-spy"]
+                top = logs / "operator-burst.pyspy-top.txt"
+                if not write_summary(raw, top):
+                    report["notes"].append("py-spy wrote no profile (is ptrace permitted?)")
         finally:
             cluster.stop()
     if "memory" not in args.skip:

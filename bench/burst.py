@@ -83,6 +83,10 @@ def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> l
     return out
 
 
+#: Where ``--profile <profiler>`` writes the burst operator's profile, under logs/.
+PROFILE_FILES = {"cprofile": "operator-burst.prof", "py-spy": "operator-burst.pyspy.txt"}
+
+
 async def run_operator_burst(
     cluster: LocalCluster,
     jobs: int,
@@ -90,14 +94,15 @@ async def run_operator_burst(
     operator_args: list[str],
     log_dir: Path,
     wait_s: float,
-    profile: bool = False,
+    profile: str | None = None,
 ) -> JSON:
     create_namespace(cluster, OPERATOR_NS)
     op = start_operator(
         cluster.kubeconfig,
         log_dir / "operator-burst.log",
         ("--namespace", OPERATOR_NS, *operator_args),
-        profile_to=log_dir / "operator-burst.prof" if profile else None,
+        profile_to=log_dir / PROFILE_FILES[profile] if profile else None,
+        profiler=profile or "cprofile",
     )
     assert op.proc is not None
     pid = op.proc.pid
@@ -275,7 +280,7 @@ async def run(
     operator_args: list[str],
     log_dir: Path,
     wait_s: float,
-    profile: bool = False,
+    profile: str | None = None,
 ) -> JSON:
     operator = await run_operator_burst(
         cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -132,16 +133,33 @@ def machine() -> dict[str, object]:
 
 
 def start_operator(
-    kubeconfig: str, log_path: Path, args: tuple[str, ...], profile_to: Path | None = None
+    kubeconfig: str,
+    log_path: Path,
+    args: tuple[str, ...],
+    profile_to: Path | None = None,
+    profiler: str = "cprofile",
 ) -> OperatorProcess:
-    """Start ``msop run`` and wait until ready; with ``profile_to``, under cProfile (the
-    profile is written there when the operator exits on SIGTERM)."""
+    """Start ``msop run`` and wait until ready.
+
+    With ``profile_to``: ``profiler="cprofile"`` runs it under cProfile (main thread
+    only; the profile is written when the operator exits on SIGTERM);
+    ``profiler="py-spy"`` attaches ``py-spy record`` (every thread, sampled, collapsed
+    stacks written when the operator exits; ``pip install -e '.[bench]'`` installs it).
+    """
     op = OperatorProcess(kubeconfig=kubeconfig, log_path=log_path, args=args)
     if profile_to is None:
+        return op.start(timeout=120)
+    if profiler == "py-spy":
+        spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+        if not Path(spy).exists():
+            raise SystemExit("--profile py-spy: py-spy is not installed (pip install py-spy)")
         op.start(timeout=120)
-        spy = os.environ.get("PYSPY_OUT")
-        if spy and "burst" in str(log_path):
-            subprocess.Popen(["/work/main/.venv/bin/py-spy", "record", "--pid", str(op.proc.pid), "-f", "raw", "-o", spy, "-r", "250"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        assert op.proc is not None
+        subprocess.Popen(
+            [spy, "record", "--pid", str(op.proc.pid), "--format", "raw", "--rate", "250",
+             "--output", str(profile_to)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
         return op
     op.metrics_port, op.health_port = free_port(), free_port()
     log_path.parent.mkdir(parents=True, exist_ok=True)
