@@ -97,9 +97,12 @@ class Transport:
     def __init__(self, configuration: Any, *, max_connections: int | None = 100) -> None:
         self.configuration = configuration
         self.base = str(configuration.host).rstrip("/")
-        self.server_hostname: str | None = configuration.tls_server_name or None
-        self.proxy: str | None = configuration.proxy or env_proxy(self.base)
-        self.proxy_headers: Mapping[str, str] | None = configuration.proxy_headers or None
+        # Older kubernetes_asyncio Configurations lack some of these attributes.
+        self.server_hostname: str | None = getattr(configuration, "tls_server_name", None) or None
+        self.proxy: str | None = getattr(configuration, "proxy", None) or env_proxy(self.base)
+        self.proxy_headers: Mapping[str, str] | None = (
+            getattr(configuration, "proxy_headers", None) or None
+        )
         connector = aiohttp.TCPConnector(limit=max_connections or 0, ssl=ssl_context(configuration))
         self.session = aiohttp.ClientSession(
             connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE
