@@ -361,7 +361,9 @@ def test_sigterm_hands_over_the_lease(
     print(f"\ntakeover after SIGTERM: {takeover:.2f}s (lease duration 15s)")
     assert code == 0, first.log_tail()
     assert "released leader lease" in first.log_path.read_text(), first.log_tail()
-    assert takeover < 5, f"takeover took {takeover:.1f}s: the Lease was not released"
+    # Expiry would take the whole 15 s lease; a release is seen at the follower's next
+    # retry (2-3.5 s measured). 10 s tells the two apart with room for a loaded machine.
+    assert takeover < 10, f"takeover took {takeover:.1f}s: the Lease was not released"
     # The new leader finishes the work: every job gets its pods.
     for n in names:
         wait_condition(cluster, namespace, n, "Created", timeout=60)
