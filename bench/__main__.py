@@ -85,7 +85,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
             if args.profile == "py-spy":
                 raw = logs / burst.PROFILE_FILES["py-spy"]
                 top = logs / "operator-burst.pyspy-top.txt"
-                if not write_summary(raw, top):
+                if not await asyncio.to_thread(write_summary, raw, top):
                     report["notes"].append("py-spy wrote no profile (is ptrace permitted?)")
         finally:
             cluster.stop()
