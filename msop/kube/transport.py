@@ -8,6 +8,7 @@ in-cluster); the session is ours, so that each request costs only what it must:
   every request, each in a worker thread. Here the proxy is resolved once, when the
   session is made: the kubeconfig's ``proxy-url`` if it has one, else ``HTTPS_PROXY``/
   ``HTTP_PROXY`` unless ``NO_PROXY`` exempts the API server - as client-go does.
+  Credentials in the proxy URL (``http://user:pass@proxy:3128``) are sent to the proxy.
   ``.netrc`` is not read (client-go does not read it either).
 - **Compact JSON bodies** (no spaces after separators).
 - **One connection pool** of ``max_connections`` (0 = unbounded).
@@ -15,13 +16,14 @@ in-cluster); the session is ours, so that each request costs only what it must:
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import json
 import os
 import ssl
 from collections.abc import Mapping
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -74,6 +76,26 @@ def _bypassed(host: str, port: int | None, no_proxy: str) -> bool:
     return False
 
 
+def split_proxy_credentials(proxy: str | None) -> tuple[str | None, str | None]:
+    """``http://user:pass@proxy:3128`` -> (``http://proxy:3128``, ``Basic dXNlcjpwYXNz``).
+
+    The second part is the ``Proxy-Authorization`` header value (None without
+    credentials): aiohttp does not take credentials from the proxy URL itself.
+    """
+    if not proxy:
+        return None, None
+    parts = urlsplit(proxy)
+    if not parts.username:
+        return proxy, None
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+    header = "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=netloc)), header
+
+
 def ssl_context(configuration: Any) -> ssl.SSLContext:
     """The TLS context a ``Configuration`` describes (CA, client certificate, verify)."""
     context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
@@ -99,10 +121,13 @@ class Transport:
         self.base = str(configuration.host).rstrip("/")
         # Older kubernetes_asyncio Configurations lack some of these attributes.
         self.server_hostname: str | None = getattr(configuration, "tls_server_name", None) or None
-        self.proxy: str | None = getattr(configuration, "proxy", None) or env_proxy(self.base)
-        self.proxy_headers: Mapping[str, str] | None = (
-            getattr(configuration, "proxy_headers", None) or None
+        self.proxy, proxy_authorization = split_proxy_credentials(
+            getattr(configuration, "proxy", None) or env_proxy(self.base)
         )
+        proxy_headers = dict(getattr(configuration, "proxy_headers", None) or {})
+        if proxy_authorization and "Proxy-Authorization" not in proxy_headers:
+            proxy_headers["Proxy-Authorization"] = proxy_authorization
+        self.proxy_headers: Mapping[str, str] | None = proxy_headers or None
         connector = aiohttp.TCPConnector(limit=max_connections or 0, ssl=ssl_context(configuration))
         self.session = aiohttp.ClientSession(
             connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 from aiohttp import web
 from kubernetes_asyncio.client import Configuration
 
-from msop.kube.transport import Transport, env_proxy
+from msop.kube.transport import Transport, env_proxy, split_proxy_credentials
 
 API = "https://10.96.0.1:443"
 
@@ -39,6 +40,16 @@ def test_env_proxy(env: dict[str, str], url: str, want: str | None) -> None:
     assert env_proxy(url, env) == want
 
 
+def test_proxy_credentials_are_split_off() -> None:
+    assert split_proxy_credentials(None) == (None, None)
+    assert split_proxy_credentials("http://p:3128") == ("http://p:3128", None)
+    url, auth = split_proxy_credentials("http://al%40ice:s%3Acret@p.corp:3128/")
+    assert url == "http://p.corp:3128/"
+    assert auth == "Basic " + base64.b64encode(b"al@ice:s:cret").decode()
+    url, auth = split_proxy_credentials("http://bob@[fd00::1]:8080")
+    assert url == "http://[fd00::1]:8080" and auth == "Basic " + base64.b64encode(b"bob:").decode()
+
+
 def _configuration(host: str, proxy: str | None = None) -> Configuration:
     c = Configuration()
     c.host = host
@@ -53,16 +64,24 @@ async def test_proxy_is_resolved_once_kubeconfig_first(monkeypatch: pytest.Monke
     monkeypatch.delenv("no_proxy", raising=False)
     from_env = Transport(_configuration(API))
     from_kubeconfig = Transport(_configuration(API, proxy="http://kubeconfig-proxy:1"))
+    credentials = _configuration(API, proxy="http://u:p@p:1")
+    credentials.proxy_headers = {"X-Keep": "1"}
+    with_credentials = Transport(credentials)
     monkeypatch.setenv("NO_PROXY", "10.96.0.1")
     exempt = Transport(_configuration(API))
     try:
-        assert from_env.proxy == "http://env-proxy:3128"
+        assert from_env.proxy == "http://env-proxy:3128" and from_env.proxy_headers is None
+        assert with_credentials.proxy == "http://p:1"
+        assert with_credentials.proxy_headers == {
+            "X-Keep": "1",
+            "Proxy-Authorization": "Basic " + base64.b64encode(b"u:p").decode(),
+        }
         assert from_kubeconfig.proxy == "http://kubeconfig-proxy:1"
         assert exempt.proxy is None
         # The session never looks at the environment per request.
         assert from_env.session.trust_env is False
     finally:
-        for t in (from_env, from_kubeconfig, exempt):
+        for t in (from_env, from_kubeconfig, with_credentials, exempt):
             await t.close()
 
 
