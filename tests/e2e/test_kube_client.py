@@ -262,3 +262,86 @@ async def test_user_agent_reaches_the_audit_log(cluster: Any, client: KubeClient
             return
         await asyncio.sleep(0.2)
     pytest.fail("no audit entry with userAgent msop-e2e-client")
+
+
+class ConnectProxy:
+    """A minimal HTTP CONNECT proxy: records each tunnel's target and its
+    Proxy-Authorization header, then pipes bytes both ways."""
+
+    def __init__(self) -> None:
+        self.tunnels: list[tuple[str, str | None]] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            method, target, _ = head[0].split(" ", 2)
+            fields = (line.partition(":") for line in head[1:] if line)
+            headers = {k.strip().lower(): v.strip() for k, _, v in fields}
+            self.tunnels.append((target, headers.get("proxy-authorization")))
+            if method != "CONNECT":
+                writer.write(b"HTTP/1.1 405 Method Not Allowed\r\n\r\n")
+                return
+            host, _, port = target.rpartition(":")
+            up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+            writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            await writer.drain()
+            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            pass
+        finally:
+            writer.close()
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while chunk := await src.read(65536):
+            dst.write(chunk)
+            await dst.drain()
+    except OSError:
+        pass
+    finally:
+        dst.close()
+
+
+async def test_https_proxy_from_the_environment_carries_requests_and_watches(
+    cluster: Any, namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """HTTPS_PROXY (with credentials) is honoured for requests and watches; NO_PROXY
+    naming the API server's address sends them direct."""
+    proxy = ConnectProxy()
+    await proxy.start()
+    for name in ("https_proxy", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", f"http://ops:s%40fe@127.0.0.1:{proxy.port}")
+    try:
+        async with await KubeClient.from_config(cluster.kubeconfig) as c:
+            api = c.host
+            listed = await c.list(CONFIGMAPS, namespace)
+            await c.create(CONFIGMAPS, cm("via-proxy", namespace, a="1"), namespace)
+            rv = listed["metadata"]["resourceVersion"]
+            async with contextlib.aclosing(
+                c.watch(CONFIGMAPS, namespace, resource_version=rv)
+            ) as events:
+                event = await asyncio.wait_for(anext(events), 10)
+            assert event["type"] == "ADDED" and event["object"]["metadata"]["name"] == "via-proxy"
+        assert proxy.tunnels, "nothing went through the proxy"
+        credentials = "Basic " + base64.b64encode(b"ops:s@fe").decode()
+        assert set(proxy.tunnels) == {(api, credentials)}, proxy.tunnels
+
+        monkeypatch.setenv("NO_PROXY", api.rsplit(":", 1)[0])
+        before = len(proxy.tunnels)
+        async with await KubeClient.from_config(cluster.kubeconfig) as c:
+            await c.get(CONFIGMAPS, "via-proxy", namespace)
+        assert len(proxy.tunnels) == before, "NO_PROXY named the API server, yet it was proxied"
+    finally:
+        await proxy.stop()
