@@ -151,18 +151,19 @@ class Controller:
         self._started = False
         self._stopping = False
         self._active = 0
-        # Initialise every series to zero, as controller-runtime does, so rates and alerts
-        # work from the first scrape.
-        for result in ("success", "error", "requeue", "requeue_after"):
-            metrics.RECONCILE_TOTAL.labels(name, result)
-        for family in (
-            metrics.RECONCILE_ERRORS,
-            metrics.TERMINAL_RECONCILE_ERRORS,
-            metrics.RECONCILE_PANICS,
-            metrics.RECONCILE_TIME,
-        ):
-            family.labels(name)
-        metrics.ACTIVE_WORKERS.labels(name).set(0)
+        # Every series exists from the start, at zero, as in controller-runtime, so rates
+        # and alerts work from the first scrape. The children are looked up once: the
+        # workers update them on every reconcile.
+        self._m_results = {
+            result: metrics.RECONCILE_TOTAL.labels(name, result)
+            for result in ("success", "error", "requeue", "requeue_after")
+        }
+        self._m_errors = metrics.RECONCILE_ERRORS.labels(name)
+        self._m_terminal = metrics.TERMINAL_RECONCILE_ERRORS.labels(name)
+        self._m_panics = metrics.RECONCILE_PANICS.labels(name)
+        self._m_time = metrics.RECONCILE_TIME.labels(name)
+        self._m_active = metrics.ACTIVE_WORKERS.labels(name)
+        self._m_active.set(0)
         metrics.MAX_CONCURRENT_RECONCILES.labels(name).set(max_concurrent_reconciles)
 
     @property
@@ -189,7 +190,7 @@ class Controller:
             raise RuntimeError(f"controller {self.name} already ran")
         self._started = True
         metrics.MAX_CONCURRENT_RECONCILES.labels(self.name).set(self.max_concurrent_reconciles)
-        metrics.ACTIVE_WORKERS.labels(self.name).set(0)
+        self._m_active.set(0)
         for w in self._watches:
             w.registration = w.source.add_event_handler(w.on_add, w.on_update, w.on_delete)
         workers = [
@@ -231,12 +232,12 @@ class Controller:
                 if self._stopping:
                     return
                 self._active += 1
-                metrics.ACTIVE_WORKERS.labels(self.name).inc()
+                self._m_active.inc()
                 try:
                     await self._reconcile_handler(request)
                 finally:
                     self._active -= 1
-                    metrics.ACTIVE_WORKERS.labels(self.name).dec()
+                    self._m_active.dec()
             finally:
                 self.queue.done(request)
 
@@ -252,7 +253,7 @@ class Controller:
             try:
                 result = await self.reconciler.reconcile(request)
             except TerminalError as e:
-                metrics.TERMINAL_RECONCILE_ERRORS.labels(self.name).inc()
+                self._m_terminal.inc()
                 self._count_error()
                 self.queue.forget(request)
                 self.log.error("reconciler error (terminal, not requeued)", error=str(e))
@@ -261,28 +262,28 @@ class Controller:
                 panic = not isinstance(e, self.expected_errors)
                 self._count_error()
                 if panic:
-                    metrics.RECONCILE_PANICS.labels(self.name).inc()
+                    self._m_panics.inc()
                     self.log.exception("reconciler panic", error=repr(e))
                 else:
                     self.log.error("reconciler error", error=str(e), error_type=type(e).__name__)
                 self.queue.add_rate_limited(request)
                 return
             finally:
-                metrics.RECONCILE_TIME.labels(self.name).observe(self._clock.now() - started)
+                self._m_time.observe(self._clock.now() - started)
             self._handle_result(request, result)
 
     def _count_error(self) -> None:
-        metrics.RECONCILE_ERRORS.labels(self.name).inc()
-        metrics.RECONCILE_TOTAL.labels(self.name, "error").inc()
+        self._m_errors.inc()
+        self._m_results["error"].inc()
 
     def _handle_result(self, request: Request, result: Result) -> None:
         if result.requeue_after is not None and result.requeue_after > 0:
             self.queue.forget(request)
             self.queue.add_after(request, result.requeue_after)
-            metrics.RECONCILE_TOTAL.labels(self.name, "requeue_after").inc()
+            self._m_results["requeue_after"].inc()
         elif result.requeue:
             self.queue.add_rate_limited(request)
-            metrics.RECONCILE_TOTAL.labels(self.name, "requeue").inc()
+            self._m_results["requeue"].inc()
         else:
             self.queue.forget(request)
-            metrics.RECONCILE_TOTAL.labels(self.name, "success").inc()
+            self._m_results["success"].inc()

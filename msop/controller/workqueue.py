@@ -123,14 +123,12 @@ class WorkQueue(Generic[T]):
         self._shutting_down = False
         if name:
             metrics.track_queue(self)
-            # Export zero-valued series at once, so dashboards see the queue before any add.
-            for family in (
-                metrics.WORKQUEUE_ADDS,
-                metrics.WORKQUEUE_RETRIES,
-                metrics.WORKQUEUE_QUEUE_DURATION,
-                metrics.WORKQUEUE_WORK_DURATION,
-            ):
-                family.labels(name)
+            # Export zero-valued series at once, so dashboards see the queue before any
+            # add; the children are looked up once, not on every add and get.
+            self._m_adds = metrics.WORKQUEUE_ADDS.labels(name)
+            self._m_retries = metrics.WORKQUEUE_RETRIES.labels(name)
+            self._m_queue_duration = metrics.WORKQUEUE_QUEUE_DURATION.labels(name)
+            self._m_work_duration = metrics.WORKQUEUE_WORK_DURATION.labels(name)
 
     # -- introspection ---------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class WorkQueue(Generic[T]):
                     self._push_ready(item, priority)
             return
         if self._name:
-            metrics.WORKQUEUE_ADDS.labels(self._name).inc()
+            self._m_adds.inc()
         self._add_times.setdefault(item, self._clock.now())
         self._dirty[item] = priority
         if item in self._processing:
@@ -226,7 +224,7 @@ class WorkQueue(Generic[T]):
         if self._shutting_down:
             return
         if self._name:
-            metrics.WORKQUEUE_RETRIES.labels(self._name).inc()
+            self._m_retries.inc()
         self.add_after(item, self.rate_limiter.when(item), priority=priority)
 
     def forget(self, item: T) -> None:
@@ -274,7 +272,7 @@ class WorkQueue(Generic[T]):
         if started is None:
             return
         if self._name:
-            metrics.WORKQUEUE_WORK_DURATION.labels(self._name).observe(self._clock.now() - started)
+            self._m_work_duration.observe(self._clock.now() - started)
         priority = self._dirty.get(item)
         if priority is not None:
             self._push_ready(item, priority)
@@ -325,7 +323,7 @@ class WorkQueue(Generic[T]):
         self._processing[item] = now
         added = self._add_times.pop(item, None)
         if self._name and added is not None:
-            metrics.WORKQUEUE_QUEUE_DURATION.labels(self._name).observe(now - added)
+            self._m_queue_duration.observe(now - added)
         return item
 
     def _wake_getters(self) -> None:

@@ -107,6 +107,22 @@ class KubeClient:
         self.limiter = TokenBucket(qps, burst)
         """The client-side token bucket; watches bypass it."""
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        # Metric children by label values, looked up once (every request updates them).
+        self._m_requests: dict[tuple[str, str], Any] = {}
+        self._m_durations: dict[str, Any] = {}
+        self._m_waits: dict[str, Any] = {}
+
+    def _count_request(self, code: str, method: str) -> None:
+        child = self._m_requests.get((code, method))
+        if child is None:
+            child = self._m_requests[code, method] = REQUESTS_TOTAL.labels(code, method, self.host)
+        child.inc()
+
+    def _observe(self, children: dict[str, Any], family: Any, method: str, value: float) -> None:
+        child = children.get(method)
+        if child is None:
+            child = children[method] = family.labels(method, self.host)
+        child.observe(value)
 
     @classmethod
     async def from_config(
@@ -228,7 +244,7 @@ class KubeClient:
             raise ApiTimeout(f"{method} {path}: timed out") from e
         except _TRANSPORT_ERRORS as e:
             raise ApiUnavailable(f"{method} {path}: {e!r}") from e
-        REQUEST_DURATION.labels(method, self.host).observe(time.monotonic() - start)
+        self._observe(self._m_durations, REQUEST_DURATION, method, time.monotonic() - start)
         parsed = _decode(data)
         if not 200 <= resp.status < 300:
             raise ApiError.from_status(resp.status, parsed, retry_after=_retry_after(resp.headers))
@@ -251,18 +267,18 @@ class KubeClient:
         comes."""
         if throttle:
             waited = await self.limiter.wait()
-            RATE_LIMITER_DURATION.labels(method, self.host).observe(waited)
+            self._observe(self._m_waits, RATE_LIMITER_DURATION, method, waited)
         try:
             resp = await self.transport.request(
                 method, path, query=query, headers=headers, body=body, client_timeout=client_timeout
             )
         except TimeoutError as e:
-            REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
+            self._count_request("<error>", method)
             raise ApiTimeout(f"{method} {path}: timed out") from e
         except _TRANSPORT_ERRORS as e:
-            REQUESTS_TOTAL.labels("<error>", method, self.host).inc()
+            self._count_request("<error>", method)
             raise ApiUnavailable(f"{method} {path}: {e!r}") from e
-        REQUESTS_TOTAL.labels(str(resp.status), method, self.host).inc()
+        self._count_request(str(resp.status), method)
         return resp
 
     @staticmethod
