@@ -86,6 +86,9 @@ class Observed:
     services: list[JSON]
     now: datetime
     pod_group: JSON | None = None
+    defaulted: JSON | None = None
+    """``apply_defaults(job)`` if the caller already has it (the planner only reads it);
+    None to have the planner compute it."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ class _Planner:
         self.status: JSON = copy_json(self.old_status)
         self.plan = Plan()
         self.counts: dict[str, JSON] | None = None
-        self.job = apply_defaults(self.raw)
+        self.job = obs.defaulted if obs.defaulted is not None else apply_defaults(self.raw)
         self.view = MSJob(self.job)
         self.specs = self.view.replica_specs
         self.ref = f"{self.view.namespace}/{self.view.name}"

@@ -33,9 +33,11 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
+from cachetools import LRUCache
 
 from msop.api import constants as c
 from msop.api.conditions import set_condition
+from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
@@ -61,6 +63,8 @@ PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup"
 REPLICA_FAILURE = c.REPLICA_FAILURE
 #: Seconds a status change that only moves pod counts may wait to be coalesced.
 COUNT_WRITE_DELAY = 1.0
+#: Jobs whose defaulted spec is kept between reconciles (the recently active ones).
+DEFAULTED_CACHE = 512
 
 
 class Reader(Protocol):
@@ -109,6 +113,10 @@ class MSJobReconciler:
         self._superseded: dict[str, str] = {}
         # job key -> monotonic time since when only its pod counts are unwritten.
         self._counts_dirty: dict[str, float] = {}
+        # job key -> (resourceVersion, the job defaulted): most reconciles are caused by
+        # pod events and see an unchanged job, so it is not copied and defaulted again.
+        # The same resourceVersion is the same content; bounded to the recent jobs.
+        self._defaulted: LRUCache[str, tuple[str, JSON]] = LRUCache(maxsize=DEFAULTED_CACHE)
 
     async def reconcile(self, request: Request) -> Result:
         key = f"{request.namespace}/{request.name}"
@@ -116,6 +124,7 @@ class MSJobReconciler:
         if job is None:
             self._superseded.pop(key, None)
             self._counts_dirty.pop(key, None)
+            self._defaulted.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
             return Result()
@@ -136,12 +145,19 @@ class MSJobReconciler:
         pod_group = None
         if self.pod_groups is not None and self.options.gang_scheduling:
             pod_group = self.pod_groups.get(request.name, request.namespace)
+        cached = self._defaulted.get(key)
+        if cached is not None and cached[0] == rv and rv:
+            defaulted = cached[1]
+        else:
+            defaulted = apply_defaults(job)
+            self._defaulted[key] = (rv, defaulted)
         observed = Observed(
             job=job,
             pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
             services=self.services.by_index(BY_CONTROLLER_UID, uid),
             now=self.now(),
             pod_group=pod_group,
+            defaulted=defaulted,
         )
         p = plan(observed, self.options)
         failure: ApiError | None = None
