@@ -1,11 +1,17 @@
 # msop operator image. Two stages: build the wheel with pip's build tooling, then install it
 # into a venv in a fresh slim image that has no compiler, no pip cache and no source tree.
 #   docker build -t msop:latest .
+# Without an index (air-gapped): mount or copy a wheelhouse of the dependencies and pass
+#   --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/path/to/wheelhouse
+# (the real-node tests build it this way with buildah, see msop/testing/images.py).
 # The same install steps run without Docker in tests/unit/test_dockerfile_install.py.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
+ARG PIP_INDEX_URL
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 WORKDIR /src
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 COPY pyproject.toml README.md ./
@@ -13,6 +19,9 @@ COPY msop ./msop
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
+ARG PIP_INDEX_URL
+ARG PIP_NO_INDEX
+ARG PIP_FIND_LINKS
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     PYTHONDONTWRITEBYTECODE=1 \

@@ -2,25 +2,39 @@
 # Build the local control plane from the Go module in this directory and print
 # the directory holding the binaries.
 #
-#   kube-apiserver kube-controller-manager kube-scheduler kubectl  (k8s.io/kubernetes)
-#   etcd                                                           (./etcd, wrapping etcdmain)
-#   kwok kwokctl                                                   (sigs.k8s.io/kwok)
+#   build.sh        kube-apiserver kube-controller-manager kube-scheduler kubectl  (k8s.io/kubernetes)
+#                   etcd                                         (./etcd, wrapping etcdmain)
+#                   kwok kwokctl                                 (sigs.k8s.io/kwok)
+#   build.sh node   kubelet kube-proxy                           (the real-node tier)
 #
-# If MSOP_CLUSTER_BIN or KUBEBUILDER_ASSETS names a directory that already holds
-# all of them, nothing is built and that directory is printed.
+# If MSOP_CLUSTER_BIN (MSOP_NODE_BIN for `node`) or KUBEBUILDER_ASSETS names a directory
+# that already holds all of them, nothing is built and that directory is printed.
 # Output goes to $MSOP_CACHE_DIR (default: <repo>/.cache), keyed by a hash of the
 # inputs, so a second run with nothing changed returns at once.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
-BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
+target=${1:-control-plane}
+case $target in
+  control-plane)
+    BINARIES=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok kwokctl)
+    PACKAGES=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+              k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+              sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl ./etcd)
+    VARS=(MSOP_CLUSTER_BIN KUBEBUILDER_ASSETS) prefix=bin ;;
+  node)
+    BINARIES=(kubelet kube-proxy)
+    PACKAGES=(k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy)
+    VARS=(MSOP_NODE_BIN) prefix=node ;;
+  *) echo "usage: build.sh [control-plane|node]" >&2; exit 2 ;;
+esac
 
 have_all() {
   local d=$1 b
   for b in "${BINARIES[@]}"; do [[ -x "$d/$b" ]] || return 1; done
 }
 
-for var in MSOP_CLUSTER_BIN KUBEBUILDER_ASSETS; do
+for var in "${VARS[@]}"; do
   dir=${!var:-}
   [[ -n "$dir" ]] || continue
   if have_all "$dir"; then echo "$dir"; exit 0; fi
@@ -33,7 +47,7 @@ done
 # shellcheck disable=SC1091
 source "$here/versions.env"
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/etcd/main.go" "$here/versions.env" "$here/build.sh" | sha256sum | cut -c1-16)
-out="${MSOP_CACHE_DIR:-$repo/.cache}/cluster/bin-$key"
+out="${MSOP_CACHE_DIR:-$repo/.cache}/cluster/$prefix-$key"
 if have_all "$out"; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { echo "build.sh: Go is required to build the local cluster (see README)" >&2; exit 1; }
@@ -49,16 +63,9 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 
 start=$(date +%s)
-echo "build.sh: building control plane $KUBE_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION into $out" >&2
+echo "build.sh: building $target ($KUBE_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION) into $out" >&2
 cd "$here"
-CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" \
-  k8s.io/kubernetes/cmd/kube-apiserver \
-  k8s.io/kubernetes/cmd/kube-controller-manager \
-  k8s.io/kubernetes/cmd/kube-scheduler \
-  k8s.io/kubernetes/cmd/kubectl \
-  sigs.k8s.io/kwok/cmd/kwok \
-  sigs.k8s.io/kwok/cmd/kwokctl \
-  ./etcd
+CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${PACKAGES[@]}"
 have_all "$tmp" || { echo "build.sh: go build did not produce every binary" >&2; exit 1; }
 rm -rf "$out"; mv "$tmp" "$out"
 echo "build.sh: built in $(( $(date +%s) - start ))s" >&2

@@ -23,6 +23,8 @@ TOOLS = [
     "k8s.io/kubernetes/cmd/kube-controller-manager",
     "k8s.io/kubernetes/cmd/kube-scheduler",
     "k8s.io/kubernetes/cmd/kubectl",
+    "k8s.io/kubernetes/cmd/kubelet",
+    "k8s.io/kubernetes/cmd/kube-proxy",
     "sigs.k8s.io/kwok/cmd/kwok",
     "sigs.k8s.io/kwok/cmd/kwokctl",
 ]

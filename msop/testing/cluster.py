@@ -91,6 +91,15 @@ class LocalCluster:
     extra_config_docs: Sequence[Mapping[str, object]] = field(default_factory=tuple)
     """More documents for kwokctl's ``--config`` file: Stages, or a KwokctlConfiguration
     that kwokctl strategic-merges into ours (e.g. ``componentsPatches``)."""
+    kwok_controller: bool = True
+    """False: no kwok-controller, so real kubelets own their nodes (the real-node tier)."""
+    extra_options: Mapping[str, object] = field(default_factory=dict)
+    """More KwokctlConfiguration options (e.g. ``kubeApiserverCertSANs``)."""
+    command_prefix: Sequence[str] = field(default_factory=tuple)
+    """Argv prefix for kwokctl (e.g. ``nsenter --net=...``): the components it starts
+    inherit it, so they run in a network namespace."""
+    ports: dict[str, int] = field(default_factory=dict, init=False)
+    """The ports chosen for this start (kwokctl option name -> port)."""
 
     def __post_init__(self) -> None:
         # kwokctl resolves binaries and data under its workdir; relative paths break it.
@@ -100,6 +109,15 @@ class LocalCluster:
     @property
     def kubeconfig(self) -> str:
         return str(self.workdir / f"{self.name}.kubeconfig")
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        return COMPONENTS if self.kwok_controller else COMPONENTS[:-1]
+
+    @property
+    def api_port(self) -> int:
+        """The API server's secure port on its loopback (set by ``start()``)."""
+        return self.ports["kubeApiserverPort"]
 
     @property
     def cluster_dir(self) -> Path:
@@ -121,6 +139,7 @@ class LocalCluster:
 
     def _write_config(self) -> Path:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self.ports = {opt: _free_port() for opt in _PORT_OPTIONS}
         policy = self.workdir / f"{self.name}-audit-policy.yaml"
         policy.write_text(AUDIT_POLICY)
         options = {
@@ -144,7 +163,9 @@ class LocalCluster:
             "kwokControllerBinary": self.binary("kwok"),
             # kwokctl counts ports down from 32765 and two clusters created at once can
             # pick the same; ephemeral ports from the kernel do not collide.
-            **{opt: _free_port() for opt in _PORT_OPTIONS},
+            **self.ports,
+            **({} if self.kwok_controller else {"disable": ["kwok-controller"]}),
+            **self.extra_options,
         }
         config = {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
@@ -159,7 +180,7 @@ class LocalCluster:
 
     def kwokctl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [self.binary("kwokctl"), "--name", self.name, *args],
+            [*self.command_prefix, self.binary("kwokctl"), "--name", self.name, *args],
             env=self._env(),
             capture_output=True,
             text=True,
@@ -203,6 +224,7 @@ class LocalCluster:
         config = self._write_config()
         proc = subprocess.run(
             [
+                *self.command_prefix,
                 self.binary("kwokctl"),
                 "create",
                 "cluster",
@@ -220,9 +242,14 @@ class LocalCluster:
         )
         if proc.returncode != 0:
             raise ClusterStartError(self._diagnose(proc.stdout + proc.stderr))
+        self.publish_kubeconfig()
+        if self.nodes:
+            self.kubectl("apply", "-f", "-", input=json.dumps(self._node_list()))
+            self._wait_nodes_ready(timeout)
+
+    def publish_kubeconfig(self) -> None:
+        """Write :attr:`kubeconfig`, the one clients on this host use."""
         shutil.copyfile(self.cluster_dir / "kubeconfig.yaml", self.kubeconfig)
-        self.kubectl("apply", "-f", "-", input=json.dumps(self._node_list()))
-        self._wait_nodes_ready(timeout)
 
     def wait_healthy(self, timeout: float = 120) -> None:
         """Wait until the cluster serves pods end to end again (e.g. after a restart):
@@ -327,7 +354,7 @@ class LocalCluster:
     def dead_components(self) -> list[str]:
         """The components whose process is not running (per kwokctl's pid files)."""
         dead = []
-        for comp in COMPONENTS:
+        for comp in self.components:
             pidfile = self.cluster_dir / "pids" / f"{comp}.pid"
             try:
                 os.kill(int(pidfile.read_text().strip()), 0)
