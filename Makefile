@@ -57,9 +57,21 @@ unit: venv ## pure unit tests (no cluster)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 .PHONY: e2e
-e2e: venv prometheus ## end-to-end tests on the local control plane (built if needed)
+e2e: e2e-kwok e2e-real ## end-to-end tests: the kwok tier, then the real-node tier
+
+.PHONY: e2e-kwok
+e2e-kwok: venv prometheus ## end-to-end tests on the local control plane with kwok nodes
 	@hack/cluster/build.sh >/dev/null
-	$(BIN)/pytest -q tests/e2e $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/e2e --ignore=tests/e2e/real $(PYTEST_ARGS)
+
+.PHONY: realnode-deps
+realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, buildah, ...)
+	@hack/realnode/ensure-packages.sh
+
+.PHONY: e2e-real
+e2e-real: venv realnode-deps ## end-to-end tests on a real kubelet node (root; builds images offline)
+	@hack/cluster/build.sh >/dev/null && hack/cluster/build.sh node >/dev/null
+	$(BIN)/pytest -q tests/e2e/real $(PYTEST_ARGS)
 
 .PHONY: test
 test: lint unit e2e ## everything CI runs: lint, unit and e2e tests

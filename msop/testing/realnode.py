@@ -60,7 +60,9 @@ NETNS_PREFIX = "msop-real-"
 
 
 @dataclass
-class _Daemon:
+class Daemon:
+    """A process the cluster started, with its log file."""
+
     name: str
     proc: subprocess.Popen[bytes]
     log: Path
@@ -98,7 +100,9 @@ class RealCluster:
     images: Sequence[Image] = ()
     netns: NetNamespace = field(init=False)
     control_plane: LocalCluster = field(init=False)
-    _daemons: list[_Daemon] = field(default_factory=list, init=False)
+    host_api_port: int = field(default=0, init=False)
+    """The host relay's port to the API server (``kubeconfig`` points at it)."""
+    _daemons: list[Daemon] = field(default_factory=list, init=False)
     _cni_netns_before: set[str] = field(default_factory=set, init=False)
 
     def __post_init__(self) -> None:
@@ -163,8 +167,8 @@ class RealCluster:
         self.control_plane.start(timeout)
         api = self.control_plane.api_port
         self._relay("relay-gateway", (GATEWAY, api), (f"127.0.0.1:{api}"), self.netns.path)
-        host_port = self._relay("relay-host", ("127.0.0.1", 0), f"127.0.0.1:{api}", None)
-        self._write_host_kubeconfig(host_port)
+        self.host_api_port = self.expose(f"127.0.0.1:{api}")
+        self._write_host_kubeconfig(self.host_api_port)
         self._containerd(timeout)
         for image in self.images:
             self.ctr("images", "import", str(image.archive))
@@ -242,7 +246,17 @@ class RealCluster:
             ],
         }
 
-    def _spawn(self, name: str, argv: Sequence[str], in_netns: bool = True) -> _Daemon:
+    def expose(self, address: str) -> int:
+        """Relay the host's loopback to ``address`` (HOST:PORT inside the namespace);
+        returns the host port. The relay stops with the cluster."""
+        return self._relay(f"relay-{address}", ("127.0.0.1", 0), address, None)
+
+    def spawn(self, name: str, argv: Sequence[str]) -> Daemon:
+        """Start ``argv`` inside the namespace, its output in ``<logs>/<name>.log``. The
+        process is stopped with the cluster, or earlier by ``.stop()`` on the result."""
+        return self._spawn(name, argv)
+
+    def _spawn(self, name: str, argv: Sequence[str], in_netns: bool = True) -> Daemon:
         log = self.logs / f"{name}.log"
         out: IO[bytes] = log.open("ab")
         try:
@@ -255,7 +269,7 @@ class RealCluster:
             )
         finally:
             out.close()
-        daemon = _Daemon(name, proc, log)
+        daemon = Daemon(name, proc, log)
         self._daemons.append(daemon)
         return daemon
 
@@ -277,7 +291,7 @@ class RealCluster:
             stdin=subprocess.DEVNULL,
             start_new_session=True,
         )
-        self._daemons.append(_Daemon(name, proc, log))
+        self._daemons.append(Daemon(name, proc, log))
         assert proc.stdout is not None
         line = proc.stdout.readline().decode().strip()
         if not line.isdigit():

@@ -1,0 +1,154 @@
+"""MSJobs whose pods run real containers, through msop installed in-cluster.
+
+- ``test_sample_runs_in_real_containers``: the dataparallel sample, with an image built
+  here and a command that prints its ``MS_*`` environment, reaches Succeeded. The
+  containers' own output shows ``MS_SCHED_HOST`` = the Scheduler Service's ClusterIP on
+  the Workers and the Scheduler's own pod IP on the Scheduler; the SDK's ``get_logs``
+  returns those real lines.
+- ``test_sigkill_is_restarted_by_exitcode_policy``: a Worker whose process is killed with
+  SIGKILL exits 137 for real; the ExitCode policy deletes and recreates the pod, counts the
+  restart, and says so in an event that names the pod and the code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from msop.client import MSJobClient
+from msop.testing.realnode import RealCluster
+from tests.e2e.msjobs import (
+    event_reasons,
+    events,
+    get,
+    job_pods,
+    sample,
+    wait_condition,
+    wait_for,
+)
+from tests.e2e.real.conftest import Images
+
+JSON = dict[str, Any]
+
+PRINT_ENV = "env | grep '^MS_' | sort"
+
+
+def real_job(base: JSON, image: str, commands: dict[str, str], workers: int) -> JSON:
+    """The sample with an image that exists here and the given shell commands: no GPU
+    limits, no hostPath data (what a user trying the operator on CPU changes)."""
+    job = json.loads(json.dumps(base))
+    specs = job["spec"]["msReplicaSpecs"]
+    specs["Worker"]["replicas"] = workers
+    for rtype, spec in specs.items():
+        pod = spec["template"]["spec"]
+        pod.pop("volumes", None)
+        pod["terminationGracePeriodSeconds"] = 1
+        for container in pod["containers"]:
+            container["image"] = image
+            container["command"] = ["sh", "-c", commands[rtype]]
+            for key in ("volumeMounts", "resources"):
+                container.pop(key, None)
+    return job
+
+
+def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job))
+    return str(job["metadata"]["name"])
+
+
+def logs(cluster: RealCluster, ns: str, pod: str) -> dict[str, str]:
+    out = cluster.kubectl("logs", "-n", ns, pod, "-c", "mindspore").stdout
+    return dict(line.split("=", 1) for line in out.splitlines() if line.startswith("MS_"))
+
+
+def test_sample_runs_in_real_containers(
+    installed: RealCluster, namespace: str, images: Images
+) -> None:
+    cluster = installed
+    job = real_job(
+        sample("ms_wide_deep_dataparallel.yaml"),
+        images.python.ref,
+        {"Scheduler": f"{PRINT_ENV}; sleep 2", "Worker": PRINT_ENV},
+        workers=2,
+    )
+    name = apply_job(cluster, namespace, job)
+    wait_condition(cluster, namespace, name, "Succeeded", timeout=120)
+
+    pods = job_pods(cluster, namespace, name)
+    assert sorted(pods) == [f"{name}-scheduler-0", f"{name}-worker-0", f"{name}-worker-1"]
+    services = json.loads(
+        cluster.kubectl(
+            "get", "svc", "-n", namespace, "-l", f"training.kubeflow.org/job-name={name}",
+            "-o", "json",
+        ).stdout
+    )["items"]  # fmt: skip
+    assert len(services) == 1, services
+    cluster_ip = services[0]["spec"]["clusterIP"]
+
+    sched = logs(cluster, namespace, f"{name}-scheduler-0")
+    assert sched["MS_ROLE"] == "MS_SCHED"
+    assert sched["MS_SCHED_HOST"] == pods[f"{name}-scheduler-0"]["status"]["podIP"]
+    for i in range(2):
+        pod = f"{name}-worker-{i}"
+        env = logs(cluster, namespace, pod)
+        assert env["MS_ROLE"] == "MS_WORKER", env
+        assert env["MS_SCHED_HOST"] == cluster_ip, (env, cluster_ip)
+        assert env["MS_SCHED_PORT"] == "2222"
+        assert env["MS_WORKER_NUM"] == "2"
+        assert env["MS_NODE_ID"] == pod
+        state = pods[pod]["status"]["containerStatuses"][0]["state"]
+        assert state["terminated"]["exitCode"] == 0, state
+
+    finished = get(cluster, namespace, "msjob", name)
+    assert finished is not None
+    assert finished["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+    assert "MSJobSucceeded" in event_reasons(cluster, namespace, name)
+
+    async def sdk_logs() -> list[str]:
+        async with MSJobClient(kubeconfig=cluster.kubeconfig, namespace=namespace) as client:
+            return [line async for line in client.get_logs(name, index=1)]
+
+    lines = asyncio.run(sdk_logs())
+    assert f"MS_NODE_ID={name}-worker-1" in lines
+    assert f"MS_SCHED_HOST={cluster_ip}" in lines
+
+
+def test_sigkill_is_restarted_by_exitcode_policy(
+    installed: RealCluster, namespace: str, images: Images
+) -> None:
+    cluster = installed
+    # sh stays PID 1 and waits for its child; killing the child makes sh exit 137
+    # (a SIGKILL sent to PID 1 from inside its own namespace would be ignored).
+    run = "sleep 600 & echo $! > /tmp/child.pid; wait $!"
+    job = real_job(
+        sample("msjob_exitcode_restart.yaml"),
+        images.python.ref,
+        {"Scheduler": run, "Worker": run},
+        workers=1,
+    )
+    name = apply_job(cluster, namespace, job)
+    worker = f"{name}-worker-0"
+
+    def running_uid() -> str | None:
+        pod = job_pods(cluster, namespace, name).get(worker)
+        if pod and pod["status"].get("phase") == "Running":
+            return str(pod["metadata"]["uid"])
+        return None
+
+    first = wait_for("the worker Running", running_uid, timeout=90)
+    cluster.kubectl("exec", "-n", namespace, worker, "-c", "mindspore", "--",
+                    "sh", "-c", "kill -9 $(cat /tmp/child.pid)")  # fmt: skip
+    second = wait_for(
+        "the worker recreated and Running",
+        lambda: (uid := running_uid()) and uid != first and uid,
+        timeout=90,
+    )
+    assert second != first
+    wait_condition(cluster, namespace, name, "Restarting", timeout=30)
+    job_now = get(cluster, namespace, "msjob", name)
+    assert job_now is not None
+    assert job_now["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    messages = [e.get("message", "") for e in events(cluster, namespace, name)]
+    assert f"Pod {namespace}/{worker} exited with code 137" in messages, messages
+    assert "MSJobFailed" not in event_reasons(cluster, namespace, name)
