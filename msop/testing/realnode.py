@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import IO
 
 from msop.testing.cluster import ClusterStartError, LocalCluster
-from msop.testing.images import Image
+from msop.testing.images import Image, ImageBuilder, ImageBuildError
 from msop.testing.netns import NETNS_DIR, NetNamespace
 
 NODE_NAME = "msop-real-node"
@@ -538,6 +538,59 @@ state = "{root / "state"}"
         self.netns.delete()
         for sub in ("containerd", "kubelet", "kube-proxy", "cni"):
             shutil.rmtree(self.workdir / sub, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class NodeImages:
+    """The images a real node gets: the sandbox, the Python base and the operator."""
+
+    pause: Image
+    python: Image
+    operator: Image
+
+    def all(self) -> tuple[Image, ...]:
+        return (self.pause, self.python, self.operator)
+
+
+def prepare(repo: Path, cache: Path) -> tuple[Path, Path, NodeImages]:
+    """Everything a RealCluster needs, each step skipped when already done: the Debian
+    packages (hack/realnode/ensure-packages.sh), the control-plane and node binaries
+    (hack/cluster/build.sh) and the images (msop.testing.images). Returns the control
+    plane's and the node's binary directories and the images. Raises ClusterStartError
+    naming the step that failed, with its output."""
+
+    def step(argv: list[str], what: str) -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ClusterStartError(f"{what} failed ({' '.join(argv)}):\n{proc.stderr[-4000:]}")
+        return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
+
+    step([str(repo / "hack/realnode/ensure-packages.sh")], "installing the node's packages")
+    bin_dir = step([str(repo / "hack/cluster/build.sh")], "building the control plane")
+    node_dir = step([str(repo / "hack/cluster/build.sh"), "node"], "building kubelet")
+    builder = ImageBuilder(cache, repo)
+    try:
+        python = builder.python_base()
+        images = NodeImages(builder.pause(), python, builder.operator(python))
+    except ImageBuildError as e:
+        raise ClusterStartError(f"building the real tier's images failed:\n{e}") from e
+    return Path(bin_dir), Path(node_dir), images
+
+
+def write_overlay(directory: Path, image_ref: str, base: Path) -> Path:
+    """Write a kustomize overlay of ``base`` (config/default) that sets the operator image
+    to ``image_ref``: what the README tells users to do for their registry. Returns the
+    directory, for ``kubectl apply -k``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    name, _, tag = image_ref.rpartition(":")
+    overlay = {
+        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+        "kind": "Kustomization",
+        "resources": [os.path.relpath(base, directory)],
+        "images": [{"name": "msop", "newName": name, "newTag": tag}],
+    }
+    (directory / "kustomization.yaml").write_text(json.dumps(overlay, indent=2))
+    return directory
 
 
 def _pause_ref(images: Sequence[Image]) -> str:

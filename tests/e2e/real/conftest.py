@@ -19,18 +19,15 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from msop.testing.cluster import ClusterStartError
-from msop.testing.images import Image, ImageBuilder, ImageBuildError
-from msop.testing.realnode import RealCluster
+from msop.testing.realnode import NodeImages, RealCluster, prepare, write_overlay
 
 REPO = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
@@ -39,41 +36,28 @@ DEPLOYMENT = "msop-controller-manager"
 LEASE = "msop.mindspore.gitee.com"
 
 
-def _step(argv: list[str], what: str) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.fail(f"{what} failed ({' '.join(argv)}):\n{proc.stderr[-4000:]}", pytrace=False)
-    return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else ""
-
-
-@dataclass(frozen=True)
-class Images:
-    pause: Image
-    python: Image
-    operator: Image
-
-
 @pytest.fixture(scope="session")
-def images() -> Images:
-    _step([str(REPO / "hack/realnode/ensure-packages.sh")], "installing the node's packages")
-    builder = ImageBuilder(CACHE)
+def prepared() -> tuple[Path, Path, NodeImages]:
     try:
-        python = builder.python_base()
-        return Images(pause=builder.pause(), python=python, operator=builder.operator(python))
-    except ImageBuildError as e:
-        pytest.fail(f"building the real tier's images failed:\n{e}", pytrace=False)
+        return prepare(REPO, CACHE)
+    except ClusterStartError as e:
+        pytest.fail(str(e), pytrace=False)
 
 
 @pytest.fixture(scope="session")
-def real_cluster(images: Images) -> Iterator[RealCluster]:
-    bin_dir = _step([str(REPO / "hack/cluster/build.sh")], "building the control plane")
-    node_bin = _step([str(REPO / "hack/cluster/build.sh"), "node"], "building kubelet")
+def images(prepared: tuple[Path, Path, NodeImages]) -> NodeImages:
+    return prepared[2]
+
+
+@pytest.fixture(scope="session")
+def real_cluster(prepared: tuple[Path, Path, NodeImages]) -> Iterator[RealCluster]:
+    bin_dir, node_bin, images = prepared
     cluster = RealCluster(
         name=f"msop-real-{os.getpid()}",
-        bin_dir=Path(bin_dir),
-        node_bin_dir=Path(node_bin),
+        bin_dir=bin_dir,
+        node_bin_dir=node_bin,
         workdir=CACHE / "real",
-        images=(images.pause, images.python, images.operator),
+        images=images.all(),
     )
     started = time.monotonic()
     try:
@@ -89,25 +73,6 @@ def real_cluster(images: Images) -> Iterator[RealCluster]:
             print(f"\nkept real cluster {cluster.name}: KUBECONFIG={cluster.kubeconfig}")
         else:
             cluster.stop()
-
-
-def overlay(images: Images) -> Path:
-    """An overlay of config/default that sets the image, as the README tells users."""
-    path = CACHE / "real" / "overlay"
-    path.mkdir(parents=True, exist_ok=True)
-    name, _, tag = images.operator.ref.rpartition(":")
-    (path / "kustomization.yaml").write_text(
-        json.dumps(
-            {
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(REPO / "config/default", path)],
-                "images": [{"name": "msop", "newName": name, "newTag": tag}],
-            },
-            indent=2,
-        )
-    )
-    return path
 
 
 def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, object]:
@@ -139,8 +104,11 @@ def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, obje
 
 
 @pytest.fixture(scope="session")
-def installed(real_cluster: RealCluster, images: Images) -> RealCluster:
-    real_cluster.kubectl("apply", "-k", str(overlay(images)))
+def installed(real_cluster: RealCluster, images: NodeImages) -> RealCluster:
+    overlay = write_overlay(
+        CACHE / "real" / "overlay", images.operator.ref, REPO / "config/default"
+    )
+    real_cluster.kubectl("apply", "-k", str(overlay))
     wait_available(real_cluster)
     return real_cluster
 

@@ -29,9 +29,9 @@ import pytest
 import yaml
 
 from msop.testing.monitoring import ALERTS, alert_exprs, panel_exprs
-from msop.testing.realnode import RealCluster
+from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import sample, wait_condition, wait_for
-from tests.e2e.real.conftest import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, Images, wait_available
+from tests.e2e.real.conftest import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.test_msjob_real import PRINT_ENV, apply_job, real_job
 
 FIRES_WHEN_STOPPED = {"MsopDown", "MsopNoLeader"}
@@ -129,7 +129,7 @@ def leader_pod(cluster: RealCluster) -> str:
 
 
 def test_leader_metrics_are_scraped(
-    installed: RealCluster, prometheus: Prometheus, namespace: str, images: Images
+    installed: RealCluster, prometheus: Prometheus, namespace: str, images: NodeImages
 ) -> None:
     cluster = installed
     # Give the leader something to reconcile, so the dashboard's job panels have data too.

@@ -17,7 +17,7 @@ import json
 from typing import Any
 
 from msop.client import MSJobClient
-from msop.testing.realnode import RealCluster
+from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     event_reasons,
     events,
@@ -27,7 +27,6 @@ from tests.e2e.msjobs import (
     wait_condition,
     wait_for,
 )
-from tests.e2e.real.conftest import Images
 
 JSON = dict[str, Any]
 
@@ -63,7 +62,7 @@ def logs(cluster: RealCluster, ns: str, pod: str) -> dict[str, str]:
 
 
 def test_sample_runs_in_real_containers(
-    installed: RealCluster, namespace: str, images: Images
+    installed: RealCluster, namespace: str, images: NodeImages
 ) -> None:
     cluster = installed
     job = real_job(
@@ -115,7 +114,7 @@ def test_sample_runs_in_real_containers(
 
 
 def test_sigkill_is_restarted_by_exitcode_policy(
-    installed: RealCluster, namespace: str, images: Images
+    installed: RealCluster, namespace: str, images: NodeImages
 ) -> None:
     cluster = installed
     # sh stays PID 1 and waits for its child; killing the child makes sh exit 137
@@ -145,10 +144,16 @@ def test_sigkill_is_restarted_by_exitcode_policy(
         timeout=90,
     )
     assert second != first
-    wait_condition(cluster, namespace, name, "Restarting", timeout=30)
     job_now = get(cluster, namespace, "msjob", name)
     assert job_now is not None
     assert job_now["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    # Restarting was set (it goes back to False once the new pod runs).
+    restarting = [c for c in job_now["status"]["conditions"] if c["type"] == "Restarting"]
+    assert restarting and restarting[0]["reason"] == "MSJobRestarting", job_now["status"]
+    wait_for(
+        "the ExitedWithCode and MSJobRestarting events",
+        lambda: {"ExitedWithCode", "MSJobRestarting"} <= event_reasons(cluster, namespace, name),
+    )
     messages = [e.get("message", "") for e in events(cluster, namespace, name)]
     assert f"Pod {namespace}/{worker} exited with code 137" in messages, messages
     assert "MSJobFailed" not in event_reasons(cluster, namespace, name)
