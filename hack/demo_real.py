@@ -58,13 +58,14 @@ def until(what: str, fn: Callable[[], bool], timeout: float = 180) -> None:
 
 def main() -> int:
     step("preparing: packages, binaries and images (cached after the first run)")
-    bin_dir, node_dir, images = prepare(REPO, CACHE)
+    prepared = prepare(REPO, CACHE)
+    images = prepared.images
     for image in images.all():
         print(f"  {image.ref}  ({image.archive.stat().st_size / 2**20:.0f} MiB)")
     cluster = RealCluster(
         name="msop-demo-real",
-        bin_dir=bin_dir,
-        node_bin_dir=node_dir,
+        bin_dir=prepared.bin_dir,
+        node_bin_dir=prepared.node_bin_dir,
         workdir=CACHE / "demo-real",
         images=images.all(),
     )

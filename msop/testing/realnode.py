@@ -552,12 +552,22 @@ class NodeImages:
         return (self.pause, self.python, self.operator)
 
 
-def prepare(repo: Path, cache: Path) -> tuple[Path, Path, NodeImages]:
+@dataclass(frozen=True)
+class Prepared:
+    """What ``prepare()`` built: binary directories, the Prometheus server, the images."""
+
+    bin_dir: Path
+    node_bin_dir: Path
+    prometheus: Path
+    images: NodeImages
+
+
+def prepare(repo: Path, cache: Path) -> Prepared:
     """Everything a RealCluster needs, each step skipped when already done: the Debian
     packages (hack/realnode/ensure-packages.sh), the control-plane and node binaries
-    (hack/cluster/build.sh) and the images (msop.testing.images). Returns the control
-    plane's and the node's binary directories and the images. Raises ClusterStartError
-    naming the step that failed, with its output."""
+    (hack/cluster/build.sh), Prometheus (hack/prometheus/build.sh) and the images
+    (msop.testing.images). Raises ClusterStartError naming the step that failed, with
+    its output."""
 
     def step(argv: list[str], what: str) -> str:
         proc = subprocess.run(argv, capture_output=True, text=True)
@@ -568,13 +578,14 @@ def prepare(repo: Path, cache: Path) -> tuple[Path, Path, NodeImages]:
     step([str(repo / "hack/realnode/ensure-packages.sh")], "installing the node's packages")
     bin_dir = step([str(repo / "hack/cluster/build.sh")], "building the control plane")
     node_dir = step([str(repo / "hack/cluster/build.sh"), "node"], "building kubelet")
+    prom_dir = step([str(repo / "hack/prometheus/build.sh")], "building Prometheus")
     builder = ImageBuilder(cache, repo)
     try:
         python = builder.python_base()
         images = NodeImages(builder.pause(), python, builder.operator(python))
     except ImageBuildError as e:
         raise ClusterStartError(f"building the real tier's images failed:\n{e}") from e
-    return Path(bin_dir), Path(node_dir), images
+    return Prepared(Path(bin_dir), Path(node_dir), Path(prom_dir) / "prometheus", images)
 
 
 def write_overlay(directory: Path, image_ref: str, base: Path) -> Path:

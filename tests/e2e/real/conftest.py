@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from msop.testing.cluster import ClusterStartError
-from msop.testing.realnode import NodeImages, RealCluster, prepare, write_overlay
+from msop.testing.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
 
 REPO = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
@@ -37,7 +37,7 @@ LEASE = "msop.mindspore.gitee.com"
 
 
 @pytest.fixture(scope="session")
-def prepared() -> tuple[Path, Path, NodeImages]:
+def prepared() -> Prepared:
     try:
         return prepare(REPO, CACHE)
     except ClusterStartError as e:
@@ -45,19 +45,18 @@ def prepared() -> tuple[Path, Path, NodeImages]:
 
 
 @pytest.fixture(scope="session")
-def images(prepared: tuple[Path, Path, NodeImages]) -> NodeImages:
-    return prepared[2]
+def images(prepared: Prepared) -> NodeImages:
+    return prepared.images
 
 
 @pytest.fixture(scope="session")
-def real_cluster(prepared: tuple[Path, Path, NodeImages]) -> Iterator[RealCluster]:
-    bin_dir, node_bin, images = prepared
+def real_cluster(prepared: Prepared) -> Iterator[RealCluster]:
     cluster = RealCluster(
         name=f"msop-real-{os.getpid()}",
-        bin_dir=bin_dir,
-        node_bin_dir=node_bin,
+        bin_dir=prepared.bin_dir,
+        node_bin_dir=prepared.node_bin_dir,
         workdir=CACHE / "real",
-        images=images.all(),
+        images=prepared.images.all(),
     )
     started = time.monotonic()
     try:

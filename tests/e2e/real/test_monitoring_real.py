@@ -1,9 +1,10 @@
-"""A real Prometheus (Debian's package) scraping msop the way users set it up.
+"""A real Prometheus scraping msop the way users set it up.
 
-Prometheus runs next to the node and discovers msop by Kubernetes service discovery
-(``role: endpointslice``), keeping only Services annotated ``prometheus.io/scrape`` and
-taking port, path and scheme from the annotations, as the common annotation-based
-configuration does. It loads ``config/prometheus/alerts.yaml``.
+Prometheus (built from its Go module by hack/prometheus/build.sh: Debian's package has no
+Kubernetes service discovery) runs next to the node and discovers msop by Kubernetes
+service discovery (``role: endpointslice``), keeping only Services annotated
+``prometheus.io/scrape`` and taking port, path and scheme from the annotations, as the
+common annotation-based configuration does. It loads ``config/prometheus/alerts.yaml``.
 
 - ``test_leader_metrics_are_scraped``: ``controller_runtime_reconcile_total`` comes back
   from the pod that holds the Lease, which reports ``leader_election_master_status`` 1.
@@ -29,7 +30,7 @@ import pytest
 import yaml
 
 from msop.testing.monitoring import ALERTS, alert_exprs, panel_exprs
-from msop.testing.realnode import NodeImages, RealCluster
+from msop.testing.realnode import NodeImages, Prepared, RealCluster
 from tests.e2e.msjobs import sample, wait_condition, wait_for
 from tests.e2e.real.conftest import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.test_msjob_real import PRINT_ENV, apply_job, real_job
@@ -87,11 +88,10 @@ class Prometheus:
 
 @pytest.fixture(scope="module")
 def prometheus(
-    installed: RealCluster, tmp_path_factory: pytest.TempPathFactory
+    installed: RealCluster, prepared: Prepared, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Prometheus]:
     cluster = installed
-    binary = shutil.which("prometheus")
-    assert binary, "no prometheus binary (hack/realnode/ensure-packages.sh installs it)"
+    binary = str(prepared.prometheus)
     work = tmp_path_factory.mktemp("prometheus")
     kubeconfig = work / "kubeconfig"
     # Inside the namespace, the API server is on its loopback; the host relay is not.
