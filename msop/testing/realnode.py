@@ -161,6 +161,7 @@ class RealCluster:
         wait until the node is Ready and Services route. Raises ClusterStartError."""
         cleanup_stale()
         self.stop()
+        shutil.rmtree(self.logs, ignore_errors=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         self._cni_netns_before = _cni_namespaces()
         self._network()
@@ -673,3 +674,9 @@ def cleanup_stale() -> None:
                 _kill_namespace_processes(entry.name)
                 _kill_cgroup_tree("kubepods")
                 NetNamespace(entry.name).delete()
+                # The pods' namespaces (containerd 1.6 puts them in /run/netns): once their
+                # processes are gone, nothing else uses an empty cni-* namespace.
+                for name in _cni_namespaces():
+                    pids = subprocess.run(["ip", "netns", "pids", name], capture_output=True)
+                    if not pids.stdout.strip():
+                        NetNamespace(name).delete()
