@@ -21,6 +21,7 @@ from msop.kube.errors import (
     is_gone,
     is_invalid,
     is_not_found,
+    is_patch_test_failed,
     is_too_many_requests,
     is_unavailable,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "is_gone",
     "is_invalid",
     "is_not_found",
+    "is_patch_test_failed",
     "is_too_many_requests",
     "is_unavailable",
 ]

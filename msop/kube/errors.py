@@ -25,6 +25,7 @@ __all__ = [
     "is_gone",
     "is_invalid",
     "is_not_found",
+    "is_patch_test_failed",
     "is_too_many_requests",
     "is_unavailable",
 ]
@@ -148,6 +149,19 @@ def is_forbidden(e: BaseException) -> bool:
     """403 Forbidden (RBAC, or a namespace being terminated)."""
     a = _api(e)
     return a is not None and (a.status == 403 or a.reason == "Forbidden")
+
+
+def is_patch_test_failed(e: BaseException) -> bool:
+    """422 for a JSON patch (RFC 6902) whose ``test`` operation failed: the object no longer
+    holds the tested value. The API server reports it as Invalid with no details (no
+    name, kind or causes), unlike a validation error, which always names the object."""
+    a = _api(e)
+    return (
+        a is not None
+        and a.status == 422
+        and a.reason == "Invalid"
+        and not (a.body or {}).get("details")
+    )
 
 
 def is_invalid(e: BaseException) -> bool:

@@ -14,9 +14,14 @@ decides anything itself except how to react to API errors:
   message = its message), a ``FailedCreatePod``/``FailedCreateService`` Warning event and
   an error return (rate-limited requeue). The condition is removed once creates succeed.
 - **Deletes** carry a UID precondition; NotFound and a UID mismatch count as done.
-- **Status** is written through the status subresource, guarded by ``resourceVersion``,
-  and only when it changed. A conflict requeues: the next pass recomputes from a fresher
-  cache, so no update is lost and a stale status is never written over a newer one.
+- **Status** is written through the status subresource, only when it changed, as a JSON
+  patch whose ``test`` operation requires the stored status to be the one this pass
+  planned from. Writes to the job's labels, annotations or spec do not stand in the way
+  (the API server re-applies the patch to the newest object; a ``resourceVersion``
+  precondition would fail on every one of them, and a busy writer could starve the
+  status forever). A status that moved under us requeues: the next pass recomputes from
+  a fresher cache, so no update is lost and a stale status is never written over a
+  newer one.
   A change that only moves pod counts (``replicaStatuses``, ``workers``) waits up to
   ``COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write, not one each;
   condition changes are written at once.
@@ -52,6 +57,7 @@ from msop.kube.errors import (
     is_conflict,
     is_invalid,
     is_not_found,
+    is_patch_test_failed,
 )
 from msop.kube.resources import PODS, SERVICES, Resource
 
@@ -255,22 +261,20 @@ class MSJobReconciler:
     async def _write_status(
         self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
     ) -> JSON | None:
-        """PUT the status; return the updated job, or None on a conflict (requeue)."""
+        """Write the status if the stored one is still ``job``'s; return the updated job,
+        or None when it moved or the job is gone (requeue)."""
         meta = job["metadata"]
-        body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
-            "metadata": {
-                "name": meta["name"],
-                "namespace": meta["namespace"],
-                "resourceVersion": meta["resourceVersion"],
-            },
-            "status": status,
-        }
+        ops = [
+            {"op": "test", "path": "/status", "value": job.get("status")},
+            {"op": "add", "path": "/status", "value": status},
+        ]
         try:
-            updated = await self.client.replace_status(MSJOBS, body)
+            updated = await self.client.patch(
+                MSJOBS, meta["name"], ops, meta["namespace"], patch_type="json",
+                subresource="status",
+            )  # fmt: skip
         except ApiError as e:
-            if is_conflict(e) or is_not_found(e):
+            if is_patch_test_failed(e) or is_conflict(e) or is_not_found(e):
                 log.info("status write conflicted; requeueing", reason=e.reason)
                 return None
             if is_invalid(e):

@@ -14,6 +14,7 @@ from msop.kube.errors import (
     is_gone,
     is_invalid,
     is_not_found,
+    is_patch_test_failed,
     is_too_many_requests,
     is_unavailable,
 )
@@ -62,3 +63,20 @@ def test_unavailable_is_not_classified_as_an_api_answer() -> None:
     assert not is_not_found(e) and not is_gone(t) and not is_forbidden(e)
     assert not is_unavailable(ValueError())
     assert not is_not_found(ValueError())
+
+
+def test_failed_json_patch_test_is_told_from_a_validation_error() -> None:
+    # What kube-apiserver 1.36 answered to a JSON patch whose `test` op failed.
+    failed_test = {
+        **status(422, "Invalid", "the server rejected our request due to an error in our request"),
+        "details": {},
+    }
+    e = ApiError.from_status(422, failed_test)
+    assert is_patch_test_failed(e) and is_invalid(e)
+    # A validation error names the object and the fields.
+    invalid = {
+        **status(422, "Invalid", 'MSJob.mindspore.gitee.com "x" is invalid: spec: Required value'),
+        "details": {"name": "x", "kind": "MSJob", "causes": [{"field": "spec"}]},
+    }
+    assert not is_patch_test_failed(ApiError.from_status(422, invalid))
+    assert not is_patch_test_failed(ApiError.from_status(409, status(409, "Conflict")))
