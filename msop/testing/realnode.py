@@ -363,7 +363,13 @@ state = "{root / "state"}"
             )
         return proc
 
+    @property
+    def cgroup_root(self) -> str:
+        """The cgroup (in every hierarchy) that holds this node's pods."""
+        return self.netns.name
+
     def _kubelet(self) -> None:
+        _make_cgroup(self.cgroup_root)
         root = self.workdir / "kubelet"
         root.mkdir(parents=True, exist_ok=True)
         kubeconfig = self._component_kubeconfig(root / "kubeconfig")
@@ -381,6 +387,9 @@ state = "{root / "state"}"
             "authorization": {"mode": "Webhook"},
             "containerRuntimeEndpoint": f"unix://{self.containerd_socket}",
             "cgroupDriver": "cgroupfs",
+            # The pods' cgroups live under a root of this cluster's own, so teardown kills
+            # only them, never another kubelet's pods on the same machine.
+            "cgroupRoot": f"/{self.cgroup_root}",
             # This machine has cgroup v1; kubelet 1.35+ refuses it unless told.
             "failCgroupV1": False,
             # No CAP_SYS_RESOURCE: the kubelet may not lower its own oom_score_adj.
@@ -527,7 +536,7 @@ state = "{root / "state"}"
         for daemon in reversed(self._daemons):
             if daemon.name in ("kube-proxy", "kubelet"):
                 daemon.stop()
-        _kill_cgroup_tree("kubepods")
+        _kill_cgroup_tree(self.cgroup_root)
         for daemon in reversed(self._daemons):
             daemon.stop()
         self._daemons.clear()
@@ -618,11 +627,29 @@ def _cni_namespaces() -> set[str]:
     return set()
 
 
-def _kill_cgroup_tree(name: str) -> None:
-    """SIGKILL every process in the cgroup ``name`` of every v1 hierarchy (and v2), then
-    remove the cgroups, deepest first: the pods' processes outlive containerd's shims."""
+def _hierarchies() -> list[Path]:
+    """The mounted cgroup hierarchies: each v1 controller's, or the v2 root."""
     base = Path("/sys/fs/cgroup")
-    roots = [base / name] + [p / name for p in base.iterdir() if (p / name).is_dir()]
+    if (base / "cgroup.controllers").exists():
+        return [base]
+    return sorted(p for p in base.iterdir() if p.is_dir() and (p / "cgroup.procs").exists())
+
+
+def _make_cgroup(name: str) -> None:
+    """Create the cgroup ``name`` in every hierarchy (the kubelet's ``cgroupRoot`` must
+    exist); a v1 cpuset gets its parent's CPUs and memory nodes, or it takes no task."""
+    for hierarchy in _hierarchies():
+        path = hierarchy / name
+        path.mkdir(exist_ok=True)
+        for knob in ("cpuset.cpus", "cpuset.mems"):
+            if (path / knob).exists() and not (path / knob).read_text().strip():
+                (path / knob).write_text((hierarchy / knob).read_text())
+
+
+def _kill_cgroup_tree(name: str) -> None:
+    """SIGKILL every process in the cgroup ``name`` of every hierarchy, then remove the
+    cgroups, deepest first: the pods' processes outlive containerd's shims."""
+    roots = [h / name for h in _hierarchies()]
     for _ in range(3):
         for root in roots:
             if not root.is_dir():
@@ -672,7 +699,7 @@ def cleanup_stale() -> None:
             pid = entry.name.removeprefix(NETNS_PREFIX)
             if pid.isdigit() and not Path(f"/proc/{pid}").exists():
                 _kill_namespace_processes(entry.name)
-                _kill_cgroup_tree("kubepods")
+                _kill_cgroup_tree(entry.name)
                 NetNamespace(entry.name).delete()
                 # The pods' namespaces (containerd 1.6 puts them in /run/netns): once their
                 # processes are gone, nothing else uses an empty cni-* namespace.

@@ -132,7 +132,7 @@ def test_rbac_is_sufficient(
         seen = {(e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"))
                 for e in entries if "objectRef" in e}  # fmt: skip
         needed = {("create", "pods", None), ("create", "services", None),
-                  ("update", "msjobs", "status"), ("create", "events", None),
+                  ("patch", "msjobs", "status"), ("create", "events", None),
                   ("update", "leases", None), ("watch", "pods", None)}  # fmt: skip
         return entries if needed <= seen else []
 
@@ -150,7 +150,7 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
     # What the operator needs (everywhere) ...
     needed = [("list", "msjobs.mindspore.gitee.com"), ("watch", "pods"), ("create", "pods"),
               ("delete", "pods"), ("create", "services"), ("patch", "events"),
-              ("update", "msjobs.mindspore.gitee.com", "--subresource=status")]  # fmt: skip
+              ("patch", "msjobs.mindspore.gitee.com", "--subresource=status")]  # fmt: skip
     for args in needed:
         assert can_i(cluster, *args, ns=namespace), f"{args} should be allowed"
     assert can_i(cluster, "update", "leases.coordination.k8s.io", ns=OPERATOR_NAMESPACE)
@@ -167,6 +167,9 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
     for sub in ("status", "exec", "eviction"):
         assert not can_i(cluster, "create", "pods", f"--subresource={sub}", ns=namespace), sub
         assert not can_i(cluster, "update", "pods", f"--subresource={sub}", ns=namespace), sub
+    # Status is patched (with a test of the stored status), never replaced.
+    assert not can_i(cluster, "update", "msjobs.mindspore.gitee.com", "--subresource=status",
+                     ns=namespace)  # fmt: skip
 
     # A real request with the ServiceAccount's token is refused too.
     kubeconfig = service_account_kubeconfig(cluster, LOGS / f"{namespace}-sa.kubeconfig")
