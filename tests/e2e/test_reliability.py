@@ -615,7 +615,7 @@ async def test_malformed_jobs_fail_with_a_reason_never_crash(side_cluster: Local
         await asyncio.sleep(5)
         writes = [
             e
-            for e in operator_calls(c.audit_log, ns, "update", "msjobs", subresource="status")
+            for e in operator_calls(c.audit_log, ns, "patch", "msjobs", subresource="status")
             if (e.get("objectRef") or {}).get("name") == "bad-replicas"
         ]
         print(f"malformed bad-replicas: {len(writes)} status writes refused (422), then no retry")
