@@ -126,6 +126,9 @@ class ImageBuilder:
         tmp.unlink(missing_ok=True)
         self._buildah("push", ref, f"docker-archive:{tmp}:{ref}", what=f"saving {ref}")
         tmp.rename(archive)
+        # The archive is the cache; buildah's own copies would only double the disk.
+        self._buildah("rm", "--all", what="removing build containers")
+        self._buildah("rmi", "--all", "--force", what="pruning buildah's storage")
         for old in self.cache.glob(archive.name.rsplit("-", 1)[0] + "-*.tar"):
             if old != archive:
                 old.unlink(missing_ok=True)

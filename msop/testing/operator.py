@@ -9,7 +9,6 @@ SIGKILL. A start that fails raises ``RuntimeError`` with the tail of the log.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from msop.testing.process import terminate
 
 
 def free_port() -> int:
@@ -101,14 +102,7 @@ class OperatorProcess:
         """SIGTERM and wait; return the exit code (SIGKILL after ``timeout``)."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return int(self.proc.returncode)
+        return terminate(self.proc, timeout)
 
     def kill(self) -> None:
         """SIGKILL, as a crash or an OOM kill would."""

@@ -47,6 +47,7 @@ from typing import IO
 from msop.testing.cluster import ClusterStartError, LocalCluster
 from msop.testing.images import Image, ImageBuilder, ImageBuildError
 from msop.testing.netns import NETNS_DIR, NetNamespace
+from msop.testing.process import terminate
 
 NODE_NAME = "msop-real-node"
 BRIDGE = "msop0"
@@ -75,14 +76,7 @@ class Daemon:
         return "\n".join(f"    {t}" for t in text.splitlines()[-lines:])
 
     def stop(self, timeout: float = 10) -> None:
-        if not self.alive():
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc, timeout)
 
 
 @dataclass

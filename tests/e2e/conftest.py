@@ -19,6 +19,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 import pytest
 
@@ -66,13 +67,22 @@ def install_crds(cluster: LocalCluster, timeout: float = 60) -> None:
             time.sleep(0.2)
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[LocalCluster]:
-    c = LocalCluster(
-        name=f"msop-e2e-{os.getpid()}",
-        bin_dir=build_binaries(),
-        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok",
-    )
+class SessionCluster(Protocol):
+    name: str
+
+    @property
+    def kubeconfig(self) -> str: ...
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+C = TypeVar("C", bound=SessionCluster)
+
+
+def run_session_cluster(c: C, setup: Callable[[C], None] | None = None) -> Iterator[C]:
+    """Start ``c`` for a test session (a failure fails every test that needs it, with the
+    component's log tail), run ``setup``, yield it, and stop it afterwards unless
+    ``MSOP_E2E_KEEP`` is set."""
     started = time.monotonic()
     try:
         c.start()
@@ -81,13 +91,24 @@ def cluster() -> Iterator[LocalCluster]:
         pytest.fail(str(e), pytrace=False)
     print(f"\ncluster {c.name} up in {time.monotonic() - started:.1f}s; KUBECONFIG={c.kubeconfig}")
     try:
-        install_crds(c)
+        if setup is not None:
+            setup(c)
         yield c
     finally:
         if os.environ.get("MSOP_E2E_KEEP"):
             print(f"\nkept cluster {c.name}: KUBECONFIG={c.kubeconfig}")
         else:
             c.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        name=f"msop-e2e-{os.getpid()}",
+        bin_dir=build_binaries(),
+        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok",
+    )
+    yield from run_session_cluster(c, install_crds)
 
 
 @pytest.fixture

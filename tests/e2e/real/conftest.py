@@ -28,6 +28,7 @@ import pytest
 
 from msop.testing.cluster import ClusterStartError
 from msop.testing.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
+from tests.e2e.conftest import run_session_cluster
 
 REPO = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
@@ -58,20 +59,7 @@ def real_cluster(prepared: Prepared) -> Iterator[RealCluster]:
         workdir=CACHE / "real",
         images=prepared.images.all(),
     )
-    started = time.monotonic()
-    try:
-        cluster.start()
-    except ClusterStartError as e:
-        cluster.stop()
-        pytest.fail(str(e), pytrace=False)
-    print(f"\nreal node up in {time.monotonic() - started:.1f}s; KUBECONFIG={cluster.kubeconfig}")
-    try:
-        yield cluster
-    finally:
-        if os.environ.get("MSOP_E2E_KEEP"):
-            print(f"\nkept real cluster {cluster.name}: KUBECONFIG={cluster.kubeconfig}")
-        else:
-            cluster.stop()
+    yield from run_session_cluster(cluster)
 
 
 def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, object]:
