@@ -19,24 +19,19 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# The same step headers and waits as `make demo`.
+from hack.demo import step, wait  # noqa: E402
 from msop.testing import ClusterStartError  # noqa: E402
 from msop.testing.realnode import RealCluster, prepare, write_overlay  # noqa: E402
 
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
 SAMPLE = REPO / "config/samples/msjob_print_env.yaml"
 NS = "msop-system"
-BOLD, RESET = ("\033[1m", "\033[0m") if sys.stdout.isatty() else ("", "")
-T0 = time.monotonic()
-
-
-def step(msg: str) -> None:
-    print(f"\n{BOLD}==> [{time.monotonic() - T0:5.1f}s] {msg}{RESET}", flush=True)
 
 
 def show(cluster: RealCluster, *args: str) -> str:
@@ -45,15 +40,6 @@ def show(cluster: RealCluster, *args: str) -> str:
     text = out.stdout + out.stderr
     print(text.rstrip())
     return text
-
-
-def until(what: str, fn: Callable[[], bool], timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if fn():
-            return
-        time.sleep(1)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 def main() -> int:
@@ -89,7 +75,7 @@ def main() -> int:
             status = json.loads(out.stdout).get("status", {})
             return bool(status.get("readyReplicas") == 2)
 
-        until("the Deployment to be Available", available)
+        wait("the Deployment to be Available", available, timeout=180)
         show(cluster, "get", "deployment,pods", "-n", NS, "-o", "wide")
         show(cluster, "get", "lease", "msop.mindspore.gitee.com", "-n", NS)
 
