@@ -22,6 +22,7 @@ import shutil
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -128,16 +129,28 @@ def leader_pod(cluster: RealCluster) -> str:
     return out.stdout.strip().split("_")[0]
 
 
-def test_leader_metrics_are_scraped(
-    installed: RealCluster, prometheus: Prometheus, namespace: str, images: NodeImages
-) -> None:
+@pytest.fixture(scope="module")
+def finished_job(installed: RealCluster, images: NodeImages) -> Iterator[str]:
+    """A job that ran to Succeeded and stays for the whole module: the leader has
+    reconciled it, and the dashboard's job panels (MSJobs by state) have a series."""
     cluster = installed
-    # Give the leader something to reconcile, so the dashboard's job panels have data too.
+    ns = f"monitoring-{uuid.uuid4().hex[:6]}"
+    cluster.kubectl("create", "namespace", ns)
+    wait_for("the default ServiceAccount", lambda: cluster.kubectl(
+        "get", "sa", "default", "-n", ns, check=False).returncode == 0, 30)  # fmt: skip
     job = real_job(
         sample("ms_wide_deep_dataparallel.yaml"), images.python.ref,
         {"Scheduler": PRINT_ENV, "Worker": PRINT_ENV}, workers=1,
     )  # fmt: skip
-    wait_condition(cluster, namespace, apply_job(cluster, namespace, job), "Succeeded", 120)
+    wait_condition(cluster, ns, apply_job(cluster, ns, job), "Succeeded", 120)
+    yield ns
+    cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_leader_metrics_are_scraped(
+    installed: RealCluster, prometheus: Prometheus, finished_job: str
+) -> None:
+    cluster = installed
     leader = wait_for("a leader", lambda: leader_pod(cluster), 60)
 
     def reconciles() -> list[dict[str, Any]]:
@@ -149,11 +162,17 @@ def test_leader_metrics_are_scraped(
     assert {s["metric"]["controller"] for s in series} == {"msjob"}, series
     status = prometheus.query(f'leader_election_master_status{{job="msop",pod="{leader}"}}')
     assert [s["value"][1] for s in status] == ["1"], status
-    targets = prometheus.get("/api/v1/targets")["activeTargets"]
-    assert len(targets) == 2 and all(t["health"] == "up" for t in targets), targets
+
+    def both_replicas_up() -> list[dict[str, Any]]:
+        # (A pod of an earlier test may still be terminating: its target goes with it.)
+        targets: list[dict[str, Any]] = prometheus.get("/api/v1/targets")["activeTargets"]
+        healthy = len(targets) == 2 and all(t["health"] == "up" for t in targets)
+        return targets if healthy else []
+
+    wait_for("both replicas scraped and up", both_replicas_up, 60)
 
 
-def test_dashboard_queries_return_data(prometheus: Prometheus) -> None:
+def test_dashboard_queries_return_data(prometheus: Prometheus, finished_job: str) -> None:
     queries = panel_exprs()
     assert queries
 
@@ -172,7 +191,10 @@ def test_alert_rules(installed: RealCluster, prometheus: Prometheus) -> None:
     def firing() -> dict[str, list[dict[str, Any]]]:
         return {name: series for name, expr in rules if (series := prometheus.query(expr))}
 
-    assert firing() == {}, "alerts return series while msop is healthy"
+    try:
+        wait_for("no alert expression to return a series", lambda: firing() == {}, 60)
+    except AssertionError:
+        raise AssertionError(f"alerts return series while msop is healthy: {firing()}") from None
 
     cluster.kubectl("scale", "deployment", DEPLOYMENT, "-n", OPERATOR_NAMESPACE, "--replicas=0")
     try:
