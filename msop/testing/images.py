@@ -229,12 +229,17 @@ class ImageBuilder:
             *_tree_files(self.repo, ["msop/**/*"]),
         ]
 
-    def operator(self, base: Image) -> Image:
-        wheels = self.wheelhouse()
+    def operator_key(self, base: Image, wheels: Path) -> str:
+        """The cache key of the operator image: the recipe, the base, the wheelhouse and
+        every file of the build context, by name and content."""
         parts: list[bytes | str] = [RECIPE_VERSION, base.archive.name, wheels.name]
         for path in self.operator_inputs():
             parts += [str(path.relative_to(self.repo)), path.read_bytes()]
-        key = _digest(parts)
+        return _digest(parts)
+
+    def operator(self, base: Image) -> Image:
+        wheels = self.wheelhouse()
+        key = self.operator_key(base, wheels)
         ref = f"{OPERATOR_REPOSITORY}:e2e-{key}"
         archive = self._archive("operator", key)
         if not archive.exists():

@@ -1,0 +1,48 @@
+"""The real tier's operator image is rebuilt exactly when its build context changes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from msop.testing.images import Image, ImageBuilder
+
+
+def make_repo(root: Path) -> Path:
+    for name, text in {
+        "Dockerfile": "FROM base\n",
+        "pyproject.toml": "[project]\nname = 'msop'\n",
+        "README.md": "# msop\n",
+        "msop/__init__.py": "",
+        "msop/kube/client.py": "x = 1\n",
+        "tests/unit/test_x.py": "def test(): pass\n",
+        "hack/demo.py": "print()\n",
+    }.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    return root
+
+
+def test_operator_key_follows_the_build_context(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    builder = ImageBuilder(tmp_path / "cache", repo)
+    base = Image("python:x", tmp_path / "python-base-1.tar")
+    wheels = tmp_path / "wheelhouse-1"
+
+    def key() -> str:
+        return builder.operator_key(base, wheels)
+
+    first = key()
+    assert key() == first
+    # Outside the build context (.dockerignore keeps only pyproject, README, msop/).
+    (repo / "tests/unit/test_x.py").write_text("def test(): assert True\n")
+    (repo / "hack/demo.py").write_text("print('x')\n")
+    assert key() == first
+    for changed in ("msop/kube/client.py", "Dockerfile", "pyproject.toml", "README.md"):
+        (repo / changed).write_text((repo / changed).read_text() + "\n# changed\n")
+        assert key() != first, changed
+        first = key()
+    (repo / "msop/new.py").write_text("")
+    assert key() != first
+    # A different base or wheelhouse is a different image.
+    assert builder.operator_key(Image("python:x", tmp_path / "python-base-2.tar"), wheels) != key()
+    assert builder.operator_key(base, tmp_path / "wheelhouse-2") != key()
