@@ -375,6 +375,14 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "type": "boolean",
                 "description": "Elastic training: worker failures do not fail the job.",
             },
+            "restartScope": _str(
+                "What a retryable failure restarts: Job (every pod of the job, with the same "
+                "MS_* values; the job resumes from its checkpoint) or Pod (the failed pod "
+                "alone). Job also makes a scale of a running job restart every pod with the "
+                "new MS_WORKER_NUM. Default: Job when the job has a Scheduler and "
+                "enableDynamicWorker is false, else Pod.",
+                enum=list(c.RESTART_SCOPES),
+            ),
             "msReplicaSpecs": {
                 "type": "object",
                 "description": "Replica type (Scheduler, PS or Worker, any case) to its pods.",
@@ -574,6 +582,7 @@ README_DEFAULTS = {
     "spec.runPolicy.managedBy": "unset: msop",
     "spec.successPolicy": '`""`',
     "spec.enableDynamicWorker": "`false`",
+    "spec.restartScope": "`Job` with a Scheduler (not elastic), else `Pod`",
     "spec.msReplicaSpecs": "required",
     "spec.msReplicaSpecs.<type>.replicas": f"`{c.DEFAULT_REPLICAS}`",
     "spec.msReplicaSpecs.<type>.restartPolicy": f"`{c.DEFAULT_RESTART_POLICY}`",

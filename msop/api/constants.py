@@ -87,6 +87,14 @@ EXIT_CODE: Final = "ExitCode"
 RESTART_POLICIES: Final[tuple[str, ...]] = (ALWAYS, ON_FAILURE, NEVER, EXIT_CODE)
 DEFAULT_RESTART_POLICY: Final = NEVER
 
+# --- spec.restartScope ---------------------------------------------------------------------------
+# What a retryable failure restarts: the failed pod alone (ms-operator), or every pod of the job
+# (a MindSpore cluster cannot take back one restarted member). The default depends on the job's
+# shape: see msop.api.defaults.default_restart_scope.
+RESTART_SCOPE_POD: Final = "Pod"
+RESTART_SCOPE_JOB: Final = "Job"
+RESTART_SCOPES: Final[tuple[str, ...]] = (RESTART_SCOPE_POD, RESTART_SCOPE_JOB)
+
 # --- runPolicy.cleanPodPolicy --------------------------------------------------------------------
 CLEAN_ALL: Final = "All"
 CLEAN_RUNNING: Final = "Running"

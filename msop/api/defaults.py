@@ -20,6 +20,8 @@ def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
       both entries are kept for `validate` to report);
     - each replica spec gets `replicas: 1` and `restartPolicy: Never` when unset;
     - `spec.runPolicy.cleanPodPolicy` defaults to `Running`, `spec.successPolicy` to `""`;
+    - `spec.restartScope` defaults to `Job` for a job with a Scheduler that is not elastic,
+      else `Pod` (`default_restart_scope`);
     - the `mindspore` container of every template gets a `msjob-port` (2222/TCP) port unless it
       already has a port of that name, or already exposes 2222/TCP under another name (adding
       a second 2222/TCP would make the pod invalid).
@@ -49,7 +51,29 @@ def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
         for replica_spec in spec["msReplicaSpecs"].values():
             if isinstance(replica_spec, dict):
                 _default_replica_spec(replica_spec)
+    if spec.get("restartScope") is None:
+        spec["restartScope"] = default_restart_scope(spec)
     return out
+
+
+def default_restart_scope(spec: dict[str, Any]) -> str:
+    """``Job`` for a MindSpore cluster (a Scheduler replica, and not elastic), else ``Pod``.
+
+    The processes of one MindSpore cluster cannot take back a member that restarts alone:
+    the Scheduler rejects it as a repeated registration, or the ring collectives of its
+    peers fail. Jobs without a Scheduler run independent processes, and elastic jobs
+    (``enableDynamicWorker``) are built to lose workers, so they keep ms-operator's
+    per-pod restarts."""
+    specs = spec.get("msReplicaSpecs")
+    scheduler = None
+    if isinstance(specs, dict):
+        for key, value in specs.items():
+            if isinstance(key, str) and c.canonical_replica_type(key) == c.SCHEDULER:
+                scheduler = value
+    replicas = scheduler.get("replicas", c.DEFAULT_REPLICAS) if isinstance(scheduler, dict) else 0
+    if isinstance(replicas, int) and replicas > 0 and spec.get("enableDynamicWorker") is not True:
+        return c.RESTART_SCOPE_JOB
+    return c.RESTART_SCOPE_POD
 
 
 def _canonical_keys(replica_specs: dict[str, Any]) -> dict[str, Any]:

@@ -237,6 +237,12 @@ class MSJobSpec(_View):
         return _bool(self.raw.get("enableDynamicWorker"))
 
     @property
+    def restart_scope(self) -> str:
+        """``Job`` or ``Pod``; unset means the default for the job's shape, which
+        ``msop.api.defaults`` fills in (a raw, undefaulted job reads as ``Pod``)."""
+        return _str(self.raw.get("restartScope"), c.RESTART_SCOPE_POD)
+
+    @property
     def replica_specs(self) -> ReplicaSpecs:
         return ReplicaSpecs(self.raw.get("msReplicaSpecs"))
 

@@ -53,7 +53,9 @@ MSG_QUEUE_IMMUTABLE: Final = "spec.runPolicy.schedulingPolicy.queue is immutable
 _DNS1035 = re.compile(c.DNS1035_LABEL_PATTERN)
 _QUANTITY = re.compile(QUANTITY_PATTERN)
 
-_SPEC_FIELDS = frozenset({"runPolicy", "successPolicy", "enableDynamicWorker", "msReplicaSpecs"})
+_SPEC_FIELDS = frozenset(
+    {"runPolicy", "successPolicy", "enableDynamicWorker", "restartScope", "msReplicaSpecs"}
+)
 _RUN_POLICY_FIELDS = frozenset(
     {
         "cleanPodPolicy",
@@ -208,6 +210,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> list[FieldError]:
             errors.append(FieldError("spec.runPolicy", "must be an object"))
     _check_enum(errors, spec, "successPolicy", "spec", c.SUCCESS_POLICIES)
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
+    _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
     errors += _validate_replica_specs(spec.get("msReplicaSpecs"))
     return errors
 

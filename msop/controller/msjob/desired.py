@@ -134,14 +134,42 @@ def _env(view: MSJob, spec: ReplicaSpec, pod_name: str, sched_host: str | None) 
 
 def template_restart_policy_overridden(job: JSON, replica_type: str) -> bool:
     """True if the template sets a restartPolicy that the replica's policy overrides."""
-    spec = MSJob(job).replica_specs[replica_type]
+    view = MSJob(job)
+    spec = view.replica_specs[replica_type]
     own = spec.pod_spec.get("restartPolicy")
-    return bool(own) and own != pod_restart_policy(spec.restart_policy)
+    return bool(own) and own != pod_restart_policy(spec.restart_policy, view.spec.restart_scope)
 
 
-def pod_restart_policy(replica_restart_policy: str) -> str:
-    """The pod-level restartPolicy: ExitCode is implemented by the operator over Never."""
-    return c.NEVER if replica_restart_policy == c.EXIT_CODE else replica_restart_policy
+def pod_restart_policy(replica_restart_policy: str, restart_scope: str) -> str:
+    """The pod-level restartPolicy. With ``restartScope: Job`` every restart is the
+    operator's (the whole cluster at once), so the kubelet never restarts a container in
+    place: Never. With ``Pod``, ExitCode is implemented by the operator over Never and the
+    other policies are the kubelet's."""
+    if restart_scope == c.RESTART_SCOPE_JOB or replica_restart_policy == c.EXIT_CODE:
+        return c.NEVER
+    return replica_restart_policy
+
+
+def cluster_size_env(pod: JSON) -> dict[str, str]:
+    """The ``MS_WORKER_NUM`` / ``MS_SERVER_NUM`` values a pod was created with (from its
+    ``mindspore`` container), to tell whether it belongs to the cluster as now sized."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+            return {
+                str(e.get("name")): str(e.get("value"))
+                for e in container.get("env") or []
+                if e.get("name") in (c.ENV_WORKER_NUM, c.ENV_SERVER_NUM)
+            }
+    return {}
+
+
+def wanted_cluster_size_env(job: JSON) -> dict[str, str]:
+    """The ``MS_WORKER_NUM`` / ``MS_SERVER_NUM`` values of the job's pods as now sized."""
+    specs = MSJob(job).replica_specs
+    return {
+        c.ENV_WORKER_NUM: str(specs.replicas(c.WORKER)),
+        c.ENV_SERVER_NUM: str(specs.replicas(c.PS)),
+    }
 
 
 def pod(
@@ -170,7 +198,7 @@ def pod(
     labels = {**(tmeta.get("labels") or {}), **replica_labels(view.name, replica_type, index)}
     annotations = dict(tmeta.get("annotations") or {})
     pod_spec: JSON = copy_json(dict(template.get("spec") or {}))
-    pod_spec["restartPolicy"] = pod_restart_policy(spec.restart_policy)
+    pod_spec["restartPolicy"] = pod_restart_policy(spec.restart_policy, view.spec.restart_scope)
 
     if has_scheduler(job):
         if replica_type != c.SCHEDULER and sched_host is None:

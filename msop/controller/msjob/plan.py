@@ -181,6 +181,35 @@ def _restart_count(pod: JSON) -> int:
     return sum(int(cs.get("restartCount") or 0) for cs in statuses)
 
 
+def _finished_at(pod: JSON) -> str:
+    """When the pod's ``mindspore`` container (else any container) terminated, as an
+    RFC 3339 string that sorts in time order; "~" (after every time) if unknown."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    times = sorted(
+        (cs.get("name") != c.DEFAULT_CONTAINER_NAME, str(term["finishedAt"]))
+        for cs in statuses
+        if (term := (cs.get("state") or {}).get("terminated")) and term.get("finishedAt")
+    )
+    return times[0][1] if times else "~"
+
+
+def _how_it_ended(pod: JSON) -> str:
+    """ "exited with code 137 (OOMKilled)", or the pod's reason when no container exited."""
+    code = exit_code(pod)
+    if code is None:
+        status = pod.get("status") or {}
+        why = status.get("reason") or "unknown reason"
+        detail = f": {status['message']}" if status.get("message") else ""
+        return f"failed without an exit code ({why}{detail})"
+    reason = ""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or {}
+        if term.get("exitCode") == code and term.get("reason"):
+            reason = f" ({term['reason']})"
+            break
+    return f"exited with code {code}{reason}"
+
+
 def _pod_succeeded(pod: JSON) -> bool:
     return _phase(pod) == "Succeeded" and exit_code(pod) in (0, None)
 
@@ -216,6 +245,18 @@ class _Planner:
         self.plan.events.append(Event(type_, reason, message))
 
     def condition(self, type_: str, status: str, reason: str, message: str) -> bool:
+        if (
+            status == c.CONDITION_TRUE
+            and type_ in (c.RUNNING, c.SUCCEEDED, c.FAILED, c.SUSPENDED)
+            and is_true(self.status, c.RESTARTING)
+        ):
+            # Set here, before the new condition, so that the new one stays the last (the
+            # State column) and Restarting=False does not keep "is restarting" as message.
+            set_condition(
+                self.status, c.RESTARTING, c.CONDITION_FALSE, "MSJobRestarted",
+                f"MSJob {self.ref} is no longer restarting: it is {type_.lower()}.",
+                self.now_s,
+            )  # fmt: skip
         changed = set_condition(self.status, type_, status, reason, message, self.now_s)
         if changed and status == c.CONDITION_TRUE:
             self.plan.transitions.append(type_)
@@ -289,20 +330,32 @@ class _Planner:
                 return
             self.plan.requeue_at(remaining)
 
-        counts = self.count_replicas()
-        if self.handle_restarts_and_failures(counts):
-            return
-        if self.succeeded(counts):
-            msg = f"MSJob {self.ref} successfully completed."
-            self.condition(c.SUCCEEDED, c.CONDITION_TRUE, "MSJobSucceeded", msg)
-            self.event("Normal", "MSJobSucceeded", msg)
-            self.finish(delete_all=False)
-            return
+        counts = self.counts = self.count_replicas()
+        if self.view.spec.restart_scope == c.RESTART_SCOPE_JOB:
+            # The training's own result comes first: a cluster whose workers finished is
+            # never restarted for a pod that crashed afterwards (at interpreter exit, say).
+            if self.succeeded(counts):
+                self.succeed()
+                return
+            if self.restart_cluster_if_needed(counts):
+                return
+        else:
+            if self.handle_restarts_and_failures(counts):
+                return
+            if self.succeeded(counts):
+                self.succeed()
+                return
         self.sync_children()
         if self.all_running():
             msg = f"MSJob {self.ref} is running."
             if self.condition(c.RUNNING, c.CONDITION_TRUE, "MSJobRunning", msg):
                 self.event("Normal", "MSJobRunning", msg)
+
+    def succeed(self) -> None:
+        msg = f"MSJob {self.ref} successfully completed."
+        self.condition(c.SUCCEEDED, c.CONDITION_TRUE, "MSJobSucceeded", msg)
+        self.event("Normal", "MSJobSucceeded", msg)
+        self.finish(delete_all=False)
 
     def suspend(self) -> None:
         for pod in self.obs.pods:
@@ -364,10 +417,14 @@ class _Planner:
         total = kubelet_restarts + operator_restarts + len(restarts)
         self.counts = counts
         if limit is not None and total > limit:
+            done = [f"{operator_restarts} pod recreation(s)"]
+            if kubelet_restarts:
+                done.insert(0, f"{kubelet_restarts} container restart(s)")
+            needed = f"; {len(restarts)} more needed" if restarts else ""
             self.fail(
                 "BackoffLimitExceeded",
                 f"MSJob {self.ref} has failed because it has reached the specified backoff "
-                f"limit ({total} restarts > backoffLimit {limit}).",
+                f"limit (backoffLimit {limit}): {' and '.join(done)} so far{needed}.",
             )
             self.finish(delete_all=True)
             return True
@@ -397,6 +454,135 @@ class _Planner:
             self.condition(c.RESTARTING, c.CONDITION_TRUE, "MSJobRestarting", msg)
             self.event("Warning", "MSJobRestarting", msg)
         return False
+
+    # --- restartScope: Job ---------------------------------------------------------------------
+    def restart_cluster_if_needed(self, counts: dict[str, JSON]) -> bool:
+        """Rule 7 for ``restartScope: Job``; True if this pass failed or restarts the job.
+
+        - The job's first failure decides (the earliest ``finishedAt``): MindSpore's
+          peers of a killed worker exit 1 about 30 s after it, and those follow-on exits
+          say nothing about the job. Retryable by the failed replica's policy (``ExitCode``:
+          a code >= 128, or no code at all: evicted, node lost; ``OnFailure``/``Always``:
+          any failure; ``Never``: none) means every pod is deleted and recreated with the
+          same ``MS_*`` values, counted once toward ``backoffLimit``. Otherwise the job
+          fails, naming the pod, its exit code and the container's reason.
+        - Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
+          ``kubectl scale``) cannot join the others: if the cluster has started, every pod
+          is recreated (not counted toward ``backoffLimit``); if none runs yet, only the
+          stale ones are replaced.
+        - A member of a Running cluster that disappeared (deleted by hand) leaves a cluster
+          that cannot go on: every pod is recreated (not counted either)."""
+        failed = [
+            (slot, pod)
+            for slot, pod in self.pods.items()
+            if self.wanted(slot) and not _terminating(pod) and _phase(pod) == "Failed"
+        ]
+        if self.view.spec.enable_dynamic_worker:
+            failed = [
+                (slot, pod)
+                for slot, pod in failed
+                if slot[0] != c.WORKER or self.retryable(slot, pod)
+            ]
+        if failed:
+            slot, pod = min(
+                failed,
+                key=lambda sp: (
+                    _finished_at(sp[1]),
+                    not self.retryable(*sp),
+                    sp[1]["metadata"]["name"],
+                ),
+            )
+            return self.cluster_failure(counts, slot, pod)
+        return self.resize_cluster() or self.replace_lost_member()
+
+    def retryable(self, slot: tuple[str, int], pod: JSON) -> bool:
+        policy = self.specs[slot[0]].restart_policy
+        if policy == c.NEVER:
+            return False
+        if policy == c.EXIT_CODE:
+            code = exit_code(pod)
+            return code is None or code >= 128
+        return True
+
+    def cluster_failure(self, counts: dict[str, JSON], slot: tuple[str, int], pod: JSON) -> bool:
+        name = f"{self.view.namespace}/{pod['metadata']['name']}"
+        code = exit_code(pod)
+        what = f"pod {name} {_how_it_ended(pod)}"
+        if code is not None:
+            self.event("Normal", "ExitedWithCode", f"Pod {name} exited with code {code}")
+        if not self.retryable(slot, pod):
+            policy = self.specs[slot[0]].restart_policy
+            self.fail(
+                "MSJobFailed",
+                f"MSJob {self.ref} has failed because {what}, which restartPolicy {policy} of "
+                f"{slot[0]} does not retry.",
+            )
+            self.finish(delete_all=False)
+            return True
+        restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
+        limit = self.view.run_policy.backoff_limit
+        if limit is not None and restarts >= limit:
+            self.fail(
+                "BackoffLimitExceeded",
+                f"MSJob {self.ref} has failed because {what} after {restarts} restart(s) of "
+                f"the job (backoffLimit {limit}).",
+            )
+            self.finish(delete_all=True)
+            return True
+        counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
+        self.restart_all(
+            "Warning", "MSJobRestarting",
+            f"MSJob {self.ref} is restarting all its pods because {what} "
+            f"(restart {restarts + 1}{f' of {limit}' if limit is not None else ''}).",
+        )  # fmt: skip
+        return True
+
+    def resize_cluster(self) -> bool:
+        want = desired.wanted_cluster_size_env(self.job)
+        stale = [
+            p for p in self.obs.pods
+            if not _terminating(p) and desired.cluster_size_env(p) not in ({}, want)
+        ]  # fmt: skip
+        if not stale:
+            return False
+        if not any(_phase(p) != "Pending" for p in self.obs.pods if not _terminating(p)):
+            for p in stale:  # nothing started yet: the job simply changes size
+                self.delete_pod(p)
+            return False
+        was = desired.cluster_size_env(stale[0])
+        change = ", ".join(
+            f"{k} {was.get(k, '?')} -> {v}" for k, v in want.items() if was.get(k) != v
+        )
+        self.restart_all(
+            "Normal", "MSJobResizing",
+            f"MSJob {self.ref} is restarting all its pods so that every one has the new "
+            f"cluster size ({change}); training resumes from its last checkpoint.",
+        )  # fmt: skip
+        return True
+
+    def replace_lost_member(self) -> bool:
+        if not is_true(self.status, c.RUNNING):
+            return False
+        missing = [s for s in desired.replica_slots(self.job) if s not in self.pods]
+        if not missing or not any(not _terminating(p) for p in self.obs.pods):
+            return False
+        names = ", ".join(desired.object_name(self.view.name, *s) for s in missing)
+        self.restart_all(
+            "Warning", "MSJobMemberLost",
+            f"MSJob {self.ref} is restarting all its pods because pod(s) {names} of the "
+            "running cluster are gone.",
+        )  # fmt: skip
+        return True
+
+    def restart_all(self, type_: str, reason: str, message: str) -> None:
+        """Delete every pod of the job; they are recreated together once all are gone
+        (``sync_children`` creates nothing while one terminates). The Service stays, so
+        ``MS_SCHED_HOST`` does not change."""
+        for pod in self.obs.pods:
+            self.delete_pod(pod)
+        self.plan.status_first = True
+        self.condition(c.RESTARTING, c.CONDITION_TRUE, reason, message)
+        self.event(type_, reason, message)
 
     def succeeded(self, counts: dict[str, JSON]) -> bool:
         if c.WORKER in self.specs and self.specs[c.WORKER].replicas > 0:
@@ -464,6 +650,11 @@ class _Planner:
                     sched_host = ip
         else:
             plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+
+        if self.view.spec.restart_scope == c.RESTART_SCOPE_JOB and any(
+            _terminating(p) or p in plan.delete_pods for p in self.obs.pods
+        ):
+            return  # a cluster restarts as a whole: no new member while an old one lives
 
         if self.opts.gang_scheduling:
             pg = self.obs.pod_group

@@ -52,9 +52,19 @@ def pod(
     exit_code: int | None = None,
     restarts: int = 0,
     deleting: str | None = None,
+    size: tuple[int, int] | None = None,
 ) -> JSON:
-    j = job({"Scheduler": (1, "Never"), "PS": (1, "Never"), "Worker": (8, "Never")})
+    """A pod of the job; ``size`` = the (workers, servers) its MS_* env was created for
+    (None: no size variables, so that any job size accepts it)."""
+    workers, servers = size or (8, 1)
+    j = job({"Scheduler": (1, "Never"), "PS": (servers, "Never"), "Worker": (workers, "Never")})
     p = desired.pod(j, rtype, index, sched_host="10.0.0.1")
+    if size is None:
+        for container in p["spec"]["containers"]:
+            container["env"] = [
+                e for e in container.get("env", [])
+                if e["name"] not in ("MS_WORKER_NUM", "MS_SERVER_NUM")
+            ]  # fmt: skip
     p["metadata"]["uid"] = f"pod-{rtype}-{index}"
     p["metadata"]["creationTimestamp"] = T0
     cs: JSON = {"name": "mindspore", "restartCount": restarts, "state": {"running": {}}}

@@ -1,0 +1,206 @@
+"""The planner's ``restartScope: Job`` rules: a MindSpore cluster fails, restarts and
+resizes as a whole (see msop.controller.msjob.plan, rule 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from msop.api.defaults import apply_defaults
+from msop.controller.msjob import desired
+from msop.controller.msjob.plan import Plan
+from tests.unit.msjob.test_plan import T0, cond, job, names, pod, run, running_status, service
+
+JSON = dict[str, Any]
+EVERY_POD = {"j-scheduler-0", "j-worker-0", "j-worker-1"}
+
+
+def cluster(policy: str = "ExitCode", workers: int = 2, **spec: Any) -> JSON:
+    return job({"Scheduler": (1, "Never"), "Worker": (workers, policy)}, **spec)
+
+
+def failed(rtype: str, index: int, code: int | None, at: str, reason: str = "Error") -> JSON:
+    p = pod(rtype, index, "Failed", exit_code=code, size=(2, 0))
+    if code is None:
+        p["status"] = {"phase": "Failed", "reason": "Evicted", "message": "low on memory"}
+    else:
+        term = p["status"]["containerStatuses"][0]["state"]["terminated"]
+        term.update(finishedAt=at, reason=reason)
+    return p
+
+
+def members(*overrides: JSON, size: tuple[int, int] = (2, 0), phase: str = "Running") -> list[JSON]:
+    """Scheduler + 2 Workers, with ``overrides`` replacing the pods of the same name."""
+    by_name = {
+        p["metadata"]["name"]: p
+        for p in (pod("Scheduler", 0, phase, size=size), *(pod("Worker", i, phase, size=size)
+                                                             for i in range(2)))
+    }  # fmt: skip
+    for p in overrides:
+        by_name[p["metadata"]["name"]] = p
+    return list(by_name.values())
+
+
+def restarts(p: Plan) -> int:
+    assert p.status is not None
+    return sum(e.get("restarts", 0) for e in p.status["replicaStatuses"].values())
+
+
+@pytest.mark.parametrize(
+    ("spec", "scope"),
+    [
+        ({"Scheduler": (1, "Never"), "Worker": (2, "Never")}, "Job"),
+        ({"Scheduler": (1, "Never"), "PS": (1, "Never"), "Worker": (2, "Never")}, "Job"),
+        ({"Worker": (2, "Never")}, "Pod"),
+        ({"Scheduler": (0, "Never"), "Worker": (2, "Never")}, "Pod"),
+    ],
+)
+def test_default_scope_follows_the_job_shape(spec: dict[str, Any], scope: str) -> None:
+    assert apply_defaults(job(spec))["spec"]["restartScope"] == scope
+
+
+def test_elastic_and_explicit_choices_are_kept() -> None:
+    assert apply_defaults(cluster(enableDynamicWorker=True))["spec"]["restartScope"] == "Pod"
+    assert apply_defaults(cluster(restartScope="Pod"))["spec"]["restartScope"] == "Pod"
+    assert apply_defaults(job(restartScope="Job"))["spec"]["restartScope"] == "Job"
+
+
+@pytest.mark.parametrize("policy", ["OnFailure", "Always", "ExitCode"])
+def test_the_kubelet_never_restarts_a_cluster_member_in_place(policy: str) -> None:
+    p = run(cluster(policy), [pod("Scheduler", 0, size=(2, 0))], [service()])
+    assert {x["spec"]["restartPolicy"] for x in p.create_pods} == {"Never"}
+
+
+def test_a_killed_worker_restarts_every_pod_and_counts_once() -> None:
+    killed = failed("Worker", 1, 137, "2026-01-01T11:59:30Z", reason="OOMKilled")
+    p = run(cluster(run_policy={"backoffLimit": 3}, status=running_status()),
+            members(killed), [service()])  # fmt: skip
+    assert names(p.delete_pods) == EVERY_POD
+    assert not p.create_pods and not p.delete_services  # the Service (MS_SCHED_HOST) stays
+    assert p.status_first
+    assert restarts(p) == 1
+    restarting = cond(p, "Restarting")
+    assert restarting is not None and restarting["status"] == "True"
+    assert "pod ns/j-worker-1 exited with code 137 (OOMKilled)" in restarting["message"]
+    assert "restart 1 of 3" in restarting["message"]
+    assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
+    reasons = {(e.type, e.reason) for e in p.events}
+    assert ("Warning", "MSJobRestarting") in reasons
+    assert ("Normal", "ExitedWithCode") in reasons
+    assert "Pod ns/j-worker-1 exited with code 137" in {e.message for e in p.events}
+
+
+def test_follow_on_exits_of_the_peers_are_not_a_failure_of_the_job() -> None:
+    pods = members(
+        failed("Worker", 1, 137, "2026-01-01T11:59:00Z"),
+        failed("Worker", 0, 1, "2026-01-01T11:59:30Z"),
+        failed("Scheduler", 0, 1, "2026-01-01T11:59:31Z"),
+    )
+    p = run(cluster(status=running_status()), pods, [service()])
+    assert cond(p, "Failed") is None
+    assert names(p.delete_pods) == EVERY_POD
+    assert "j-worker-1 exited with code 137" in cond(p, "Restarting")["message"]  # type: ignore[index]
+
+
+def test_a_script_error_first_fails_the_job_naming_pod_code_and_reason() -> None:
+    pods = members(
+        failed("Worker", 0, 1, "2026-01-01T11:59:00Z"),
+        failed("Worker", 1, 137, "2026-01-01T11:59:40Z"),
+    )
+    p = run(cluster(status=running_status()), pods, [service()])
+    failure = cond(p, "Failed")
+    assert failure is not None and failure["reason"] == "MSJobFailed"
+    assert "pod ns/j-worker-0 exited with code 1 (Error)" in failure["message"]
+    assert restarts(p) == 0 and not p.create_pods
+    assert [e.reason for e in p.events if e.type == "Warning"] == ["MSJobFailed"]
+
+
+def test_backoff_limit_bounds_cluster_restarts_and_says_how_many_were_done() -> None:
+    status = running_status(replicaStatuses={"Worker": {"restarts": 2}})
+    p = run(cluster(run_policy={"backoffLimit": 2}, status=status),
+            members(failed("Worker", 0, 137, T0)), [service()])  # fmt: skip
+    failure = cond(p, "Failed")
+    assert failure is not None and failure["reason"] == "BackoffLimitExceeded"
+    assert "after 2 restart(s) of the job (backoffLimit 2)" in failure["message"]
+    assert restarts(p) == 2  # what status says is what the message says
+    assert names(p.delete_pods) == EVERY_POD and p.delete_services
+
+
+def test_an_evicted_member_is_retryable_under_exit_code() -> None:
+    p = run(cluster(status=running_status()), members(failed("Worker", 0, None, T0)),
+            [service()])  # fmt: skip
+    assert (
+        "failed without an exit code (Evicted: low on memory)"
+        in cond(p, "Restarting")[  # type: ignore[index]
+            "message"
+        ]
+    )
+
+
+@pytest.mark.parametrize(("policy", "restarted"), [("OnFailure", True), ("Never", False)])
+def test_the_replica_policy_says_which_failures_are_retryable(policy: str, restarted: bool) -> None:
+    p = run(cluster(policy, status=running_status()), members(failed("Worker", 0, 1, T0)),
+            [service()])  # fmt: skip
+    assert (cond(p, "Restarting") is not None) is restarted
+    assert (cond(p, "Failed") is not None) is not restarted
+
+
+def test_no_member_is_created_while_an_old_one_is_terminating() -> None:
+    status = running_status(replicaStatuses={"Worker": {"restarts": 1}})
+    going = pod("Worker", 1, deleting="2026-01-01T11:59:59Z", size=(2, 0))
+    p = run(cluster(status=status), [going], [service()])
+    assert not p.create_pods
+    p = run(cluster(status=status), [], [service()])
+    assert names(p.create_pods) == EVERY_POD
+    envs = {x["metadata"]["name"]: desired.cluster_size_env(x) for x in p.create_pods}
+    assert set(map(str, envs.values())) == {str({"MS_WORKER_NUM": "2", "MS_SERVER_NUM": "0"})}
+
+
+def test_a_finished_training_is_never_restarted_for_a_crash_after_it() -> None:
+    done = pod("Worker", 0, "Succeeded", exit_code=0, size=(2, 0))
+    p = run(cluster(status=running_status()),
+            members(done, failed("Worker", 1, 139, T0, reason="Error")), [service()])  # fmt: skip
+    assert cond(p, "Succeeded")["status"] == "True"  # type: ignore[index]
+    assert cond(p, "Restarting") is None and restarts(p) == 0
+
+
+def test_scaling_a_running_cluster_restarts_every_pod_with_the_new_size() -> None:
+    j = cluster(workers=3, status=running_status())
+    p = run(j, members(), [service()])
+    assert names(p.delete_pods) == EVERY_POD and not p.create_pods
+    assert restarts(p) == 0  # asked for, not a failure
+    restarting = cond(p, "Restarting")
+    assert restarting is not None and restarting["reason"] == "MSJobResizing"
+    assert "MS_WORKER_NUM 2 -> 3" in restarting["message"]
+    assert [(e.type, e.reason) for e in p.events] == [("Normal", "MSJobResizing")]
+
+
+def test_scaling_a_cluster_that_has_not_started_just_replaces_its_pods() -> None:
+    p = run(cluster(workers=3), members(phase="Pending"), [service()])
+    assert names(p.delete_pods) == EVERY_POD
+    assert cond(p, "Restarting") is None and not p.events
+
+
+def test_a_member_deleted_from_a_running_cluster_restarts_the_rest() -> None:
+    pods = [x for x in members() if x["metadata"]["name"] != "j-worker-1"]
+    p = run(cluster(status=running_status()), pods, [service()])
+    assert names(p.delete_pods) == {"j-scheduler-0", "j-worker-0"} and not p.create_pods
+    assert cond(p, "Restarting")["reason"] == "MSJobMemberLost"  # type: ignore[index]
+
+
+def test_recovery_closes_restarting_with_a_true_message_and_running_stays_last() -> None:
+    status = running_status(replicaStatuses={"Worker": {"restarts": 1}})
+    status["conditions"][1]["status"] = "False"
+    status["conditions"].append(
+        {"type": "Restarting", "status": "True", "reason": "MSJobRestarting",
+         "message": "MSJob ns/j is restarting all its pods because ...",
+         "lastUpdateTime": T0, "lastTransitionTime": T0}
+    )  # fmt: skip
+    p = run(cluster(status=status), members(), [service()])
+    assert p.status is not None
+    assert p.status["conditions"][-1]["type"] == "Running"
+    restarting = cond(p, "Restarting")
+    assert restarting is not None and restarting["status"] == "False"
+    assert "no longer restarting" in restarting["message"]
+    assert restarts(p) == 1
