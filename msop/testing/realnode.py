@@ -546,14 +546,16 @@ state = "{root / "state"}"
 
 @dataclass(frozen=True)
 class NodeImages:
-    """The images a real node gets: the sandbox, the Python base and the operator."""
+    """The images a real node gets: the sandbox, the Python base, the operator and
+    MindSpore for CPU (the examples/mindspore image)."""
 
     pause: Image
     python: Image
     operator: Image
+    mindspore: Image
 
     def all(self) -> tuple[Image, ...]:
-        return (self.pause, self.python, self.operator)
+        return (self.pause, self.python, self.operator, self.mindspore)
 
 
 @dataclass(frozen=True)
@@ -586,7 +588,9 @@ def prepare(repo: Path, cache: Path) -> Prepared:
     builder = ImageBuilder(cache, repo)
     try:
         python = builder.python_base()
-        images = NodeImages(builder.pause(), python, builder.operator(python))
+        images = NodeImages(
+            builder.pause(), python, builder.operator(python), builder.mindspore(python)
+        )
     except ImageBuildError as e:
         raise ClusterStartError(f"building the real tier's images failed:\n{e}") from e
     return Prepared(Path(bin_dir), Path(node_dir), Path(prom_dir) / "prometheus", images)

@@ -1,0 +1,147 @@
+"""Data-parallel training of a small linear model on synthetic data, on CPU.
+
+Every pod of the MSJob runs this script. The Scheduler (``MS_ROLE=MS_SCHED``) only serves
+the cluster inside ``init()``; each Worker trains on its shard of the data and the
+gradients are averaged across Workers by AllReduce. All cluster settings come from the
+``MS_*`` variables msop puts in each pod.
+
+It is restartable, as msop expects of a MindSpore job (README, "Running MindSpore for
+real"): rank 0 writes a checkpoint at the end of every epoch (atomically, with the epoch
+in ``latest.json``), and a restarted cluster resumes after the last one. Once the last
+epoch is saved, a restart has nothing left to train and exits 0.
+
+It prints one JSON object per line (``event``: start, resume, step, epoch, done) so that
+its progress can be read from the pod logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def log(**fields: Any) -> None:
+    print(json.dumps({"time": round(time.time(), 3), **fields}), flush=True)
+
+
+def parse_args() -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(description="Data-parallel MindSpore example for msop.")
+    p.add_argument("--epochs", type=int, default=int(env("EPOCHS", "20")))
+    p.add_argument("--steps-per-epoch", type=int, default=int(env("STEPS_PER_EPOCH", "10")))
+    p.add_argument("--batch-size", type=int, default=16, help="per worker")
+    p.add_argument("--features", type=int, default=8)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument(
+        "--step-delay",
+        type=float,
+        default=float(env("STEP_DELAY", "0")),
+        help="seconds to sleep after each step (makes a short run last long enough to watch)",
+    )
+    p.add_argument("--checkpoint-dir", default=env("CHECKPOINT_DIR", "/checkpoints"))
+    return p.parse_args()
+
+
+def synthetic(features: int, rows: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """y = x . w* + b* + noise, with the same w*, b* for every shard."""
+    truth = np.random.default_rng(0)
+    w = truth.normal(size=(features, 1)).astype(np.float32)
+    b = np.float32(0.5)
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(rows, features)).astype(np.float32)
+    y = x @ w + b + rng.normal(scale=0.01, size=(rows, 1)).astype(np.float32)
+    return x, y
+
+
+class Checkpoints:
+    """``<dir>/epoch-<n>.ckpt`` plus ``latest.json`` naming the newest complete one."""
+
+    def __init__(self, directory: str) -> None:
+        self.dir = Path(directory)
+        self.latest = self.dir / "latest.json"
+
+    def last_epoch(self) -> tuple[int, Path | None]:
+        try:
+            info = json.loads(self.latest.read_text())
+        except (OSError, ValueError):
+            return 0, None
+        return int(info["epoch"]), self.dir / info["file"]
+
+    def save(self, ms: Any, net: Any, epoch: int) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        name = f"epoch-{epoch}.ckpt"
+        tmp = self.dir / f".tmp-{name}"  # save_checkpoint keeps a .ckpt suffix
+        ms.save_checkpoint(net, str(tmp))
+        os.replace(tmp, self.dir / name)
+        meta = self.dir / ".latest.json.tmp"
+        meta.write_text(json.dumps({"epoch": epoch, "file": name}))
+        os.replace(meta, self.latest)
+
+
+def main() -> int:
+    args = parse_args()
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.communication import get_group_size, get_rank, init
+    from mindspore.train import Callback, Model
+
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    role = os.environ.get("MS_ROLE", "")
+    log(event="start", role=role, node=os.environ.get("MS_NODE_ID"),
+        workers=os.environ.get("MS_WORKER_NUM"))  # fmt: skip
+    # The Scheduler and a parameter server serve the cluster inside init() and exit when
+    # every worker has left; only workers return from it.
+    init()
+    if role != "MS_WORKER":
+        log(event="joined", role=role)
+        return 0
+    rank, size = get_rank(), get_group_size()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
+    ms.set_seed(1)
+
+    net = nn.Dense(args.features, 1)
+    ckpt = Checkpoints(args.checkpoint_dir)
+    done_epochs, path = ckpt.last_epoch()
+    if path is not None:
+        ms.load_param_into_net(net, ms.load_checkpoint(str(path)))
+    log(event="resume" if path else "fresh", rank=rank, size=size, epoch=done_epochs)
+    if done_epochs >= args.epochs:
+        log(event="done", rank=rank, epoch=done_epochs, trained=False)
+        return 0
+
+    rows = args.steps_per_epoch * args.batch_size
+    x, y = synthetic(args.features, rows, seed=rank + 1)
+    data = ms.dataset.NumpySlicesDataset({"x": x, "y": y}, shuffle=False).batch(args.batch_size)
+    model = Model(net, nn.MSELoss(), nn.SGD(net.trainable_params(), learning_rate=args.lr))
+
+    class Report(Callback):  # type: ignore[misc]
+        def on_train_step_end(self, run_context: Any) -> None:
+            cb = run_context.original_args()
+            loss = float(cb.net_outputs.asnumpy())
+            log(event="step", rank=rank, epoch=cb.cur_epoch_num, step=cb.cur_step_num,
+                loss=round(loss, 6))  # fmt: skip
+            if args.step_delay:
+                time.sleep(args.step_delay)
+
+        def on_train_epoch_end(self, run_context: Any) -> None:
+            epoch = run_context.original_args().cur_epoch_num
+            if rank == 0:
+                ckpt.save(ms, net, epoch)
+            log(event="epoch", rank=rank, epoch=epoch)
+
+    model.train(args.epochs, data, callbacks=[Report()], initial_epoch=done_epochs,
+                dataset_sink_mode=False)  # fmt: skip
+    log(event="done", rank=rank, epoch=args.epochs, trained=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

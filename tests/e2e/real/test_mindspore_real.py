@@ -1,0 +1,278 @@
+"""Real MindSpore (2.10, CPU) trained through msop on the real node: examples/mindspore.
+
+Each test applies the example as a user does (``kubectl kustomize examples/mindspore``,
+then ``kubectl apply``), changing only what this machine needs: the image built here, a
+checkpoint directory of its own, and the length of the run.
+
+- ``test_trains_to_success``: Scheduler + 2 Workers form one MindSpore cluster through
+  the operator's ``MS_*`` env and Service, the loss falls, the job Succeeds, and the real
+  exit codes (0) reach ``status``.
+- ``test_killed_worker_restarts_the_cluster_which_resumes``: SIGKILL of a Worker's
+  training process mid-run (from the host, as the OOM killer does) gives a real 137.
+  Every pod is recreated with the same ``MS_*`` values, the script resumes from its
+  checkpoint, one restart is counted, a Restarting condition and event name the pod and
+  the code, the peers' follow-on exits do not fail the job, and it Succeeds.
+- ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
+  job with that pod, code and reason in the condition message.
+- ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
+  to 3 Workers mid-run restarts the cluster once, every pod agrees on
+  ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
+- ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
+  the parameter server registers and the job Succeeds.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from msop.testing.realnode import NodeImages, RealCluster
+from tests.e2e.msjobs import (
+    condition,
+    env_of,
+    events,
+    get,
+    job_pods,
+    wait_condition,
+    wait_for,
+)
+
+JSON = dict[str, Any]
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLE = REPO / "examples" / "mindspore"
+NAME = "mindspore-linear"
+CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
+               "MS_NODE_ID")  # fmt: skip
+
+
+@pytest.fixture
+def checkpoints(namespace: str) -> Iterator[Path]:
+    """A checkpoint directory of this test's own on the node (the example's hostPath)."""
+    path = Path("/var/lib/msop-e2e") / namespace
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def example(cluster: RealCluster, image: str, checkpoints: Path, **env: str) -> tuple[JSON, JSON]:
+    """The example's ConfigMap and MSJob from ``kubectl kustomize``, with this machine's
+    image and checkpoint directory, and ``env`` set on every replica."""
+    docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(EXAMPLE)).stdout))
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    job = next(d for d in docs if d["kind"] == "MSJob")
+    for spec in job["spec"]["msReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        for volume in pod["volumes"]:
+            if "hostPath" in volume:
+                volume["hostPath"]["path"] = str(checkpoints)
+        for container in pod["containers"]:
+            container["image"] = image
+            values = {e["name"]: e for e in container.get("env", [])}
+            for key, value in env.items():
+                values[key] = {"name": key, "value": value}
+            container["env"] = list(values.values())
+    return config_map, job
+
+
+def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
+    listed = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(listed))
+
+
+def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> list[JSON]:
+    """The JSON lines train.py printed in ``pod`` (MindSpore's own log lines skipped)."""
+    args = ["logs", "-n", ns, pod, "-c", "mindspore", *(["--previous"] if previous else [])]
+    proc = cluster.kubectl(*args, check=False)
+    out = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def worker_records(cluster: RealCluster, ns: str, n: int) -> dict[str, list[JSON]]:
+    return {f"{NAME}-worker-{i}": records(cluster, ns, f"{NAME}-worker-{i}") for i in range(n)}
+
+
+def last_epoch(cluster: RealCluster, ns: str, pod: str) -> int:
+    epochs = [r["epoch"] for r in records(cluster, ns, pod) if r.get("event") == "epoch"]
+    return max(epochs, default=0)
+
+
+def exit_codes(pods: dict[str, JSON]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for name, pod in pods.items():
+        states = [cs.get("state", {}) for cs in pod["status"].get("containerStatuses", [])]
+        out[name] = next((s["terminated"]["exitCode"] for s in states if "terminated" in s), None)
+    return out
+
+
+def kill_training_process(cluster: RealCluster, ns: str, pod: str) -> None:
+    """SIGKILL the container's main process from the host (the kernel ignores a SIGKILL
+    that a container sends to its own PID 1), as the OOM killer would."""
+    obj = get(cluster, ns, "pod", pod)
+    assert obj is not None
+    cid = obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    tasks = cluster.ctr("tasks", "ls").stdout.splitlines()
+    pid = next(int(line.split()[1]) for line in tasks if line.startswith(cid))
+    subprocess.run(["kill", "-KILL", str(pid)], check=True)
+
+
+def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int) -> None:
+    wait_for(f"{pod} past epoch {epoch}", lambda: last_epoch(cluster, ns, pod) >= epoch,
+             timeout=180, interval=1)  # fmt: skip
+
+
+def test_trains_to_success(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+) -> None:
+    cluster = installed
+    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+                                       STEP_DELAY="0"))  # fmt: skip
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+
+    pods = job_pods(cluster, namespace, NAME)
+    workers = {n: p for n, p in pods.items() if "-worker-" in n}
+    assert exit_codes(workers) == {f"{NAME}-worker-0": 0, f"{NAME}-worker-1": 0}
+    assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
+    logs = worker_records(cluster, namespace, 2)
+    ranks = set()
+    for pod, lines in logs.items():
+        joined = next(r for r in lines if r["event"] == "fresh")
+        assert joined["size"] == 2, (pod, joined)  # one cluster of two workers
+        ranks.add(joined["rank"])
+        losses = [r["loss"] for r in lines if r["event"] == "step"]
+        assert len(losses) == 200, (pod, len(losses))
+        assert losses[-1] < losses[0] / 10, (pod, losses[0], losses[-1])
+        assert lines[-1]["event"] == "done" and lines[-1]["trained"] is True
+    assert ranks == {0, 1}
+    svc_ip = json.loads(cluster.kubectl("get", "svc", f"{NAME}-scheduler-0", "-n", namespace,
+                                        "-o", "json").stdout)["spec"]["clusterIP"]  # fmt: skip
+    assert env_of(pods[f"{NAME}-worker-0"])["MS_SCHED_HOST"] == svc_ip
+    assert (checkpoints / "latest.json").is_file()
+
+
+def test_killed_worker_restarts_the_cluster_which_resumes(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+) -> None:
+    cluster = installed
+    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+                                       STEP_DELAY="0.1"))  # fmt: skip
+    victim = f"{NAME}-worker-1"
+    wait_training(cluster, namespace, victim, 3)
+    before = job_pods(cluster, namespace, NAME)
+    kill_training_process(cluster, namespace, victim)
+
+    restarting = wait_for(
+        "Restarting=True",
+        lambda: (
+            (c := condition(get(cluster, namespace, "msjob", NAME), "Restarting"))
+            and c["status"] == "True"
+            and c
+        ),
+        timeout=60,
+    )
+    assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+
+    status = job["status"]
+    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
+    assert condition(job, "Failed") is None
+    after = job_pods(cluster, namespace, NAME)
+    assert set(after) == set(before)
+    for name in before:  # every pod was recreated, with the same MS_* values
+        assert after[name]["metadata"]["uid"] != before[name]["metadata"]["uid"], name
+        old, new = env_of(before[name]), env_of(after[name])
+        assert {k: new[k] for k in CLUSTER_ENV} == {k: old[k] for k in CLUSTER_ENV}, name
+    for pod, lines in worker_records(cluster, namespace, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert resumed["event"] == "resume" and resumed["epoch"] >= 3, (pod, resumed)
+        assert lines[-1]["event"] == "done"
+    evs = events(cluster, namespace, NAME)
+    messages = {(e["reason"], e["message"]) for e in evs}
+    assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
+    restarts = [m for r, m in messages if r == "MSJobRestarting"]
+    assert len(restarts) == 1 and victim in restarts[0] and "137" in restarts[0], restarts
+    assert not {"MSJobFailed", "BackoffLimitExceeded"} & {r for r, _ in messages}
+
+
+def test_script_error_fails_the_job(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+) -> None:
+    cluster = installed
+    # Rank 0 cannot write its first checkpoint (a read-only mount): a Python error, exit 1.
+    objs = example(
+        cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
+    )
+    apply(cluster, namespace, *objs)
+    job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240)
+    failed = condition(job, "Failed")
+    assert failed is not None and failed["reason"] == "MSJobFailed", failed
+    assert "exited with code 1 (Error)" in failed["message"], failed
+    culprit = failed["message"].split(f"pod {namespace}/", 1)[1].split()[0]
+    lines = records(cluster, namespace, culprit)
+    assert lines and lines[-1]["event"] != "done"
+    assert "Read-only file system" in cluster.kubectl(
+        "logs", "-n", namespace, culprit, "-c", "mindspore").stdout  # fmt: skip
+    reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
+    assert reasons.count("MSJobFailed") == 1 and "MSJobRestarting" not in reasons
+
+
+def test_scale_of_a_running_job_restarts_it_with_the_new_size(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+) -> None:
+    cluster = installed
+    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+                                       STEP_DELAY="0.1"))  # fmt: skip
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 2)
+    cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+
+    pods = job_pods(cluster, namespace, NAME)
+    workers = {n: p for n, p in pods.items() if "-worker-" in n}
+    assert len(workers) == 3, sorted(pods)
+    assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"3"}
+    assert set(exit_codes(workers).values()) == {0}
+    for pod, lines in worker_records(cluster, namespace, 3).items():
+        start = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert start["size"] == 3, (pod, start)
+        assert start["event"] == "resume" and start["epoch"] >= 2, (pod, start)
+    status = job["status"]
+    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 0
+    resizing = [e for e in events(cluster, namespace, NAME) if e["reason"] == "MSJobResizing"]
+    assert len(resizing) == 1 and "MS_WORKER_NUM 2 -> 3" in resizing[0]["message"], resizing
+
+
+def test_ps_mode_forms_a_cluster(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+) -> None:
+    cluster = installed
+    config_map, job = example(cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
+                              EPOCHS="5")  # fmt: skip
+    specs = job["spec"]["msReplicaSpecs"]
+    specs["PS"] = json.loads(json.dumps(specs["Scheduler"]))
+    apply(cluster, namespace, config_map, job)
+    wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+
+    pods = job_pods(cluster, namespace, NAME)
+    ps = f"{NAME}-ps-0"
+    assert env_of(pods[ps])["MS_ROLE"] == "MS_PSERVER"
+    assert {env_of(p)["MS_SERVER_NUM"] for p in pods.values()} == {"1"}
+    # init() returns in a parameter server only once it has registered with the Scheduler.
+    assert {"event": "joined", "role": "MS_PSERVER"}.items() <= records(cluster, namespace, ps)[
+        -1
+    ].items()
+    assert exit_codes({n: p for n, p in pods.items() if "-scheduler-" not in n}) == {
+        ps: 0,
+        f"{NAME}-worker-0": 0,
+        f"{NAME}-worker-1": 0,
+    }
