@@ -257,16 +257,23 @@ class ImageBuilder:
         """MindSpore for CPU on the Python base: the image of the examples/mindspore job."""
         context = self.repo / "examples/mindspore"
         wheels = self.mindspore_wheelhouse()
-        parts: list[bytes | str] = [RECIPE_VERSION, base.archive.name, wheels.name]
-        for name in ("Dockerfile", "requirements.txt", ".dockerignore"):
-            parts += [name, (context / name).read_bytes()]
-        key = _digest(parts)
+        key = self.mindspore_key(base, wheels)
         ref = f"{MINDSPORE_REPOSITORY}:e2e-{key}"
         archive = self._archive("mindspore", key)
         if not archive.exists():
             self._bud(base, wheels, ref, context / "Dockerfile", context, "MindSpore's Dockerfile")
             self._save(ref, archive)
         return Image(ref, archive)
+
+    def mindspore_key(self, base: Image, wheels: Path) -> str:
+        """The cache key of the MindSpore image: the recipe, the base, the wheelhouse and
+        the files its build context contributes (``train.py`` is not one: the MSJob
+        mounts it from a ConfigMap)."""
+        context = self.repo / "examples/mindspore"
+        parts: list[bytes | str] = [RECIPE_VERSION, base.archive.name, wheels.name]
+        for name in ("Dockerfile", "requirements.txt", ".dockerignore"):
+            parts += [name, (context / name).read_bytes()]
+        return _digest(parts)
 
     def _bud(
         self, base: Image, wheels: Path, ref: str, dockerfile: Path, context: Path, what: str

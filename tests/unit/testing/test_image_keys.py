@@ -1,4 +1,5 @@
-"""The real tier's operator image is rebuilt exactly when its build context changes."""
+"""The real tier's operator and MindSpore images are rebuilt exactly when their build
+contexts change."""
 
 from __future__ import annotations
 
@@ -46,3 +47,36 @@ def test_operator_key_follows_the_build_context(tmp_path: Path) -> None:
     # A different base or wheelhouse is a different image.
     assert builder.operator_key(Image("python:x", tmp_path / "python-base-2.tar"), wheels) != key()
     assert builder.operator_key(base, tmp_path / "wheelhouse-2") != key()
+
+
+def test_mindspore_key_follows_its_dockerfile_and_requirements_not_the_script(
+    tmp_path: Path,
+) -> None:
+    repo = tmp_path / "repo"
+    example = repo / "examples/mindspore"
+    example.mkdir(parents=True)
+    for name, text in {
+        "Dockerfile": "FROM base\n",
+        "requirements.txt": "mindspore==2.10.0\n",
+        ".dockerignore": "*\n!requirements.txt\n",
+        "train.py": "print()\n",
+        "msjob.yaml": "kind: MSJob\n",
+    }.items():
+        (example / name).write_text(text)
+    builder = ImageBuilder(tmp_path / "cache", repo)
+    base = Image("python:x", tmp_path / "python-base-1.tar")
+    wheels = tmp_path / "mindspore-wheelhouse-1"
+
+    def key() -> str:
+        return builder.mindspore_key(base, wheels)
+
+    first = key()
+    for outside in ("train.py", "msjob.yaml"):  # mounted or applied, not built in
+        (example / outside).write_text("changed\n")
+        assert key() == first, outside
+    for changed in ("Dockerfile", "requirements.txt", ".dockerignore"):
+        (example / changed).write_text((example / changed).read_text() + "# changed\n")
+        assert key() != first, changed
+        first = key()
+    assert builder.mindspore_key(base, tmp_path / "mindspore-wheelhouse-2") != key()
+    assert builder.mindspore_key(Image("python:x", tmp_path / "python-base-2.tar"), wheels) != key()
