@@ -22,7 +22,14 @@ Rules, in the order they apply:
    restarts the clock: ``startTime`` is reset. The deadline does not run while suspended.
 6. ``activeDeadlineSeconds`` fails the job (reason ``DeadlineExceeded``) at exactly
    ``startTime + deadline``; until then the Plan asks for a requeue at that instant.
-7. Restarts: ``Always``/``OnFailure`` are restarted in place by the kubelet; each
+7. Restarts. With ``restartScope: Job`` (the default for a MindSpore cluster: a job with
+   a Scheduler, not elastic) the job restarts as a whole: the success policy is checked
+   first; then the earliest failure decides, and if the failed replica's policy retries
+   it, every pod is deleted and recreated together once all are gone (one restart toward
+   ``backoffLimit``); a scale of a started cluster, or a member deleted from a running
+   one, restarts it the same way without counting. See ``restart_cluster_if_needed``.
+   With ``restartScope: Pod`` (ms-operator's rules):
+   ``Always``/``OnFailure`` are restarted in place by the kubelet; each
    ``restartCount`` counts toward ``backoffLimit``. ``ExitCode``: a Failed pod whose
    ``mindspore`` container exited with a code >= 128 (killed by a signal: OOM, preemption)
    is deleted and recreated, ``Restarting`` is set, and the recreation is counted in
