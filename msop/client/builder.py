@@ -50,6 +50,7 @@ def dataparallel_job(
     restart_policy: str = c.NEVER,
     clean_pod_policy: str | None = None,
     success_policy: str | None = None,
+    restart_scope: str | None = None,
     backoff_limit: int | None = None,
     worker_resources: Mapping[str, Any] | None = None,
     image_pull_policy: str | None = None,
@@ -103,6 +104,8 @@ def dataparallel_job(
         spec["runPolicy"] = run_policy
     if success_policy is not None:
         spec["successPolicy"] = success_policy
+    if restart_scope is not None:
+        spec["restartScope"] = restart_scope
 
     metadata: JSON = {"name": name}
     if namespace:

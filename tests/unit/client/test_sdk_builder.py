@@ -41,6 +41,7 @@ def test_everything_set() -> None:
         labels={"team": "a"},
         clean_pod_policy="None",
         success_policy="AllWorkers",
+        restart_scope="Pod",
         backoff_limit=2,
         worker_resources={"limits": {"memory": "16Gi"}, "requests": {"cpu": "4"}},
         image_pull_policy="IfNotPresent",
@@ -49,6 +50,7 @@ def test_everything_set() -> None:
     assert job["metadata"] == {"name": "wd", "namespace": "team-a", "labels": {"team": "a"}}
     assert job["spec"]["runPolicy"] == {"cleanPodPolicy": "None", "backoffLimit": 2}
     assert job["spec"]["successPolicy"] == "AllWorkers"
+    assert job["spec"]["restartScope"] == "Pod"
     specs = job["spec"]["msReplicaSpecs"]
     assert list(specs) == ["Scheduler", "PS", "Worker"]
     assert specs["PS"]["replicas"] == 3
