@@ -4,8 +4,9 @@ A pod as the API server sends it is mostly spec (the whole template, default
 tolerations, the projected service-account token volume) and status detail that the
 planner never reads: about 25 KB per pod as Python dicts. The informers store a
 projection with only the fields :mod:`~msop.controller.msjob.plan` and the reconciler
-read (names, labels, owners, deletion state, phase, container exit codes and restart
-counts, a Service's ClusterIP), then apply the default transform (strings interned).
+read (names, labels, owners, deletion state, phase, container exit codes, finish times
+and restart counts, the ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with, a
+Service's ClusterIP), then apply the default transform (strings interned).
 
 A field read from a cached pod or Service must be kept here; the unit tests check that
 plans from projected objects equal plans from full ones.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from msop.api import constants as c
 from msop.informers.store import Obj, default_transform
 
 __all__ = ["pod_projection", "service_projection"]
@@ -36,6 +38,8 @@ _METADATA = (
 _POD_STATUS = ("phase", "reason", "message", "podIP", "startTime")
 _CONTAINER_STATUS = ("name", "restartCount", "state", "lastState")
 _SERVICE_SPEC = ("type", "clusterIP", "clusterIPs", "ports", "selector")
+#: The cluster size a pod's MindSpore process was started with (restartScope Job resizes).
+_SIZE_ENV = (c.ENV_WORKER_NUM, c.ENV_SERVER_NUM)
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -54,8 +58,19 @@ def pod_projection(obj: Obj) -> Obj:
     """The cached form of a pod; never raises on missing or odd fields."""
     out = _base(obj)
     spec = obj.get("spec")
-    if isinstance(spec, dict) and "nodeName" in spec:
-        out["spec"] = {"nodeName": spec["nodeName"]}
+    if isinstance(spec, dict):
+        kept: Obj = _pick(spec, ("nodeName",))
+        for container in spec.get("containers") or []:
+            if isinstance(container, dict) and container.get("name") == c.DEFAULT_CONTAINER_NAME:
+                env = [
+                    {"name": e["name"], "value": e.get("value")}
+                    for e in container.get("env") or []
+                    if isinstance(e, dict) and e.get("name") in _SIZE_ENV
+                ]
+                if env:
+                    kept["containers"] = [{"name": c.DEFAULT_CONTAINER_NAME, "env": env}]
+        if kept:
+            out["spec"] = kept
     status = obj.get("status")
     projected = _pick(status, _POD_STATUS)
     if isinstance(status, dict) and isinstance(status.get("containerStatuses"), list):

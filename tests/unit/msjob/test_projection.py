@@ -97,6 +97,22 @@ CASES = {
         [pod("Scheduler", 0), pod("PS", 0, "Succeeded", exit_code=0), pod("Worker", 0)],
     ),
     "out of range": (job(THREE), [pod("Scheduler", 0), pod("Worker", 5)]),
+    "restartScope Job: a killed worker": (
+        job({"Scheduler": (1, "Never"), "Worker": (2, "ExitCode")}, status=running_status()),
+        [
+            pod("Scheduler", 0, size=(2, 0)),
+            pod("Worker", 0, "Failed", exit_code=137, size=(2, 0)),
+            pod("Worker", 1, "Failed", exit_code=1, size=(2, 0)),
+        ],
+    ),
+    "restartScope Job: scaled while running": (
+        job({"Scheduler": (1, "Never"), "Worker": (3, "Never")}, status=running_status()),
+        [
+            pod("Scheduler", 0, size=(2, 0)),
+            pod("Worker", 0, size=(2, 0)),
+            pod("Worker", 1, size=(2, 0)),
+        ],
+    ),
 }
 
 
