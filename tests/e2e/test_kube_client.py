@@ -27,6 +27,7 @@ from msop.kube import (
     is_forbidden,
     is_invalid,
     is_not_found,
+    jsonpatch,
 )
 from msop.metrics import REGISTRY
 
@@ -87,6 +88,31 @@ async def test_crud_and_error_reasons(client: KubeClient, namespace: str) -> Non
     with pytest.raises(ApiError) as exc:
         await client.get(CONFIGMAPS, "x", namespace)
     assert is_not_found(exc.value) and exc.value.reason == "NotFound"
+
+
+@pytest.mark.parametrize("text", ["MS_WORKER_NUM 2 -> 3", "quoted <nil> & co", "café"])
+async def test_json_patch_test_matches_strings_the_api_server_escapes(
+    client: KubeClient, namespace: str, text: str
+) -> None:
+    """The API server compares a ``test`` value by its encoded bytes: only the encoding of
+    msop.kube.jsonpatch matches what it stores for such strings."""
+    await client.create(CONFIGMAPS, cm("esc", namespace, msg=text))
+
+    def ops(value: str) -> list[dict[str, Any]]:
+        return [
+            {"op": "test", "path": "/data/msg", "value": value},
+            {"op": "add", "path": "/data/seen", "value": "yes"},
+        ]
+
+    with pytest.raises(ApiError) as refused:  # Python's default encoding: never equal
+        await client.patch(CONFIGMAPS, "esc", json.dumps(ops(text)), namespace, patch_type="json")
+    assert refused.value.status == 422
+    out = await client.patch(CONFIGMAPS, "esc", jsonpatch.dumps(ops(text)), namespace,
+                             patch_type="json")  # fmt: skip
+    assert out["data"] == {"msg": text, "seen": "yes"}
+    with pytest.raises(ApiError):  # and a changed value still fails the test
+        await client.patch(CONFIGMAPS, "esc", jsonpatch.dumps(ops(text + "!")), namespace,
+                           patch_type="json")  # fmt: skip
 
 
 async def test_patch_types(client: KubeClient, namespace: str) -> None:

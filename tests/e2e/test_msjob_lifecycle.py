@@ -3,7 +3,9 @@ operator running as a process and pods driven by the kubelet stand-in."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
 import time
 from typing import Any
 
@@ -411,3 +413,62 @@ def test_gang_scheduling_holds_pods_until_the_podgroup_is_inqueue(
         kubelet.succeed(namespace, f"{name}-worker-{i}")
     wait_condition(cluster, namespace, name, "Succeeded")
     wait_for("PodGroup deleted", lambda: get(cluster, namespace, "podgroup", name) is None)
+
+
+def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    """A job with a Scheduler restarts as a whole (restartScope Job, its default): one
+    killed Worker recreates every pod, counted once; the peers' follow-on exit 1 is not a
+    failure; a scale of the running job recreates every pod with the new MS_WORKER_NUM."""
+    apply(
+        cluster, namespace,
+        _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode")),
+    )  # fmt: skip
+    members = {"js-scheduler-0", "js-worker-0", "js-worker-1"}
+    _run_all(kubelet, cluster, namespace, "js", members)
+    wait_condition(cluster, namespace, "js", "Running")
+    before = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, "js").items()}
+
+    kubelet.fail(namespace, "js-worker-1", exit_code=137, reason="OOMKilled")
+    # The follow-on exit of its peer, if the operator has not deleted it yet (whichever
+    # comes first, the job must not fail: the earliest failure decides).
+    with contextlib.suppress(subprocess.CalledProcessError):
+        kubelet.fail(namespace, "js-worker-0", exit_code=1)
+
+    def recreated(names: set[str], old: dict[str, str]) -> dict[str, Any] | None:
+        pods = job_pods(cluster, namespace, "js")
+        fresh = set(pods) == names and all(
+            p["metadata"]["uid"] != old.get(n) and not p["metadata"].get("deletionTimestamp")
+            for n, p in pods.items()
+        )
+        return pods if fresh else None
+
+    pods = wait_for("every pod recreated", lambda: recreated(members, before), timeout=60)
+    job = get(cluster, namespace, "msjob", "js")
+    assert job is not None and condition(job, "Failed") is None
+    assert job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    restarting = condition(job, "Restarting")
+    assert restarting is not None and restarting["status"] == "True"
+    assert "js-worker-1 exited with code 137 (OOMKilled)" in restarting["message"]
+    assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"2"}
+
+    _run_all(kubelet, cluster, namespace, "js", members)
+    running = wait_condition(cluster, namespace, "js", "Running")
+    assert condition(running, "Restarting")["status"] == "False"  # type: ignore[index]
+    before = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, "js").items()}
+
+    cluster.kubectl("scale", "msjob/js", "-n", namespace, "--replicas=3")
+    grown = members | {"js-worker-2"}
+    pods = wait_for("every pod recreated at size 3", lambda: recreated(grown, before), timeout=60)
+    assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"3"}
+    _run_all(kubelet, cluster, namespace, "js", grown)
+    wait_condition(cluster, namespace, "js", "Running")
+    for i in range(3):
+        kubelet.succeed(namespace, f"js-worker-{i}")
+    done = wait_condition(cluster, namespace, "js", "Succeeded")
+    assert done["status"]["replicaStatuses"]["Worker"]["restarts"] == 1  # the resize is free
+    assert {"MSJobRestarting", "MSJobResizing", "ExitedWithCode"} <= event_reasons(
+        cluster, namespace, "js"
+    )
+    assert "MSJobFailed" not in event_reasons(cluster, namespace, "js")

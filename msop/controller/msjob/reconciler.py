@@ -16,7 +16,9 @@ decides anything itself except how to react to API errors:
 - **Deletes** carry a UID precondition; NotFound and a UID mismatch count as done.
 - **Status** is written through the status subresource, only when it changed, as a JSON
   patch whose ``test`` operation requires the stored status to be the one this pass
-  planned from. Writes to the job's labels, annotations or spec do not stand in the way
+  planned from (encoded as the API server encodes, ``msop.kube.jsonpatch``, or a test of
+  a message holding ``>`` or ``é`` would never match). Writes to the job's labels,
+  annotations or spec do not stand in the way
   (the API server re-applies the patch to the newest object; a ``resourceVersion``
   precondition would fail on every one of them, and a busy writer could starve the
   status forever). A status that moved under us requeues: the next pass recomputes from
@@ -50,6 +52,7 @@ from msop.controller.msjob import metrics
 from msop.controller.msjob.plan import Observed, Options, Plan, format_time, plan
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.store import BY_CONTROLLER_UID
+from msop.kube import jsonpatch
 from msop.kube.client import KubeClient
 from msop.kube.errors import (
     ApiError,
@@ -270,8 +273,8 @@ class MSJobReconciler:
         ]
         try:
             updated = await self.client.patch(
-                MSJOBS, meta["name"], ops, meta["namespace"], patch_type="json",
-                subresource="status",
+                MSJOBS, meta["name"], jsonpatch.dumps(ops), meta["namespace"],
+                patch_type="json", subresource="status",
             )  # fmt: skip
         except ApiError as e:
             if is_patch_test_failed(e) or is_conflict(e) or is_not_found(e):
