@@ -152,9 +152,11 @@ def test_ms_operator_samples_run_unchanged_to_success(
 
 
 def _restarted(cluster: LocalCluster, namespace: str) -> dict[str, Any] | None:
+    """The job once it has restarted: Restarting is True, or already False again
+    (reason MSJobRestarted) because the replacement runs."""
     job = get(cluster, namespace, "msjob", "ec")
     cond = condition(job, "Restarting")
-    return job if cond and cond["reason"] == "MSJobRestarting" else None
+    return job if cond and cond["reason"] in ("MSJobRestarting", "MSJobRestarted") else None
 
 
 def test_exitcode_137_restarts_the_pod_then_succeeds(
@@ -421,10 +423,10 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     """A job with a Scheduler restarts as a whole (restartScope Job, its default): one
     killed Worker recreates every pod, counted once; the peers' follow-on exit 1 is not a
     failure; a scale of the running job recreates every pod with the new MS_WORKER_NUM."""
-    apply(
-        cluster, namespace,
-        _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode")),
-    )  # fmt: skip
+    job = _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode"))
+    for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]
+        spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1  # kwok honours it
+    apply(cluster, namespace, job)
     members = {"js-scheduler-0", "js-worker-0", "js-worker-1"}
     _run_all(kubelet, cluster, namespace, "js", members)
     wait_condition(cluster, namespace, "js", "Running")

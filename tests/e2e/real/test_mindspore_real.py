@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
+from msop.testing.examples import MINDSPORE_JOB as NAME
+from msop.testing.examples import mindspore_example
 from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     condition,
@@ -47,8 +48,6 @@ from tests.e2e.msjobs import (
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[3]
-EXAMPLE = REPO / "examples" / "mindspore"
-NAME = "mindspore-linear"
 CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
                "MS_NODE_ID")  # fmt: skip
 
@@ -59,26 +58,6 @@ def checkpoints(namespace: str) -> Iterator[Path]:
     path = Path("/var/lib/msop-e2e") / namespace
     yield path
     shutil.rmtree(path, ignore_errors=True)
-
-
-def example(cluster: RealCluster, image: str, checkpoints: Path, **env: str) -> tuple[JSON, JSON]:
-    """The example's ConfigMap and MSJob from ``kubectl kustomize``, with this machine's
-    image and checkpoint directory, and ``env`` set on every replica."""
-    docs = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(EXAMPLE)).stdout))
-    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
-    job = next(d for d in docs if d["kind"] == "MSJob")
-    for spec in job["spec"]["msReplicaSpecs"].values():
-        pod = spec["template"]["spec"]
-        for volume in pod["volumes"]:
-            if "hostPath" in volume:
-                volume["hostPath"]["path"] = str(checkpoints)
-        for container in pod["containers"]:
-            container["image"] = image
-            values = {e["name"]: e for e in container.get("env", [])}
-            for key, value in env.items():
-                values[key] = {"name": key, "value": value}
-            container["env"] = list(values.values())
-    return config_map, job
 
 
 def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
@@ -137,7 +116,7 @@ def test_trains_to_success(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
                                        STEP_DELAY="0"))  # fmt: skip
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
 
@@ -167,7 +146,7 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
                                        STEP_DELAY="0.1"))  # fmt: skip
     victim = f"{NAME}-worker-1"
     wait_training(cluster, namespace, victim, 3)
@@ -212,7 +191,7 @@ def test_script_error_fails_the_job(
 ) -> None:
     cluster = installed
     # Rank 0 cannot write its first checkpoint (a read-only mount): a Python error, exit 1.
-    objs = example(
+    objs = mindspore_example(
         cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
     )
     apply(cluster, namespace, *objs)
@@ -233,7 +212,7 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *example(cluster, images.mindspore.ref, checkpoints,
+    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
                                        STEP_DELAY="0.1"))  # fmt: skip
     wait_training(cluster, namespace, f"{NAME}-worker-0", 2)
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
@@ -258,7 +237,7 @@ def test_ps_mode_forms_a_cluster(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    config_map, job = example(cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
+    config_map, job = mindspore_example(cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
                               EPOCHS="5")  # fmt: skip
     specs = job["spec"]["msReplicaSpecs"]
     specs["PS"] = json.loads(json.dumps(specs["Scheduler"]))
