@@ -162,7 +162,7 @@ def test_cel_rules_name_their_field_and_reason(committed: dict[str, Any]) -> Non
     ]
     assert len(rules) >= 20
     for path, rule in rules:
-        assert rule["reason"] in ("FieldValueInvalid", "FieldValueRequired"), rule
+        assert rule["reason"] in ("FieldValueInvalid", "FieldValueRequired"), path
         # The error names the field; the message must not repeat it (msop validate prints
         # "path: message").
         assert not rule["message"].startswith(("spec.", "metadata.", "template.")), rule
