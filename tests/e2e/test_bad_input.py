@@ -103,3 +103,39 @@ def _scrape(op: OperatorProcess) -> str:
     with urllib.request.urlopen(op.metrics_url, timeout=5) as resp:
         text: str = resp.read().decode()
         return text
+
+
+def test_created_counts_the_jobs_whose_created_condition_this_process_wrote(
+    cluster: LocalCluster, namespace: str, start_operator: Any
+) -> None:
+    """Item 5 of issue 15: after a restart the new process does not count again the jobs
+    an earlier one marked Created; it counts the ones it marks itself."""
+    first = start_operator()
+    for name in ("one", "two"):
+        apply(cluster, namespace, _valid(name))
+    for name in ("one", "two"):
+        wait_condition(cluster, namespace, name, "Created")
+    created = "msop_jobs_created_total"
+    wait_for("both counted", lambda: metric(first.metrics_url, created, namespace=namespace) == 2)
+    assert first.stop() == 0
+
+    second = start_operator()
+    wait_for(
+        "the cache synced",
+        lambda: metric(second.metrics_url, "msop_jobs", namespace=namespace) == 2,
+    )
+    apply(cluster, namespace, _valid("three"))
+    wait_condition(cluster, namespace, "three", "Created")
+    wait_for("three counted", lambda: metric(second.metrics_url, created, namespace=namespace) == 1)
+    # one and two were reconciled by this process too (its initial list), and not counted.
+    passes = "controller_runtime_reconcile_total"
+    wait_for("every job reconciled", lambda: metric(second.metrics_url, passes) >= 3)
+    assert metric(second.metrics_url, created, namespace=namespace) == 1
+    kubeflow = "training_operator_jobs_created_total"
+    assert metric(second.metrics_url, kubeflow, job_namespace=namespace) == 1
+
+
+def _valid(name: str) -> JSON:
+    job = _job(name)
+    del job["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
+    return job
