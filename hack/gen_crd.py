@@ -13,8 +13,16 @@ that apiextensions accepts and that stays small enough for client-side `kubectl 
   requires those keys to be required or defaulted, e.g. ContainerPort.protocol=TCP);
 - Quantity and IntOrString become `x-kubernetes-int-or-string` (Quantity with its pattern);
 - the template's ObjectMeta keeps only name, generateName, namespace, labels and annotations;
-- containers get `maxItems` and a container name `maxLength` so the CEL cost estimate of the
-  rules that look for the `mindspore` container stays within the apiserver's budget.
+- what the API server would refuse when the operator creates the pods and the Scheduler Service
+  is refused at admission already (`template_rules`): container, volume and port names, ports,
+  images, environment variable names, label and annotation keys and values;
+- containers get `maxItems` and names a `maxLength` far above the real limits, only so that the
+  CEL cost estimate stays within the apiserver's budget.
+
+No user-facing check is a `required`, `enum`, `maxLength`, `maxItems` or `maxProperties` that
+a sane input can hit: the API server treats those errors as "blocking", skips every CEL rule
+and adds a line `<nil>: Invalid value: null: some validation rules were not checked ...`.
+They are CEL rules (`has(...)`, with `fieldPath` and `reason`) or patterns instead.
 
 Usage: `python hack/gen_crd.py` writes the file; `--check` exits 1 if the committed file is stale;
 `--readme` prints the markdown reference of the spec and status fields.
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,7 +61,9 @@ TEMPLATE_META_FIELDS = ("name", "generateName", "namespace", "labels", "annotati
 KEPT_FORMATS = frozenset({"int32", "int64", "double", "float", "byte", "date-time"})
 # Bounds for CEL cost estimation (see module docstring).
 MAX_CONTAINERS = 64
-MAX_CONTAINER_NAME = c.DNS1035_LABEL_MAX_LENGTH
+MAX_NAME = 253  # only a bound for the cost estimate; the patterns hold the real limits
+MAX_REPLICA_TYPES = 8  # idem; CEL allows exactly Scheduler, PS and Worker
+MAX_MAP_ENTRIES = 64  # labels, annotations, nodeSelector of a template (cost bound)
 
 # Keys copied as they are from the Kubernetes schema; everything else is dropped or converted.
 _COPIED_KEYS = frozenset(
@@ -211,20 +222,90 @@ class _Converter:
 def pod_template_schema(openapi: dict[str, Any]) -> dict[str, Any]:
     """The structural PodTemplateSpec schema for `msReplicaSpecs.*.template`."""
     schema = _Converter(openapi["components"]["schemas"]).named(POD_TEMPLATE)
-    schema["required"] = ["spec"]
-    containers = schema["properties"]["spec"]["properties"]["containers"]
-    containers["maxItems"] = MAX_CONTAINERS
-    containers["items"]["properties"]["name"]["maxLength"] = MAX_CONTAINER_NAME
+    template_rules(schema)
     return schema
+
+
+def _string_map_rules(schema: dict[str, Any], values: bool) -> None:
+    """Labels (values=True) or annotations: keys are qualified names, label values match."""
+    schema["x-kubernetes-validations"] = [
+        _cel(
+            f"self.all(k, k.matches('{v.QUALIFIED_NAME_PATTERN}'))",
+            v.MSG_LABEL_KEY,
+        )
+    ]
+    schema["maxProperties"] = MAX_MAP_ENTRIES
+    if values:
+        schema["additionalProperties"]["pattern"] = v.LABEL_VALUE_PATTERN
+
+
+def _container_rules(containers: dict[str, Any]) -> None:
+    containers["maxItems"] = MAX_CONTAINERS
+    item = containers["items"]
+    props = item["properties"]
+    props["name"].update(maxLength=MAX_NAME, pattern=v.DNS1123_LABEL_PATTERN)
+    props["image"]["pattern"] = v.IMAGE_PATTERN
+    item["x-kubernetes-validations"] = [
+        _cel("has(self.image) && size(self.image) > 0", v.MSG_IMAGE, ".image", REQUIRED)
+    ]
+    port = props["ports"]["items"]
+    port["properties"]["containerPort"].update(minimum=1, maximum=v.PORT_MAX)
+    port["properties"]["hostPort"].update(minimum=0, maximum=v.PORT_MAX)
+    port["properties"]["name"].update(maxLength=MAX_NAME, pattern=v.PORT_NAME_PATTERN)
+    port["properties"]["protocol"]["pattern"] = v.PROTOCOL_PATTERN
+    port["x-kubernetes-validations"] = [
+        _cel(
+            f"!has(self.name) || size(self.name) <= {v.PORT_NAME_MAX_LENGTH}",
+            v.MSG_PORT_NAME_LENGTH,
+            ".name",
+        )
+    ]
+    props["env"]["items"]["properties"]["name"]["pattern"] = v.ENV_NAME_PATTERN
+
+
+def template_rules(template: dict[str, Any]) -> None:
+    """What the API server would refuse in the pods made from this template (the cheap and
+    common cases; a create it still refuses fails the job once, see the README)."""
+    meta = template["properties"]["metadata"]["properties"]
+    _string_map_rules(meta["labels"], values=True)
+    _string_map_rules(meta["annotations"], values=False)
+    template["x-kubernetes-validations"] = [
+        _cel("has(self.spec)", v.MSG_TEMPLATE_SPEC, ".spec", REQUIRED),
+    ]
+    spec = template["properties"]["spec"]
+    props = spec["properties"]
+    _string_map_rules(props["nodeSelector"], values=True)
+    _container_rules(props["containers"])
+    _container_rules(props["initContainers"])
+    props["volumes"]["items"]["properties"]["name"].update(
+        maxLength=MAX_NAME, pattern=v.DNS1123_LABEL_PATTERN
+    )
+    spec["x-kubernetes-validations"] = [
+        _cel(
+            "!has(self.initContainers) || "
+            "self.initContainers.all(i, !self.containers.exists(c, c.name == i.name))",
+            v.MSG_INIT_CONTAINER_NAME,
+            ".initContainers",
+        )
+    ]
 
 
 # --- the MSJob schema ----------------------------------------------------------------------------
 
 
-def _cel(rule: str, message: str, field_path: str | None = None) -> dict[str, Any]:
+REQUIRED = "FieldValueRequired"
+INVALID = "FieldValueInvalid"
+
+
+def _cel(
+    rule: str, message: str, field_path: str | None = None, reason: str = INVALID
+) -> dict[str, Any]:
+    """A CEL rule. Every rule names its field: `fieldPath` when the rule sits above it (the
+    API server would otherwise report the rule's own node, or `<nil>` at the root)."""
     out: dict[str, Any] = {"rule": rule, "message": message}
     if field_path:
         out["fieldPath"] = field_path
+    out["reason"] = reason
     return out
 
 
@@ -243,10 +324,6 @@ def _time(description: str) -> dict[str, Any]:
     return {"type": "string", "format": "date-time", "description": description}
 
 
-def _lower_list(values: tuple[str, ...]) -> str:
-    return "[" + ", ".join(f"'{x.lower()}'" for x in values) + "]"
-
-
 def run_policy_schema() -> dict[str, Any]:
     quantity: dict[str, Any] = {
         "x-kubernetes-int-or-string": True,
@@ -259,7 +336,7 @@ def run_policy_schema() -> dict[str, Any]:
             "cleanPodPolicy": _str(
                 "Which pods to delete when the job finishes: All, Running (default: pods "
                 "still running) or None.",
-                enum=list(c.CLEAN_POD_POLICIES),
+                pattern=v.enum_pattern(c.CLEAN_POD_POLICIES),
             ),
             "ttlSecondsAfterFinished": _int(
                 "Delete the finished MSJob (and its pods) this many seconds after it finished. "
@@ -302,7 +379,7 @@ def run_policy_schema() -> dict[str, Any]:
             "managedBy": _str(
                 "The controller that reconciles this job; msop ignores jobs managed by another "
                 "controller. Immutable.",
-                maxLength=v.MANAGED_BY_MAX_LENGTH,
+                pattern=f"^.{{0,{v.MANAGED_BY_MAX_LENGTH}}}$",
             ),
         },
     }
@@ -310,16 +387,20 @@ def run_policy_schema() -> dict[str, Any]:
 
 def replica_spec_schema(template: dict[str, Any]) -> dict[str, Any]:
     main = f"c.name == '{c.DEFAULT_CONTAINER_NAME}'"
+    containers = "self.template.spec.containers"
+    has_containers = "has(self.template) && has(self.template.spec)"
     return {
         "type": "object",
         "description": "The pods of one replica type.",
-        "required": ["template"],
         "properties": {
-            "replicas": _int("Number of pods of this type (default 1).", minimum=0),
+            "replicas": {
+                **_int("Number of pods of this type (default 1).", minimum=0),
+                "default": c.DEFAULT_REPLICAS,
+            },
             "restartPolicy": _str(
                 "What to do when a pod exits: Always, OnFailure, Never (default) or ExitCode "
                 "(restart on exit codes 128-255, i.e. killed by a signal; 1-127 are permanent).",
-                enum=list(c.RESTART_POLICIES),
+                pattern=v.enum_pattern(c.RESTART_POLICIES),
             ),
             "template": {
                 **template,
@@ -328,15 +409,10 @@ def replica_spec_schema(template: dict[str, Any]) -> dict[str, Any]:
             },
         },
         "x-kubernetes-validations": [
+            _cel("has(self.template)", v.MSG_REQUIRED, ".template", REQUIRED),
             _cel(
-                f"self.template.spec.containers.exists_one(c, {main})",
+                f"!({has_containers}) || {containers}.exists_one(c, {main})",
                 v.MSG_ONE_MINDSPORE,
-                ".template.spec.containers",
-            ),
-            _cel(
-                f"self.template.spec.containers.all(c, !({main}) || "
-                "(has(c.image) && size(c.image) > 0))",
-                v.MSG_MINDSPORE_IMAGE,
                 ".template.spec.containers",
             ),
         ],
@@ -344,8 +420,8 @@ def replica_spec_schema(template: dict[str, Any]) -> dict[str, Any]:
 
 
 def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
-    types = _lower_list(c.REPLICA_TYPES)
-    sched = c.SCHEDULER.lower()
+    types = "[" + ", ".join(f"'{t}'" for t in c.REPLICA_TYPES) + "]"
+    sched, worker = c.SCHEDULER, c.WORKER
     managed = "has({s}.runPolicy) && has({s}.runPolicy.managedBy)"
     queue = (
         "has({s}.runPolicy) && has({s}.runPolicy.schedulingPolicy) && "
@@ -363,13 +439,12 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
     return {
         "type": "object",
         "description": "The desired state of the MSJob.",
-        "required": ["msReplicaSpecs"],
         "properties": {
             "runPolicy": run_policy_schema(),
             "successPolicy": _str(
                 'When the job succeeds: "" (default: worker 0 exited 0) or AllWorkers '
                 "(every worker exited 0).",
-                enum=list(c.SUCCESS_POLICIES),
+                pattern=v.enum_pattern(c.SUCCESS_POLICIES),
             ),
             "enableDynamicWorker": {
                 "type": "boolean",
@@ -381,29 +456,28 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "alone). Job also makes a scale of a running job restart every pod with the "
                 "new MS_WORKER_NUM. Default: Job when the job has a Scheduler and "
                 "enableDynamicWorker is false, else Pod.",
-                enum=list(c.RESTART_SCOPES),
+                pattern=v.enum_pattern(c.RESTART_SCOPES),
             ),
             "msReplicaSpecs": {
                 "type": "object",
-                "description": "Replica type (Scheduler, PS or Worker, any case) to its pods.",
-                "minProperties": 1,
-                "maxProperties": len(c.REPLICA_TYPES),
+                "description": "Replica type (Scheduler, PS or Worker, spelled so; Worker is "
+                "required) to its pods.",
+                "maxProperties": MAX_REPLICA_TYPES,
                 "additionalProperties": replica_spec_schema(template),
                 "x-kubernetes-validations": [
-                    _cel(f"self.all(k, k.lowerAscii() in {types})", v.MSG_REPLICA_TYPE),
+                    _cel(f"self.all(k, k in {types})", v.MSG_REPLICA_TYPE),
+                    _cel(f"'{worker}' in self", v.MSG_WORKER_REQUIRED, f"['{worker}']", REQUIRED),
                     _cel(
-                        f"{types}.all(t, self.filter(k, k.lowerAscii() == t).size() <= 1)",
-                        v.MSG_REPLICA_TYPE_DUPLICATE,
-                    ),
-                    _cel(
-                        f"self.all(k, k.lowerAscii() != '{sched}' || !has(self[k].replicas) || "
-                        f"self[k].replicas <= {c.MAX_SCHEDULER_REPLICAS})",
+                        f"!('{sched}' in self) || !has(self.{sched}.replicas) || "
+                        f"self.{sched}.replicas <= {c.MAX_SCHEDULER_REPLICAS}",
                         v.MSG_ONE_SCHEDULER,
+                        f"['{sched}'].replicas",
                     ),
                 ],
             },
         },
         "x-kubernetes-validations": [
+            _cel("has(self.msReplicaSpecs)", v.MSG_REQUIRED, ".msReplicaSpecs", REQUIRED),
             _cel(
                 both(managed, "managedBy"),
                 v.MSG_MANAGED_BY_IMMUTABLE,
@@ -478,12 +552,19 @@ def name_rules() -> list[dict[str, Any]]:
     replicas = "self.spec.msReplicaSpecs[k].replicas"
     max_index = f"(has({replicas}) && {replicas} > 1 ? {replicas} - 1 : 0)"
     return [
-        _cel(f"self.metadata.name.matches('{c.DNS1035_LABEL_PATTERN}')", v.MSG_NAME_DNS1035),
+        _cel("has(self.spec)", v.MSG_REQUIRED, ".spec", REQUIRED),
         _cel(
+            f"self.metadata.name.matches('{c.DNS1035_LABEL_PATTERN}')",
+            v.MSG_NAME_DNS1035,
+            ".metadata.name",
+        ),
+        _cel(
+            "!has(self.spec) || !has(self.spec.msReplicaSpecs) || "
             "self.spec.msReplicaSpecs.all(k, "
             f"size(self.metadata.name) + size(k) + size(string({max_index})) + 2 <= "
             f"{c.DNS1035_LABEL_MAX_LENGTH})",
             v.MSG_NAME_TOO_LONG,
+            ".metadata.name",
         ),
     ]
 
@@ -494,13 +575,12 @@ def build_crd(openapi: dict[str, Any]) -> dict[str, Any]:
         "type": "object",
         "description": "MSJob runs a MindSpore distributed training job: a Scheduler, parameter "
         "servers (PS) and workers.",
-        "required": ["spec"],
         "properties": {
             "apiVersion": _str("APIVersion of the object: mindspore.gitee.com/v1."),
             "kind": _str("Kind of the object: MSJob."),
             "metadata": {
                 "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 63}},
+                "properties": {"name": {"type": "string", "maxLength": MAX_NAME}},
             },
             "spec": spec_schema(pod_template_schema(openapi)),
             "status": status_schema(),
@@ -590,14 +670,23 @@ README_DEFAULTS = {
 }
 
 
+def _pattern_choices(pattern: Any) -> list[str] | None:
+    """The values of a pattern made by `validation.enum_pattern`, else None."""
+    if not isinstance(pattern, str):
+        return None
+    match = re.fullmatch(r"\^\(([A-Za-z|]*)\)\$", pattern)
+    return match.group(1).split("|") if match else None
+
+
 def readme_reference(crd: dict[str, Any]) -> str:
     """Markdown tables of the spec and status fields, from the schema descriptions."""
     root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
     lines: list[str] = []
 
     def kind_of(prop: dict[str, Any]) -> str:
-        if "enum" in prop:
-            return " \\| ".join(f"`{x}`" if x else '`""`' for x in prop["enum"])
+        choices = prop.get("enum") or _pattern_choices(prop.get("pattern"))
+        if choices:
+            return " \\| ".join(f"`{x}`" if x else '`""`' for x in choices)
         kind = str(prop.get("type", "quantity"))
         if "format" in prop:
             kind = {"date-time": "time (RFC 3339)"}.get(prop["format"], kind)

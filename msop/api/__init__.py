@@ -23,7 +23,7 @@ from msop.api.types import (
     RunPolicy,
     SchedulingPolicy,
 )
-from msop.api.validation import FieldError, validate, validate_update
+from msop.api.validation import FieldError, validate, validate_admission, validate_update
 
 __all__ = [
     "Condition",
@@ -44,5 +44,6 @@ __all__ = [
     "latest_condition_type",
     "set_condition",
     "validate",
+    "validate_admission",
     "validate_update",
 ]

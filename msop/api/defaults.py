@@ -1,7 +1,8 @@
 """Defaulting of MSJob objects: the values the API implies when a field is left out.
 
-The CRD schema carries no defaults (so stored objects stay as the user wrote them); the
-reconciler calls `apply_defaults` on every object it reads instead.
+The CRD schema carries one default, `replicas: 1` (the scale subresource needs
+`spec.msReplicaSpecs.Worker.replicas` to exist); otherwise stored objects stay as the user
+wrote them, and the reconciler calls `apply_defaults` on every object it reads instead.
 """
 
 from __future__ import annotations

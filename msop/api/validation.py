@@ -3,11 +3,22 @@
 The CRD schema and its CEL rules (hack/gen_crd.py) reject invalid MSJobs at admission. Objects can
 still reach the operator without passing them (written to etcd directly, stored under an older
 schema, CRD installed by hand), so the reconciler re-checks with `validate` and reports a Failed
-condition instead of acting on nonsense. The messages below are shared with the CRD's CEL rules.
+condition instead of acting on nonsense. The patterns and messages below are shared with the CRD.
 
+- `validate_admission(job)` is exactly what admission refuses, field by field: `msop validate`,
+  `msop render` and the SDK use it, and the e2e tests hold it to the API server's verdicts.
+- `validate(job)` is what the operator refuses to run: the same rules except the shape of the
+  `spec.msReplicaSpecs` keys (any case, Worker optional), which older CRDs accepted and which
+  the operator still runs (only the scale subresource needs the canonical `Worker` key).
+
+Besides the MSJob fields, the pod template is checked for what the API server would refuse when
+the operator creates the pods and the Scheduler Service from it (names, ports, labels, images,
+environment variable names), so such a job is refused at admission, not failed later. The rest
+of the PodTemplateSpec is the API server's business (a create it refuses fails the job once).
+
+Paths name fields as the API server does (`spec.msReplicaSpecs.Worker.template.spec.
+containers[0].name`; the API server itself writes map keys of CEL errors as `[Worker]`).
 Neither function ever raises: any input, however malformed, yields a list of `FieldError`s.
-The pod template is only checked for what the operator relies on (the `mindspore` container and
-its image); the rest of the PodTemplateSpec is the API server's business.
 """
 
 from __future__ import annotations
@@ -28,30 +39,90 @@ QUANTITY_PATTERN: Final = (
     r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 
-# Messages shared with the CRD's CEL rules; each names the field it is about.
+# Patterns shared with the CRD schema (RE2 and Python `re` read them alike). Each encodes its
+# length limit too: a `maxLength` error would make the API server skip every CEL rule and add a
+# "some validation rules were not checked" line without a field.
+DNS1123_LABEL_PATTERN: Final = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+LABEL_VALUE_PATTERN: Final = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+QUALIFIED_NAME_PATTERN: Final = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+# IANA service name: lower case letters, digits and single '-' inside, at least one letter.
+PORT_NAME_PATTERN: Final = r"^([0-9]+-)*[0-9]*[a-z][a-z0-9]*(-[a-z0-9]+)*$"
+PORT_NAME_MAX_LENGTH: Final = 15
+# Printable ASCII except '=' (the API server's relaxed environment variable names).
+ENV_NAME_PATTERN: Final = r"^[ -<>-~]+$"
+IMAGE_PATTERN: Final = r"^(\S(.*\S)?)?$"
+PROTOCOL_PATTERN: Final = r"^(TCP|UDP|SCTP)$"
+PORT_MAX: Final = 65535
+
+
+def enum_pattern(values: tuple[str, ...]) -> str:
+    """A pattern that matches exactly one of `values` (a schema `enum` would be a blocking
+    error for the API server's CEL rules, see the patterns above)."""
+    return "^(" + "|".join(re.escape(v) for v in values) + ")$"
+
+
+# Messages shared with the CRD's CEL rules. They never repeat the path: the error names it.
 MSG_NAME_DNS1035: Final = (
-    "metadata.name must be a DNS-1035 label (lower case letters, digits and '-', starting with a "
-    "letter, ending with a letter or digit), because it names the Scheduler Service "
-    "<name>-scheduler-0"
+    "must be a DNS-1035 label (lower case letters, digits and '-', starting with a letter, "
+    "ending with a letter or digit), because it names the Scheduler Service <name>-scheduler-0"
 )
 MSG_NAME_TOO_LONG: Final = (
-    "metadata.name is too long: every pod and Service name <name>-<replica type>-<index> must "
-    f"be at most {c.DNS1035_LABEL_MAX_LENGTH} characters"
+    "is too long: every pod and Service name <name>-<replica type>-<index> must be at most "
+    f"{c.DNS1035_LABEL_MAX_LENGTH} characters"
 )
-MSG_REPLICA_TYPE: Final = "spec.msReplicaSpecs keys must be Scheduler, PS or Worker (in any case)"
+MSG_REPLICA_TYPE: Final = (
+    "keys must be Scheduler, PS or Worker, spelled exactly so (the scale subresource reads "
+    "spec.msReplicaSpecs.Worker.replicas)"
+)
+MSG_REPLICA_TYPE_LENIENT: Final = "keys must be Scheduler, PS or Worker (in any case)"
 MSG_REPLICA_TYPE_DUPLICATE: Final = (
-    "spec.msReplicaSpecs keys must be unique ignoring case (e.g. not both Worker and worker)"
+    "keys must be unique ignoring case (e.g. not both Worker and worker)"
 )
-MSG_ONE_SCHEDULER: Final = "spec.msReplicaSpecs.Scheduler.replicas must be 0 or 1"
-MSG_ONE_MINDSPORE: Final = (
-    "template.spec.containers must contain exactly one container named 'mindspore'"
+MSG_WORKER_REQUIRED: Final = (
+    "a Worker replica type is required (it may have replicas: 0): kubectl scale and the scale "
+    "subresource act on spec.msReplicaSpecs.Worker.replicas"
 )
-MSG_MINDSPORE_IMAGE: Final = "template.spec.containers: the 'mindspore' container needs an image"
-MSG_MANAGED_BY_IMMUTABLE: Final = "spec.runPolicy.managedBy is immutable"
-MSG_QUEUE_IMMUTABLE: Final = "spec.runPolicy.schedulingPolicy.queue is immutable"
+MSG_ONE_SCHEDULER: Final = "must be 0 or 1: a job has at most one Scheduler"
+MSG_ONE_MINDSPORE: Final = "must contain exactly one container named 'mindspore'"
+MSG_IMAGE: Final = "required: every container of a pod needs an image"
+MSG_REQUIRED: Final = "required"
+MSG_TEMPLATE_SPEC: Final = "required: the pod template needs a spec with containers"
+MSG_LABEL_KEY: Final = (
+    "keys must be qualified names: an optional DNS subdomain prefix and '/', then at most 63 "
+    "letters, digits, '-', '_' or '.', starting and ending with a letter or digit"
+)
+MSG_PORT_NAME_LENGTH: Final = f"must be at most {PORT_NAME_MAX_LENGTH} characters"
+MSG_INIT_CONTAINER_NAME: Final = "init container names must differ from the names of the containers"
+MSG_MANAGED_BY_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
+MSG_QUEUE_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
 
-_DNS1035 = re.compile(c.DNS1035_LABEL_PATTERN)
-_QUANTITY = re.compile(QUANTITY_PATTERN)
+# Explanations of the patterns, for `validate`'s messages (the API server prints the pattern).
+_PATTERN_MESSAGES: Final[dict[str, str]] = {
+    DNS1123_LABEL_PATTERN: "must be a DNS-1123 label: at most 63 lower case letters, digits or "
+    "'-', starting and ending with a letter or digit",
+    LABEL_VALUE_PATTERN: "must be a label value: empty, or at most 63 letters, digits, '-', '_' "
+    "or '.', starting and ending with a letter or digit",
+    PORT_NAME_PATTERN: "must be an IANA service name: lower case letters, digits and single '-' "
+    "inside, with at least one letter",
+    ENV_NAME_PATTERN: "must be printable ASCII characters other than '='",
+    IMAGE_PATTERN: "must not have leading or trailing whitespace",
+    PROTOCOL_PATTERN: 'unsupported value; supported: "TCP", "UDP", "SCTP"',
+}
+
+
+def _re2(pattern: str) -> re.Pattern[str]:
+    """Compile a schema pattern with RE2's meaning of a final `$` (the end of the text; in
+    Python it also matches before a final newline)."""
+    return re.compile(pattern.removesuffix("$") + r"\Z")
+
+
+_DNS1035 = _re2(c.DNS1035_LABEL_PATTERN)
+_QUANTITY = _re2(QUANTITY_PATTERN)
+_QUALIFIED_NAME = _re2(QUALIFIED_NAME_PATTERN)
+_PATTERNS: Final[dict[str, re.Pattern[str]]] = {p: _re2(p) for p in _PATTERN_MESSAGES}
 
 _SPEC_FIELDS = frozenset(
     {"runPolicy", "successPolicy", "enableDynamicWorker", "restartScope", "msReplicaSpecs"}
@@ -86,7 +157,24 @@ class FieldError:
 
 
 def validate(job: Any) -> list[FieldError]:
-    """Check an MSJob (raw or defaulted) against the admission rules; [] means valid."""
+    """Check an MSJob (raw or defaulted) against what the operator needs; [] means it can run.
+
+    The admission rules except the shape of the `spec.msReplicaSpecs` keys: any case is read
+    (duplicates ignoring case are not) and a job without Workers runs (see the module docstring).
+    """
+    return _validate(job, strict=False)
+
+
+def validate_admission(job: Any) -> list[FieldError]:
+    """Check an MSJob as the CRD's admission does; [] means the API server accepts it.
+
+    Keys of `spec.msReplicaSpecs` must be exactly Scheduler, PS or Worker, and Worker must be
+    there (kubectl scale and the scale subresource act on `spec.msReplicaSpecs.Worker.replicas`).
+    """
+    return _validate(job, strict=True)
+
+
+def _validate(job: Any, *, strict: bool) -> list[FieldError]:
     if not isinstance(job, Mapping):
         return [FieldError("", "an MSJob must be an object")]
     errors: list[FieldError] = []
@@ -100,7 +188,7 @@ def validate(job: Any) -> list[FieldError]:
     elif not isinstance(spec, Mapping):
         errors.append(FieldError("spec", "must be an object"))
     else:
-        errors += _validate_spec(spec)
+        errors += _validate_spec(spec, strict)
         if isinstance(name, str) and name:
             errors += _validate_name(name, spec.get("msReplicaSpecs"))
     return errors
@@ -199,7 +287,7 @@ def _check_unknown(
             errors.append(FieldError(f"{path}.{key}", "unknown field"))
 
 
-def _validate_spec(spec: Mapping[str, Any]) -> list[FieldError]:
+def _validate_spec(spec: Mapping[str, Any], strict: bool) -> list[FieldError]:
     errors: list[FieldError] = []
     _check_unknown(errors, spec, "spec", _SPEC_FIELDS)
     run_policy = spec.get("runPolicy")
@@ -211,7 +299,7 @@ def _validate_spec(spec: Mapping[str, Any]) -> list[FieldError]:
     _check_enum(errors, spec, "successPolicy", "spec", c.SUCCESS_POLICIES)
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
     _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
-    errors += _validate_replica_specs(spec.get("msReplicaSpecs"))
+    errors += _validate_replica_specs(spec.get("msReplicaSpecs"), strict)
     return errors
 
 
@@ -261,21 +349,28 @@ def _is_quantity(value: Any) -> bool:
     return isinstance(value, str) and _QUANTITY.match(value) is not None
 
 
-def _validate_replica_specs(replica_specs: Any) -> list[FieldError]:
+def _validate_replica_specs(replica_specs: Any, strict: bool) -> list[FieldError]:
     path = "spec.msReplicaSpecs"
     if replica_specs is None:
         return [FieldError(path, "required")]
     if not isinstance(replica_specs, Mapping):
         return [FieldError(path, "must be an object")]
-    if not replica_specs:
-        return [FieldError(path, "must have at least one replica type")]
     errors: list[FieldError] = []
+    if strict:
+        if any(key not in c.REPLICA_TYPES for key in replica_specs):
+            errors.append(FieldError(path, MSG_REPLICA_TYPE))
+        if c.WORKER not in replica_specs:
+            errors.append(FieldError(f"{path}.{c.WORKER}", MSG_WORKER_REQUIRED))
+    elif not replica_specs:
+        return [FieldError(path, "must have at least one replica type")]
     seen: dict[str, str] = {}
     for key, replica_spec in replica_specs.items():
         canonical = c.canonical_replica_type(key) if isinstance(key, str) else None
         key_path = f"{path}.{key}"
-        if canonical is None:
-            errors.append(FieldError(key_path, MSG_REPLICA_TYPE))
+        if strict:
+            canonical = key if key in c.REPLICA_TYPES else None
+        elif canonical is None:
+            errors.append(FieldError(key_path, MSG_REPLICA_TYPE_LENIENT))
         elif canonical in seen:
             errors.append(FieldError(key_path, MSG_REPLICA_TYPE_DUPLICATE))
         else:
@@ -299,27 +394,134 @@ def _validate_replica_spec(
     _check_enum(errors, replica_spec, "restartPolicy", path, c.RESTART_POLICIES)
     template = replica_spec.get("template")
     if template is None:
-        return [*errors, FieldError(f"{path}.template", "required")]
+        return [*errors, FieldError(f"{path}.template", MSG_REQUIRED)]
     if not isinstance(template, Mapping):
         return [*errors, FieldError(f"{path}.template", "must be an object")]
+    errors += _validate_template_metadata(template.get("metadata"), f"{path}.template.metadata")
     pod_spec = template.get("spec")
+    if pod_spec is None:
+        return [*errors, FieldError(f"{path}.template.spec", MSG_TEMPLATE_SPEC)]
     if not isinstance(pod_spec, Mapping):
-        return [*errors, FieldError(f"{path}.template.spec", "required, must be an object")]
+        return [*errors, FieldError(f"{path}.template.spec", "must be an object")]
+    return errors + _validate_pod_spec(pod_spec, f"{path}.template.spec")
+
+
+def _validate_template_metadata(meta: Any, path: str) -> list[FieldError]:
+    if meta is None:
+        return []
+    if not isinstance(meta, Mapping):
+        return [FieldError(path, "must be an object")]
+    errors: list[FieldError] = []
+    _check_string_map(errors, meta.get("labels"), f"{path}.labels", values=True)
+    _check_string_map(errors, meta.get("annotations"), f"{path}.annotations", values=False)
+    return errors
+
+
+def _check_string_map(errors: list[FieldError], value: Any, path: str, *, values: bool) -> None:
+    """Labels (values=True: values are label values too) or annotations: keys are qualified
+    names."""
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        errors.append(FieldError(path, "must be an object"))
+        return
+    if any(not isinstance(k, str) or not _QUALIFIED_NAME.match(k) for k in value):
+        errors.append(FieldError(path, MSG_LABEL_KEY))
+    for key, item in value.items():
+        if not isinstance(item, str):
+            errors.append(FieldError(f"{path}.{key}", "must be a string"))
+        elif values:
+            _check_pattern(errors, item, f"{path}.{key}", LABEL_VALUE_PATTERN)
+
+
+def _check_pattern(errors: list[FieldError], value: Any, path: str, pattern: str) -> None:
+    if not isinstance(value, str):
+        errors.append(FieldError(path, "must be a string"))
+    elif not _PATTERNS[pattern].match(value):
+        errors.append(FieldError(path, _PATTERN_MESSAGES[pattern]))
+
+
+def _validate_pod_spec(pod_spec: Mapping[str, Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    _check_string_map(errors, pod_spec.get("nodeSelector"), f"{path}.nodeSelector", values=True)
     containers = pod_spec.get("containers")
-    containers_path = f"{path}.template.spec.containers"
+    containers_path = f"{path}.containers"
+    names: set[str] = set()
     if not isinstance(containers, list):
-        return [*errors, FieldError(containers_path, "required, must be a list")]
-    main = [
-        (i, ct)
-        for i, ct in enumerate(containers)
-        if isinstance(ct, Mapping) and ct.get("name") == c.DEFAULT_CONTAINER_NAME
-    ]
-    if len(main) != 1:
-        return [*errors, FieldError(containers_path, MSG_ONE_MINDSPORE)]
-    index, container = main[0]
-    image = container.get("image")
-    if not isinstance(image, str) or not image:
-        errors.append(FieldError(f"{containers_path}[{index}].image", MSG_MINDSPORE_IMAGE))
+        errors.append(FieldError(containers_path, "required, must be a list"))
+    else:
+        errors += _validate_containers(containers, containers_path)
+        names = {
+            ct["name"]
+            for ct in containers
+            if isinstance(ct, Mapping) and isinstance(ct.get("name"), str)
+        }
+        main = [
+            (i, ct)
+            for i, ct in enumerate(containers)
+            if isinstance(ct, Mapping) and ct.get("name") == c.DEFAULT_CONTAINER_NAME
+        ]
+        if len(main) != 1:
+            errors.append(FieldError(containers_path, MSG_ONE_MINDSPORE))
+    init = pod_spec.get("initContainers")
+    if init is not None:
+        init_path = f"{path}.initContainers"
+        if not isinstance(init, list):
+            errors.append(FieldError(init_path, "must be a list"))
+        else:
+            errors += _validate_containers(init, init_path)
+            if any(isinstance(ct, Mapping) and ct.get("name") in names for ct in init):
+                errors.append(FieldError(init_path, MSG_INIT_CONTAINER_NAME))
+    volumes = pod_spec.get("volumes")
+    if isinstance(volumes, list):
+        for i, volume in enumerate(volumes):
+            if isinstance(volume, Mapping) and "name" in volume:
+                _check_pattern(
+                    errors, volume["name"], f"{path}.volumes[{i}].name", DNS1123_LABEL_PATTERN
+                )
+    return errors
+
+
+def _validate_containers(containers: list[Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    for i, ct in enumerate(containers):
+        ct_path = f"{path}[{i}]"
+        if not isinstance(ct, Mapping):
+            errors.append(FieldError(ct_path, "must be an object"))
+            continue
+        if "name" in ct:
+            _check_pattern(errors, ct["name"], f"{ct_path}.name", DNS1123_LABEL_PATTERN)
+        image = ct.get("image")
+        if not isinstance(image, str) or not image:
+            errors.append(FieldError(f"{ct_path}.image", MSG_IMAGE))
+        else:
+            _check_pattern(errors, image, f"{ct_path}.image", IMAGE_PATTERN)
+        ports = ct.get("ports")
+        if isinstance(ports, list):
+            for j, port in enumerate(ports):
+                if isinstance(port, Mapping):
+                    errors += _validate_port(port, f"{ct_path}.ports[{j}]")
+        env = ct.get("env")
+        if isinstance(env, list):
+            for j, var in enumerate(env):
+                if isinstance(var, Mapping) and "name" in var:
+                    _check_pattern(
+                        errors, var["name"], f"{ct_path}.env[{j}].name", ENV_NAME_PATTERN
+                    )
+    return errors
+
+
+def _validate_port(port: Mapping[str, Any], path: str) -> list[FieldError]:
+    errors: list[FieldError] = []
+    _check_int(errors, port, "containerPort", path, 1, PORT_MAX)
+    _check_int(errors, port, "hostPort", path, 0, PORT_MAX)
+    name = port.get("name")
+    if name is not None:
+        _check_pattern(errors, name, f"{path}.name", PORT_NAME_PATTERN)
+        if isinstance(name, str) and len(name) > PORT_NAME_MAX_LENGTH:
+            errors.append(FieldError(f"{path}.name", MSG_PORT_NAME_LENGTH))
+    if port.get("protocol") is not None:
+        _check_pattern(errors, port["protocol"], f"{path}.protocol", PROTOCOL_PATTERN)
     return errors
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TextIO
 
-from msop.api import FieldError, validate
+from msop.api import FieldError, validate_admission
 from msop.api import constants as c
 from msop.api.conditions import get_condition
 from msop.api.resources import MSJOBS
@@ -130,7 +130,7 @@ class MSJobClient:
         body.setdefault("kind", c.KIND)
         meta = body.get("metadata")
         name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
-        errors = validate(body)
+        errors = validate_admission(body)
         if body["apiVersion"] != c.API_VERSION or body["kind"] != c.KIND:
             errors.insert(0, FieldError("apiVersion", f"must be {c.API_VERSION} {c.KIND}"))
         if errors:

@@ -27,7 +27,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from msop.api import FieldError, validate
+from msop.api import FieldError, validate_admission
 from msop.client.manifests import read_msjobs
 from msop.controller.msjob.plan import Observed, Options, plan
 
@@ -72,7 +72,7 @@ def render(
     ``namespace`` overrides ``metadata.namespace`` (else the job's, else ``default``).
     Raises InvalidJobError with the admission field errors when ``job`` is invalid.
     """
-    errors = validate(job)
+    errors = validate_admission(job)
     if errors:
         raise InvalidJobError(errors)
     job = copy.deepcopy(job)

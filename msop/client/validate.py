@@ -6,7 +6,7 @@ from typing import Any, TextIO
 
 import yaml
 
-from msop.api import FieldError, validate
+from msop.api import FieldError, validate_admission
 from msop.api import constants as c
 from msop.client.manifests import read_msjobs
 
@@ -18,7 +18,7 @@ def check_document(doc: Any) -> list[FieldError]:
         errors.append(
             FieldError("apiVersion", f"must be {c.API_VERSION}, got {doc.get('apiVersion')!r}")
         )
-    return errors + validate(doc)
+    return errors + validate_admission(doc)
 
 
 def validate_files(paths: list[str], out: TextIO) -> int:

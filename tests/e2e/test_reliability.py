@@ -442,7 +442,7 @@ async def test_pod_quota_refusals_are_reported_and_retried_without_a_hot_loop(
         ),
         30,
     )
-    start_operator()
+    op = start_operator()
     await create_all(client, namespace, [msjob("quota", workers=2)])
     job = await asyncio.to_thread(
         wait_for,
@@ -467,6 +467,13 @@ async def test_pod_quota_refusals_are_reported_and_retried_without_a_hot_loop(
         f"in all)"
     )
     assert per_minute <= 20, f"{attempts} pod creates in {QUOTA_WINDOW}s: a hot loop"
+    # The cluster's policy said no, not the operator's trouble: retried, not an error (the
+    # MsopReconcileErrors alert stays quiet), and one warning line per refusal, no error line.
+    assert metric(op.metrics_url, "controller_runtime_reconcile_errors_total") == 0
+    assert metric(op.metrics_url, "controller_runtime_reconcile_total", result="requeue") >= 1
+    log = op.log_path.read_text()
+    assert "reconciler error" not in log
+    assert "refused by a cluster policy" in log
     quota["spec"] = {"hard": {"pods": "10"}}
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(quota))
     raised = time.monotonic()

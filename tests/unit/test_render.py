@@ -122,7 +122,7 @@ def test_invalid_job_gets_admission_errors(tmp_path: Path) -> None:
     assert out.getvalue() == ""
     assert err.getvalue() == (
         f"{f}: spec.msReplicaSpecs.Scheduler.replicas: "
-        "spec.msReplicaSpecs.Scheduler.replicas must be 0 or 1\n"
+        "must be 0 or 1: a job has at most one Scheduler\n"
     )
 
 

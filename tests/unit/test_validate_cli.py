@@ -68,8 +68,8 @@ def test_errors_one_line_each(tmp_path: Path, capsys: pytest.CaptureFixture[str]
             f'{bad}: spec.runPolicy.cleanPodPolicy: unsupported value; supported: "All", '
             '"Running", "None"',
             f"{bad}: spec.msReplicaSpecs.Worker.template.spec.containers[0].image: "
-            "template.spec.containers: the 'mindspore' container needs an image",
-            f"{bad}: metadata.name: metadata.name must be a DNS-1035 label (lower case letters, "
+            "required: every container of a pod needs an image",
+            f"{bad}: metadata.name: must be a DNS-1035 label (lower case letters, "
             "digits and '-', starting with a letter, ending with a letter or digit), because it "
             "names the Scheduler Service <name>-scheduler-0",
         ]

@@ -126,13 +126,16 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         # 1000 s: a raised quota is picked up within a minute, still one call a minute.
         rate_limiter=default_controller_rate_limiter(max_delay=RETRY_MAX_DELAY),
     )
+    for ns in settings.namespaces:
+        metrics.touch(ns)
     for inf in jobs:
         controller.watch(inf, EnqueueRequestForObject())
         metrics.JOB_STATES.add(inf.store.list)
         inf.add_event_handler(
+            on_add=lambda obj, initial: metrics.touch(str(obj["metadata"].get("namespace", ""))),
             on_delete=lambda obj: metrics.count(
                 "deleted", str(final_state(obj)["metadata"].get("namespace", ""))
-            )
+            ),
         )
     owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
     for inf in pods:

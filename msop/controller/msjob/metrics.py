@@ -1,7 +1,21 @@
 """MSJob lifecycle metrics, counted once per transition (not once per reconcile pass).
 
 A transition is counted after the status write that records it succeeded; the write is
-guarded by resourceVersion, so two passes can never both record the same transition.
+guarded (a JSON patch that tests the status it replaces), so two passes, or two processes,
+can never both record the same transition.
+
+What a counter means across restarts: **the transitions this process wrote.**
+``msop_jobs_created_total`` counts the jobs whose ``Created`` condition this process
+wrote, ``..._failed_total`` the ``Failed`` conditions it wrote, and so on. After a crash
+or a leader change the new process does not count again what an earlier one recorded
+(a job whose ``Created`` condition is already there is not "created" again), so the
+counters of all processes together count every transition once; each process starts at
+0, which Prometheus' ``increase()`` and ``rate()`` treat as a counter reset.
+``..._deleted_total`` counts the deletions this process's informer saw.
+
+Every counter of a namespace exists (at 0) from the moment the namespace is watched
+(``--namespace``) or its first MSJob is seen, so ``rate()`` and alerts have a series
+before the first transition.
 
 Each counter exists under msop's name (label ``namespace``) and under the
 training-operator name (labels ``job_namespace`` and ``framework="mindspore"``), so
@@ -59,6 +73,19 @@ BY_CONDITION = {
     c.FAILED: "failed",
     c.RESTARTING: "restarted",
 }
+
+
+_touched: set[str] = set()
+
+
+def touch(namespace: str) -> None:
+    """Make every job counter of ``namespace`` exist, at 0 until its first transition."""
+    if namespace in _touched:
+        return
+    _touched.add(namespace)
+    for what in _NAMES:
+        _OURS[what].labels(namespace)
+        _KUBEFLOW[what].labels(namespace, FRAMEWORK)
 
 
 def count(what: str, namespace: str, n: int = 1) -> None:

@@ -10,9 +10,22 @@ decides anything itself except how to react to API errors:
   reconcile, and the controller's rate-limited requeue spaces the retries (no hot loop).
   ``AlreadyExists`` counts as success. Expectations (by name) are raised before each
   create and delete, so a stale cache never causes a second create.
-- **Create failures** become a ``ReplicaFailure`` condition (reason = the API's reason,
-  message = its message), a ``FailedCreatePod``/``FailedCreateService`` Warning event and
-  an error return (rate-limited requeue). The condition is removed once creates succeed.
+- **Create failures** give one ``FailedCreatePod``/``FailedCreateService`` Warning event
+  and one warning log line per pass (the first failure; creates stop there), and then:
+
+  - **422 Invalid** (the API server refuses the object's content; admission cannot check
+    everything the pod validation does): permanent, since the same spec makes the same
+    object. The job gets ``Failed`` with the API's reason and message, and the reconcile
+    succeeds: no retry, no reconcile error. Failed is final, like every Failed job.
+  - **403 Forbidden by policy** (a ResourceQuota, PodSecurity, an admission webhook):
+    the cluster, not the operator, says no, and may change its mind without an event we
+    watch. A ``ReplicaFailure`` condition (reason and message the API's) and a
+    rate-limited requeue (backoff capped at a minute), not a reconcile error, so the
+    ``MsopReconcileErrors`` alert stays for the operator's own trouble. The condition is
+    removed once creates succeed.
+  - anything else (RBAC's 403 "cannot create resource", 5xx, timeouts): the operator's
+    or the API server's problem: ``ReplicaFailure`` too, and an error return
+    (rate-limited requeue, counted in ``controller_runtime_reconcile_errors_total``).
 - **Deletes** carry a UID precondition; NotFound and a UID mismatch count as done.
 - **Status** is written through the status subresource, only when it changed, as a JSON
   patch whose ``test`` operation requires the stored status to be the one this pass
@@ -74,6 +87,21 @@ REPLICA_FAILURE = c.REPLICA_FAILURE
 COUNT_WRITE_DELAY = 1.0
 #: Jobs whose defaulted spec is kept between reconciles (the recently active ones).
 DEFAULTED_CACHE = 512
+
+
+def refused_by_policy(e: ApiError) -> bool:
+    """A 403 from a policy of the cluster (ResourceQuota, PodSecurity, an admission
+    webhook), not from RBAC: the operator's own permissions are not the problem."""
+    return e.status == 403 and "cannot create resource" not in e.message
+
+
+def _outcome(e: ApiError) -> str:
+    """What happens after a refused create (the log line says it, once)."""
+    if is_invalid(e):
+        return "the job fails: the API server refuses this spec"
+    if refused_by_policy(e):
+        return "retried with backoff: refused by a cluster policy"
+    return "retried with backoff"
 
 
 class Reader(Protocol):
@@ -208,7 +236,12 @@ class MSJobReconciler:
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
-        status = self._replica_failure(job, status, failure)
+        transitions = p.transitions
+        if failure is not None and is_invalid(failure):
+            status = self._failed_by_api(job, status, failure)
+            transitions = [*transitions, c.FAILED]
+        else:
+            status = self._replica_failure(job, status, failure)
         requeue_after = p.requeue_after
         if status is not None and self._only_counts_changed(job, status):
             # Pod counts move with every pod event of a burst; write them at most once per
@@ -220,14 +253,32 @@ class MSJobReconciler:
                 requeue_after = wait if requeue_after is None else min(requeue_after, wait)
                 status = None
         if status is not None:
-            if await self._write_status(key, job, status, p.transitions) is None:
+            if await self._write_status(key, job, status, transitions) is None:
                 return Result(requeue=True)
             self._counts_dirty.pop(key, None)
         if p.delete_job:
             await self._delete_job(job)
-        if failure is not None:
+        if failure is not None and not is_invalid(failure):
+            if refused_by_policy(failure):
+                return Result(requeue=True)
             raise failure
         return Result(requeue_after=requeue_after)
+
+    def _failed_by_api(self, job: JSON, status: JSON | None, failure: ApiError) -> JSON | None:
+        """``Failed`` with the API's reason and message: the API server refused the content
+        of an object made from this spec, so every retry would be refused the same way."""
+        base = status if status is not None else dict(job.get("status") or {})
+        base = {**base, "conditions": [
+            dict(x) for x in base.get("conditions") or [] if x.get("type") != REPLICA_FAILURE
+        ]}  # fmt: skip
+        now = format_time(self.now())
+        if not set_condition(
+            base, c.FAILED, c.CONDITION_TRUE, failure.reason or "Invalid",
+            failure.message[:1024], now,
+        ):  # fmt: skip
+            return status
+        base.setdefault("completionTime", now)
+        return base
 
     @staticmethod
     def _only_counts_changed(job: JSON, status: JSON) -> bool:
@@ -315,10 +366,13 @@ class MSJobReconciler:
                     self.expectations.creation_observed(exp_key, name)
                 elif isinstance(result, ApiError):
                     self.expectations.creation_observed(exp_key, name)
-                    failure = failure or result
+                    if failure is not None:
+                        continue  # one event and one log line per pass: the first failure
+                    failure = result
                     log.warning(
-                        f"failed to create {kind.lower()}", object=name, reason=result.reason,
-                        error=result.message,
+                        f"failed to create {kind.lower()}", object=name, status=result.status,
+                        reason=result.reason, error=result.message,
+                        outcome=_outcome(result),
                     )  # fmt: skip
                     self.recorder.event(
                         job, "Warning", f"FailedCreate{kind}",

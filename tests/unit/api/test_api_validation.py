@@ -370,3 +370,82 @@ def test_validate_update_garbage(garbage: Any) -> None:
     assert validate_update(garbage, _with_run_policy({"managedBy": "a"})) == [
         FieldError("spec.runPolicy.managedBy", v.MSG_MANAGED_BY_IMMUTABLE)
     ]
+
+
+def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> None:
+    lower = job()
+    specs = lower["spec"]["msReplicaSpecs"]
+    lower["spec"]["msReplicaSpecs"] = {k.lower(): val for k, val in specs.items()}
+    assert validate(lower) == []
+    assert [e.path for e in v.validate_admission(lower)] == [
+        "spec.msReplicaSpecs",
+        "spec.msReplicaSpecs.Worker",
+    ]
+    no_worker = job()
+    del no_worker["spec"]["msReplicaSpecs"]["Worker"]
+    assert validate(no_worker) == []
+    assert v.validate_admission(no_worker) == [
+        FieldError("spec.msReplicaSpecs.Worker", v.MSG_WORKER_REQUIRED)
+    ]
+    assert v.validate_admission(job()) == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "path"),
+    [
+        (_containers(container(), {"name": "Side_Car", "image": "x"}), "containers[1].name"),
+        (_containers(container(), {"name": "s" * 64, "image": "x"}), "containers[1].name"),
+        (_containers(container(), {"name": "side"}), "containers[1].image"),
+        (_containers(container(image=" x")), "containers[0].image"),
+        (_containers(container(ports=[{"containerPort": 70000}])), "ports[0].containerPort"),
+        (_containers(container(ports=[{"containerPort": 1, "hostPort": -1}])), "ports[0].hostPort"),
+        (_containers(container(ports=[{"containerPort": 1, "name": "a--b"}])), "ports[0].name"),
+        (_containers(container(ports=[{"containerPort": 1, "name": "123"}])), "ports[0].name"),
+        (_containers(container(ports=[{"containerPort": 1, "name": "a" * 16}])), "ports[0].name"),
+        (_containers(container(ports=[{"containerPort": 1, "protocol": "tcp"}])), "protocol"),
+        (_containers(container(env=[{"name": "A=B"}])), "env[0].name"),
+        (_containers(container(env=[{"name": "\t"}])), "env[0].name"),
+        (lambda j: _worker_pod(j).update(volumes=[{"name": "V"}]), "volumes[0].name"),
+        (lambda j: _worker_pod(j).update(nodeSelector={"a": "b\n"}), "nodeSelector.a"),
+        (lambda j: _worker_pod(j).update(initContainers=[container()]), "spec.initContainers"),
+        (
+            lambda j: j["spec"]["msReplicaSpecs"]["Worker"]["template"].update(
+                metadata={"labels": {"a/b/c": "x"}}
+            ),
+            "template.metadata.labels",
+        ),
+        (
+            lambda j: j["spec"]["msReplicaSpecs"]["Worker"]["template"].update(
+                metadata={"annotations": {"x": 1}}
+            ),
+            "template.metadata.annotations.x",
+        ),
+    ],
+)
+def test_what_the_api_server_would_refuse_in_a_pod(
+    mutate: Callable[[Job], None], path: str
+) -> None:
+    obj = job()
+    mutate(obj)
+    paths = [e.path for e in validate(obj)]
+    assert len(paths) == 1 and paths[0].endswith(path), paths
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"name": "sidecar-2", "image": "registry:5000/a/b:1"},
+        {
+            "name": "s",
+            "image": "x",
+            "ports": [{"containerPort": 65535, "name": "1a", "hostPort": 0}],
+        },
+        {"name": "s", "image": "x", "env": [{"name": "a.b-c d"}], "ports": [{"containerPort": 1}]},
+    ],
+)
+def test_valid_pod_content_passes(fields: Job) -> None:
+    obj = job()
+    _worker_pod(obj)["containers"].append(fields)
+    template = obj["spec"]["msReplicaSpecs"]["Worker"]["template"]
+    template["metadata"] = {"labels": {"example.com/team": "a_b.c", "empty": ""}}
+    assert v.validate_admission(obj) == []

@@ -1,0 +1,161 @@
+"""The reconciler's answer to a refused create, against a small fake of its client seam:
+422 fails the job once, a policy 403 is retried without an error, anything else raises."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from msop.controller.expectations import Expectations
+from msop.controller.msjob.plan import Options
+from msop.controller.msjob.reconciler import MSJobReconciler, refused_by_policy
+from msop.controller.reconcile import Request, Result
+from msop.kube.errors import ApiError
+
+JSON = dict[str, Any]
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+INVALID = ApiError(
+    422, "Invalid", 'Pod "j-worker-0" is invalid: spec.containers[0].resources.requests: bad'
+)
+QUOTA = ApiError(403, "Forbidden", 'pods "j-worker-0" is forbidden: exceeded quota: pods')
+RBAC = ApiError(
+    403, "Forbidden", 'pods is forbidden: User "x" cannot create resource "pods" in API group ""'
+)
+
+
+def _job() -> JSON:
+    container = {"name": "mindspore", "image": "ms:1"}
+    return {
+        "apiVersion": "mindspore.gitee.com/v1",
+        "kind": "MSJob",
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1,
+                     "resourceVersion": "10"},
+        "spec": {"msReplicaSpecs": {"Worker": {
+            "replicas": 2, "template": {"spec": {"containers": [container]}}}}},
+    }  # fmt: skip
+
+
+class Reader:
+    def __init__(self, objs: list[JSON]) -> None:
+        self.objs = objs
+
+    def get(self, name: str, namespace: str) -> Any:
+        return next((o for o in self.objs if o["metadata"]["name"] == name), None)
+
+    def by_index(self, index_name: str, value: str) -> list[Any]:
+        return []
+
+
+class FakeClient:
+    """Creates fail with ``error`` (pods only); status patches are recorded and succeed."""
+
+    def __init__(self, error: ApiError, successes: int = 0) -> None:
+        self.error = error
+        self.successes = successes
+        self.creates: list[str] = []
+        self.patches: list[list[JSON]] = []
+
+    async def create(self, res: Any, obj: JSON, ns: str) -> JSON:
+        self.creates.append(obj["metadata"]["name"])
+        if len(self.creates) <= self.successes:
+            return obj
+        raise self.error
+
+    async def patch(self, res: Any, name: str, ops: list[JSON], ns: str, **kw: Any) -> JSON:
+        self.patches.append(ops)
+        return {}
+
+    async def delete(self, *args: Any, **kw: Any) -> None:
+        return None
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+def _reconcile(
+    error: ApiError, successes: int = 0, workers: int = 2
+) -> tuple[Result | BaseException, FakeClient, Recorder]:
+    client, recorder = FakeClient(error, successes), Recorder()
+    job = _job()
+    job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = workers
+    reconciler = MSJobReconciler(
+        client,  # type: ignore[arg-type]
+        jobs=Reader([job]),
+        pods=Reader([]),
+        services=Reader([]),
+        pod_groups=None,
+        recorder=recorder,  # type: ignore[arg-type]
+        expectations=Expectations(),
+        options=Options(),
+        now=lambda: NOW,
+    )
+    try:
+        result: Result | BaseException = asyncio.run(reconciler.reconcile(Request("ns", "j")))
+    except ApiError as e:
+        result = e
+    return result, client, recorder
+
+
+def _status(client: FakeClient) -> JSON:
+    (ops,) = client.patches
+    status: JSON = ops[-1]["value"]
+    return status
+
+
+def _conditions(status: JSON) -> dict[str, JSON]:
+    return {x["type"]: x for x in status["conditions"]}
+
+
+def test_invalid_fails_the_job_once_without_an_error() -> None:
+    result, client, recorder = _reconcile(INVALID)
+    assert result == Result()  # no retry, no reconcile error
+    assert client.creates == ["j-worker-0"]  # creates stop at the first refusal
+    assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
+    failed = _conditions(_status(client))["Failed"]
+    assert (failed["status"], failed["reason"], failed["message"]) == (
+        "True", "Invalid", INVALID.message,
+    )  # fmt: skip
+    assert "ReplicaFailure" not in _conditions(_status(client))
+    assert _status(client)["completionTime"]
+
+
+def test_one_event_when_a_whole_batch_is_refused() -> None:
+    # Slow start: worker 0 alone (created), then workers 1 and 2 together (both refused).
+    result, client, recorder = _reconcile(INVALID, successes=1, workers=3)
+    assert result == Result()
+    assert sorted(client.creates) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    warnings = [(t, r) for t, r, _ in recorder.events if t == "Warning"]
+    assert warnings == [("Warning", "FailedCreatePod")]
+    assert _conditions(_status(client))["Failed"]["reason"] == "Invalid"
+
+
+def test_policy_refusal_is_retried_without_an_error() -> None:
+    result, client, recorder = _reconcile(QUOTA)
+    assert result == Result(requeue=True)
+    replica_failure = _conditions(_status(client))["ReplicaFailure"]
+    assert (replica_failure["reason"], replica_failure["message"]) == ("Forbidden", QUOTA.message)
+    assert "Failed" not in _conditions(_status(client))
+    assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
+
+
+@pytest.mark.parametrize("error", [RBAC, ApiError(500, "InternalError", "etcd timeout")])
+def test_other_refusals_are_reconcile_errors(error: ApiError) -> None:
+    result, client, _ = _reconcile(error)
+    assert result is error
+    assert "ReplicaFailure" in _conditions(_status(client))
+
+
+def test_refused_by_policy() -> None:
+    assert refused_by_policy(QUOTA)
+    assert refused_by_policy(ApiError(403, "Forbidden", 'violates PodSecurity "restricted"'))
+    assert not refused_by_policy(RBAC)
+    assert not refused_by_policy(INVALID)
