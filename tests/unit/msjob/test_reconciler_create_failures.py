@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import UTC, datetime
 from typing import Any
 
@@ -65,8 +66,8 @@ class FakeClient:
             return obj
         raise self.error
 
-    async def patch(self, res: Any, name: str, ops: list[JSON], ns: str, **kw: Any) -> JSON:
-        self.patches.append(ops)
+    async def patch(self, res: Any, name: str, ops: bytes, ns: str, **kw: Any) -> JSON:
+        self.patches.append(json.loads(ops))  # the reconciler sends it encoded (jsonpatch)
         return {}
 
     async def delete(self, *args: Any, **kw: Any) -> None:
