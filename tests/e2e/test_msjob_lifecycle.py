@@ -3,9 +3,7 @@ operator running as a process and pods driven by the kubelet stand-in."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import subprocess
 import time
 from typing import Any
 
@@ -18,6 +16,7 @@ from tests.e2e.msjobs import (
     condition,
     env_of,
     event_reasons,
+    events,
     get,
     is_true,
     job_pods,
@@ -421,8 +420,10 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
 ) -> None:
     """A job with a Scheduler restarts as a whole (restartScope Job, its default): one
-    killed Worker recreates every pod, counted once; the peers' follow-on exit 1 is not a
-    failure; a scale of the running job recreates every pod with the new MS_WORKER_NUM."""
+    killed Worker recreates every pod, counted once; a scale of the running job recreates
+    every pod with the new MS_WORKER_NUM. (The peers' follow-on exits are in the planner's
+    unit tests and, for real, in tests/e2e/real/test_mindspore_real.py: here the stand-in
+    would fail the recreated pod of the same name.)"""
     job = _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode"))
     for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]
         spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1  # kwok honours it
@@ -433,10 +434,6 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     before = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, "js").items()}
 
     kubelet.fail(namespace, "js-worker-1", exit_code=137, reason="OOMKilled")
-    # The follow-on exit of its peer, if the operator has not deleted it yet (whichever
-    # comes first, the job must not fail: the earliest failure decides).
-    with contextlib.suppress(subprocess.CalledProcessError):
-        kubelet.fail(namespace, "js-worker-0", exit_code=1)
 
     def recreated(names: set[str], old: dict[str, str]) -> dict[str, Any] | None:
         pods = job_pods(cluster, namespace, "js")
@@ -450,9 +447,13 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     job = get(cluster, namespace, "msjob", "js")
     assert job is not None and condition(job, "Failed") is None
     assert job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    # kwok runs the new pods at once, so Restarting may already be False again.
     restarting = condition(job, "Restarting")
-    assert restarting is not None and restarting["status"] == "True"
-    assert "js-worker-1 exited with code 137 (OOMKilled)" in restarting["message"]
+    assert restarting is not None and restarting["reason"] in ("MSJobRestarting", "MSJobRestarted")
+    said = [
+        e["message"] for e in events(cluster, namespace, "js") if e["reason"] == "MSJobRestarting"
+    ]
+    assert len(said) == 1 and "js-worker-1 exited with code 137 (OOMKilled)" in said[0], said
     assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"2"}
 
     _run_all(kubelet, cluster, namespace, "js", members)
@@ -466,7 +467,7 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"3"}
     _run_all(kubelet, cluster, namespace, "js", grown)
     wait_condition(cluster, namespace, "js", "Running")
-    for i in range(3):
+    for i in (2, 1, 0):  # worker 0 last: its success ends the job (successPolicy "")
         kubelet.succeed(namespace, f"js-worker-{i}")
     done = wait_condition(cluster, namespace, "js", "Succeeded")
     assert done["status"]["replicaStatuses"]["Worker"]["restarts"] == 1  # the resize is free

@@ -6,8 +6,9 @@
   the Workers and the Scheduler's own pod IP on the Scheduler; the SDK's ``get_logs``
   returns those real lines.
 - ``test_sigkill_is_restarted_by_exitcode_policy``: a Worker whose process is killed with
-  SIGKILL exits 137 for real; the ExitCode policy deletes and recreates the pod, counts the
-  restart, and says so in an event that names the pod and the code.
+  SIGKILL exits 137 for real; the ExitCode policy restarts the job (restartScope Job, the
+  default with a Scheduler: every pod is recreated), counts the restart, and says so in
+  an event that names the pod and the code.
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def test_sigkill_is_restarted_by_exitcode_policy(
         return None
 
     first = wait_for("the worker Running", running_uid, timeout=90)
+    scheduler_uid = job_pods(cluster, namespace, name)[f"{name}-scheduler-0"]["metadata"]["uid"]
     cluster.kubectl("exec", "-n", namespace, worker, "-c", "mindspore", "--",
                     "sh", "-c", "kill -9 $(cat /tmp/child.pid)")  # fmt: skip
     second = wait_for(
@@ -147,9 +149,14 @@ def test_sigkill_is_restarted_by_exitcode_policy(
     job_now = get(cluster, namespace, "msjob", name)
     assert job_now is not None
     assert job_now["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
-    # Restarting was set (it goes back to False once the new pod runs).
+    # Restarting was set (it goes back to False, MSJobRestarted, once the new pods run).
     restarting = [c for c in job_now["status"]["conditions"] if c["type"] == "Restarting"]
-    assert restarting and restarting[0]["reason"] == "MSJobRestarting", job_now["status"]
+    assert restarting and restarting[0]["reason"] in ("MSJobRestarting", "MSJobRestarted")
+    # The job has a Scheduler, so restartScope is Job: the Scheduler was recreated too.
+    assert (
+        scheduler_uid
+        != job_pods(cluster, namespace, name)[f"{name}-scheduler-0"]["metadata"]["uid"]
+    )
     wait_for(
         "the ExitedWithCode and MSJobRestarting events",
         lambda: {"ExitedWithCode", "MSJobRestarting"} <= event_reasons(cluster, namespace, name),
