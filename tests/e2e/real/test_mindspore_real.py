@@ -65,6 +65,13 @@ def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(listed))
 
 
+def launch(
+    cluster: RealCluster, ns: str, images: NodeImages, checkpoints: Path, **env: str
+) -> None:
+    """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica."""
+    apply(cluster, ns, *mindspore_example(cluster, images.mindspore.ref, checkpoints, **env))
+
+
 def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> list[JSON]:
     """The JSON lines train.py printed in ``pod`` (MindSpore's own log lines skipped)."""
     args = ["logs", "-n", ns, pod, "-c", "mindspore", *(["--previous"] if previous else [])]
@@ -116,8 +123,7 @@ def test_trains_to_success(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
-                                       STEP_DELAY="0"))  # fmt: skip
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0")
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
 
     pods = job_pods(cluster, namespace, NAME)
@@ -146,8 +152,7 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
-                                       STEP_DELAY="0.1"))  # fmt: skip
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
     victim = f"{NAME}-worker-1"
     wait_training(cluster, namespace, victim, 3)
     before = job_pods(cluster, namespace, NAME)
@@ -191,10 +196,9 @@ def test_script_error_fails_the_job(
 ) -> None:
     cluster = installed
     # Rank 0 cannot write its first checkpoint (a read-only mount): a Python error, exit 1.
-    objs = mindspore_example(
-        cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
+    launch(
+        cluster, namespace, images, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
     )
-    apply(cluster, namespace, *objs)
     job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240)
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "MSJobFailed", failed
@@ -212,8 +216,7 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
 ) -> None:
     cluster = installed
-    apply(cluster, namespace, *mindspore_example(cluster, images.mindspore.ref, checkpoints,
-                                       STEP_DELAY="0.1"))  # fmt: skip
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
     wait_training(cluster, namespace, f"{NAME}-worker-0", 2)
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
