@@ -272,6 +272,10 @@ def test_exit_code_restarts_count_toward_backoff_limit() -> None:
     p = run(j, [pod("Worker", 0), pod("Worker", 1, "Failed", 137)])
     assert cond(p, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
     assert names(p.delete_pods) == {"j-worker-0", "j-worker-1"}  # every pod, whatever the policy
+    # The message says what status says: 2 recreations done, the third was not.
+    message = cond(p, "Failed")["message"]  # type: ignore[index]
+    assert "(backoffLimit 2): 2 pod recreation(s) so far; 1 more needed." in message, message
+    assert p.status is not None and p.status["replicaStatuses"]["Worker"]["restarts"] == 2
 
 
 @pytest.mark.parametrize(("restarts", "fails"), [(2, False), (3, True)])
