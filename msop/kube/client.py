@@ -45,9 +45,8 @@ from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
 
+from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.kube.flowcontrol import TokenBucket
 from msop.kube.metrics import RATE_LIMITER_DURATION, REQUEST_DURATION, REQUESTS_TOTAL
@@ -170,6 +169,11 @@ class KubeClient:
         Raises kubernetes_asyncio's ``ConfigException`` when no usable config is found.
         Must be called with a running event loop (the HTTP session binds to it).
         """
+        # Imported here, after the lazy packages are registered: see msop.kube.k8sconfig.
+        k8sconfig.install()
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
         if path is not None:
