@@ -14,9 +14,12 @@ the package objects exist with their real ``__path__`` (so ``kubernetes_asyncio.
 and ``kubernetes_asyncio.client.configuration`` import normally, from the installed
 files), but their ``__init__`` modules run only when code asks for a name they define
 and no submodule provides. ``Configuration`` and ``ApiClient`` resolve to their own
-submodules. Anything else - ``kubernetes_asyncio.client.V1Pod``, ``CoreV1Api``, model
-deserialization in ``ApiClient`` - runs the real ``__init__`` at that moment and gets
-what it always got. Nothing of the library is copied or patched; only the moment its
+submodules. While :func:`install` imports the config package, its module-level
+``ApiClient`` name (used only by ``new_client_from_config``) is bound to a factory that
+imports the real class when called, so the REST client and its imports (dateutil,
+multiprocessing) load only if someone builds one. Anything else -
+``kubernetes_asyncio.client.V1Pod``, ``CoreV1Api``, model deserialization in
+``ApiClient`` - runs the real ``__init__`` at that moment and gets what it always got. Nothing of the library is copied or patched; only the moment its
 package initializers run changes.
 
 If a package is already imported (someone imported kubernetes_asyncio first),
@@ -30,7 +33,7 @@ import importlib.util
 import sys
 from typing import Any
 
-__all__ = ["LAZY_PACKAGES", "install"]
+__all__ = ["LAZY_PACKAGES", "install", "loaded_modules"]
 
 #: Lazy packages and, for each, the names that live in a submodule of their own.
 LAZY_PACKAGES: dict[str, dict[str, str]] = {
@@ -38,6 +41,19 @@ LAZY_PACKAGES: dict[str, dict[str, str]] = {
     "kubernetes_asyncio.client": {"Configuration": "configuration", "ApiClient": "api_client"},
     "kubernetes_asyncio.client.models": {},
 }
+
+
+_deferring = False
+
+
+class _DeferredApiClient:
+    """What ``kubernetes_asyncio.config.kube_config`` binds as ``ApiClient``: calling it
+    imports and builds the real ``kubernetes_asyncio.client.ApiClient``."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes_asyncio.client.api_client import ApiClient
+
+        return ApiClient(*args, **kwargs)
 
 
 def _lazy_package(name: str, hints: dict[str, str]) -> None:
@@ -54,6 +70,8 @@ def _lazy_package(name: str, hints: dict[str, str]) -> None:
         nonlocal initialized
         if attr.startswith("__"):
             raise AttributeError(attr)
+        if _deferring and attr == "ApiClient" and name == "kubernetes_asyncio.client":
+            return _DeferredApiClient
         sub = hints.get(attr)
         if sub is not None:
             return getattr(importlib.import_module(f"{name}.{sub}"), attr)
@@ -74,9 +92,18 @@ def _lazy_package(name: str, hints: dict[str, str]) -> None:
 
 
 def install() -> None:
-    """Register the lazy packages (idempotent; see the module docstring)."""
+    """Register the lazy packages and import the config package (idempotent; see the
+    module docstring)."""
+    global _deferring
+    if "kubernetes_asyncio.config" in sys.modules:
+        return
     for name, hints in LAZY_PACKAGES.items():
         _lazy_package(name, hints)
+    _deferring = True
+    try:
+        importlib.import_module("kubernetes_asyncio.config")
+    finally:
+        _deferring = False
 
 
 def loaded_modules(prefix: str = "kubernetes_asyncio") -> list[str]:

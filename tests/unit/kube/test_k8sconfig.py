@@ -124,3 +124,28 @@ def test_the_rest_of_the_library_still_works_when_asked_for() -> None:
         "watch": "Watch",
         "models": True,
     }
+
+
+def test_new_client_from_config_still_builds_a_real_api_client(tmp_path: Path) -> None:
+    kubeconfig = kubeconfig_with_exec_plugin(tmp_path)
+    result = run(
+        f"""
+        import asyncio, json, sys
+        from msop.kube import k8sconfig
+        k8sconfig.install()
+        rest_before = "kubernetes_asyncio.client.rest" in sys.modules
+        from kubernetes_asyncio import config
+        from kubernetes_asyncio.client import ApiClient
+
+        async def main():
+            api = await config.new_client_from_config(config_file={str(kubeconfig)!r})
+            real = isinstance(api, ApiClient)
+            host = api.configuration.host
+            await api.close()
+            return real, host
+
+        real, host = asyncio.run(main())
+        print(json.dumps({{"rest_before": rest_before, "real": real, "host": host}}))
+        """
+    )
+    assert result == {"rest_before": False, "real": True, "host": "https://127.0.0.1:6443"}
