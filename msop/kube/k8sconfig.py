@@ -19,8 +19,9 @@ submodules. While :func:`install` imports the config package, its module-level
 imports the real class when called, so the REST client and its imports (dateutil,
 multiprocessing) load only if someone builds one. Anything else -
 ``kubernetes_asyncio.client.V1Pod``, ``CoreV1Api``, model deserialization in
-``ApiClient`` - runs the real ``__init__`` at that moment and gets what it always got. Nothing of the library is copied or patched; only the moment its
-package initializers run changes.
+``ApiClient`` - runs the real ``__init__`` at that moment and gets what it always got.
+Nothing of the library is copied or patched; only the moment its package initializers
+run changes.
 
 If a package is already imported (someone imported kubernetes_asyncio first),
 :func:`install` leaves it as it is.
