@@ -3,7 +3,7 @@
 :class:`KubeClient` takes its configuration (TLS, bearer tokens, client certificates, token
 refresh) from kubernetes_asyncio's kubeconfig and in-cluster loaders, sends requests over
 its own aiohttp session (:mod:`msop.kube.transport`) and returns the API server's JSON
-parsed with :func:`json.loads` - never model classes. Objects go out and come back
+parsed with :func:`orjson.loads` - never model classes. Objects go out and come back
 exactly as the API server defines them.
 
 Contract for every request method:
@@ -36,7 +36,6 @@ Returned dicts belong to the caller; the client keeps no reference to them.
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -45,6 +44,7 @@ from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import aiohttp
+import orjson
 
 from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
@@ -97,7 +97,7 @@ def _decode(data: bytes) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
+        return orjson.loads(data)
     except ValueError:
         return data.decode("utf-8", "replace")
 
@@ -621,7 +621,7 @@ class KubeClient:
                 if line.isspace():
                     continue
                 try:
-                    event: dict[str, Any] = json.loads(line)
+                    event: dict[str, Any] = orjson.loads(line)
                 except ValueError as e:
                     raise ApiUnavailable(f"watch {path}: undecodable line {line[:200]!r}") from e
                 if event.get("type") == "ERROR":
