@@ -23,6 +23,9 @@ multiprocessing) load only if someone builds one. Anything else -
 Nothing of the library is copied or patched; only the moment its package initializers
 run changes.
 
+``urllib3`` is made lazy the same way: kubernetes_asyncio's ``Configuration`` imports it
+for ``urllib3.util.make_headers`` (basic auth) alone.
+
 If a package is already imported (someone imported kubernetes_asyncio first),
 :func:`install` leaves it as it is.
 """
@@ -41,6 +44,10 @@ LAZY_PACKAGES: dict[str, dict[str, str]] = {
     "kubernetes_asyncio": {},
     "kubernetes_asyncio.client": {"Configuration": "configuration", "ApiClient": "api_client"},
     "kubernetes_asyncio.client.models": {},
+    # Imported by client/configuration.py only for make_headers (basic auth), which
+    # lives in the urllib3.util submodule: its package initializer (PoolManager, HTTP
+    # connections, 1.8 MiB of RSS) is never needed by msop.
+    "urllib3": {},
 }
 
 

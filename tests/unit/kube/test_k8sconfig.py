@@ -70,10 +70,30 @@ def test_kubeconfig_with_an_exec_plugin_loads_without_the_models(tmp_path: Path)
         token = asyncio.run(main())
         models = [m for m in sys.modules if m.startswith("kubernetes_asyncio.client.models.")]
         print(json.dumps({{"token": token, "models": len(models),
-                           "config": "kubernetes_asyncio.config.kube_config" in sys.modules}}))
+                           "config": "kubernetes_asyncio.config.kube_config" in sys.modules,
+                           "urllib3": "urllib3.poolmanager" in sys.modules}}))
         """
     )
-    assert result == {"token": "Bearer tok-123", "models": 0, "config": True}
+    assert result == {"token": "Bearer tok-123", "models": 0, "config": True, "urllib3": False}
+
+
+def test_basic_auth_still_builds_its_header() -> None:
+    """Configuration's basic auth goes through urllib3.util, which imports on demand."""
+    result = run(
+        """
+        import json, sys
+        from msop.kube import k8sconfig
+        k8sconfig.install()
+        from kubernetes_asyncio.client import Configuration
+
+        c = Configuration(host="https://x", username="user", password="pass")
+        header = c.get_basic_auth_token()
+        lazy = "urllib3.poolmanager" not in sys.modules
+        import urllib3
+        print(json.dumps({"header": header, "lazy": lazy, "pool": urllib3.PoolManager.__name__}))
+        """
+    )
+    assert result == {"header": "Basic dXNlcjpwYXNz", "lazy": True, "pool": "PoolManager"}
 
 
 def test_in_cluster_config_loads_without_the_models(tmp_path: Path) -> None:
