@@ -53,23 +53,44 @@ async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]
             tg.create_task(one(item))
 
 
-def _reconciles(metrics_url: str) -> dict[str, float]:
-    """``controller_runtime_reconcile_total`` by result, from the operator's /metrics."""
-    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
+def _metric_by_label(text: str, family: str, label: str) -> dict[str, float]:
+    """The samples of counter ``family`` summed by the value of ``label``."""
     out: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("controller_runtime_reconcile_total{"):
+        if line.startswith(family + "{"):
             labels, value = line.rsplit(" ", 1)
-            result = labels.split('result="', 1)[1].split('"', 1)[0]
-            out[result] = out.get(result, 0.0) + float(value)
+            key = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
+            out[key] = out.get(key, 0.0) + float(value)
     return out
 
 
-def _count_lines(path: Path, needle: str) -> int:
-    """Lines of the operator's log that contain ``needle``."""
-    with path.open(encoding="utf-8", errors="replace") as f:
-        return sum(needle in line for line in f)
+def _operator_metrics(metrics_url: str) -> JSON:
+    """Reconciles by result and the event recorder's counters, from /metrics."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as resp:
+        text = resp.read().decode()
+    return {
+        "reconciles": _metric_by_label(text, "controller_runtime_reconcile_total", "result"),
+        "events_written": _metric_by_label(text, "msop_events_written_total", "action"),
+        "events_dropped": _metric_by_label(text, "msop_events_dropped_total", "reason"),
+    }
+
+
+def _stop_and_time(op: Any, log_path: Path) -> JSON:
+    """SIGTERM the operator and time its exit; what its log says about pending events."""
+    t0 = time.monotonic()
+    code = op.stop(timeout=120)
+    took = time.monotonic() - t0
+    text = log_path.read_text(errors="replace")
+    abandoned = 0
+    for line in text.splitlines():
+        if "events not written: shutdown deadline reached" in line:
+            abandoned += int(line.split('"count": ', 1)[1].split(",", 1)[0].split("}", 1)[0])
+    return {
+        "sigterm_to_exit_s": took,
+        "exit_code": code,
+        "manager_stopped_logged": '"manager stopped"' in text,
+        "events_abandoned_at_shutdown": abandoned,
+    }
 
 
 def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> list[float]:
@@ -95,11 +116,12 @@ async def run_operator_burst(
     log_dir: Path,
     wait_s: float,
     profile: str | None = None,
+    label: str = "burst",
 ) -> JSON:
     create_namespace(cluster, OPERATOR_NS)
     op = start_operator(
         cluster.kubeconfig,
-        log_dir / "operator-burst.log",
+        log_dir / f"operator-{label}.log",
         ("--namespace", OPERATOR_NS, *operator_args),
         profile_to=log_dir / PROFILE_FILES[profile] if profile else None,
         profiler=profile or "cprofile",
@@ -118,7 +140,8 @@ async def run_operator_burst(
                 tg.create_task(watch_forever(client, MSJOBS, OPERATOR_NS, conds)),
             ]
             await asyncio.sleep(1)  # the watches are open
-            cpu0 = sample(pid).cpu_seconds
+            idle = sample(pid)
+            cpu0 = idle.cpu_seconds
 
             async def create(name: str) -> None:
                 await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
@@ -148,14 +171,15 @@ async def run_operator_burst(
                 "every job Succeeded", lambda: len(conds.first["Succeeded"]) >= jobs, wait_s
             )
             await asyncio.sleep(3)  # let trailing reconciles (and their writes) finish
-            cpu1 = sample(pid).cpu_seconds
-            rss = sample(pid).rss_bytes
-            reconciles = await asyncio.to_thread(_reconciles, op.metrics_url)
+            end = sample(pid)
+            cpu1 = end.cpu_seconds
+            rss = end.rss_bytes
+            metrics = await asyncio.to_thread(_operator_metrics, op.metrics_url)
             for w in watchers:
                 w.cancel()
     finally:
         await client.close()
-        op.stop()
+        shutdown = _stop_and_time(op, log_dir / f"operator-{label}.log")
     latencies = _latencies(pods, services, created)
     cpu = cpu1 - cpu0
     return {
@@ -175,9 +199,14 @@ async def run_operator_burst(
         "operator_cpu_ms_per_lifecycle": 1000 * cpu / jobs,
         "operator_cpu_s_per_1000_lifecycles": 1000 * cpu / jobs,
         "operator_rss_mib_after": rss / 2**20,
-        "events_dropped": _count_lines(log_dir / "operator-burst.log", "event queue full"),
-        "reconciles": reconciles,
-        "reconciles_per_job": sum(reconciles.values()) / jobs,
+        "operator_rss_mib_idle": idle.rss_bytes / 2**20,
+        "operator_rss_mib_peak": end.peak_rss_bytes / 2**20,
+        "events_written": metrics["events_written"],
+        "events_dropped_by_reason": metrics["events_dropped"],
+        "events_dropped": sum(metrics["events_dropped"].values()),
+        "reconciles": metrics["reconciles"],
+        "reconciles_per_job": sum(metrics["reconciles"].values()) / jobs,
+        "shutdown": shutdown,
     }
 
 
@@ -281,12 +310,18 @@ async def run(
     log_dir: Path,
     wait_s: float,
     profile: str | None = None,
+    label: str = "burst",
+    raw_concurrency: int | None = None,
 ) -> JSON:
+    """One burst scenario on ``cluster``: the operator, then the raw baseline at
+    ``raw_concurrency`` requests in flight (default ``concurrency``)."""
     operator = await run_operator_burst(
-        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile
+        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile, label
     )
-    raw = await run_raw(cluster, jobs, concurrency, wait_s)
-    api = api_efficiency(cluster.audit_log, jobs, log_dir / "audit-operator.jsonl")
+    raw = await run_raw(cluster, jobs, raw_concurrency or concurrency, wait_s)
+    raw["concurrency"] = raw_concurrency or concurrency
+    suffix = "" if label == "burst" else f"-{label}"
+    api = api_efficiency(cluster.audit_log, jobs, log_dir / f"audit-operator{suffix}.jsonl")
     raw["server_latency"] = raw_server_latency(cluster.audit_log)
     return {
         "operator": operator,

@@ -100,18 +100,23 @@ class ProcSample:
 
     rss_bytes: int
     cpu_seconds: float
+    peak_rss_bytes: int = 0
+    """VmHWM: the highest RSS of the process so far."""
 
 
 def sample(pid: int) -> ProcSample:
-    """Read VmRSS from ``/proc/<pid>/status`` and utime+stime from ``/proc/<pid>/stat``."""
-    rss = 0
+    """Read VmRSS and VmHWM from ``/proc/<pid>/status`` and utime+stime from
+    ``/proc/<pid>/stat``."""
+    rss = peak = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
+        elif line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) * 1024
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat[stat.rindex(")") + 2 :].split()
     utime, stime = int(fields[11]), int(fields[12])
-    return ProcSample(rss, (utime + stime) / CLOCK_TICKS)
+    return ProcSample(rss, (utime + stime) / CLOCK_TICKS, peak)
 
 
 def machine() -> dict[str, object]:

@@ -34,6 +34,71 @@ TARGETS = (
 )
 
 
+@dataclass(frozen=True)
+class Goal:
+    """One goal of issue 17 with the figure it had before (``previous``, as text with its
+    source), judged ``value <= limit`` (``limit`` None: reported, not judged)."""
+
+    name: str
+    path: tuple[str, ...]
+    limit: float | None
+    unit: str
+    previous: str
+
+
+#: Issue 17's goals. "issue" figures come from the issue's side-by-side bench (N jobs of
+#: 6 pods, raw baseline at 16 in flight); "make bench" figures from the README's run of
+#: 2026-11-22 (bench/results/20261122T102123Z).
+ISSUE17_GOALS = (
+    Goal("events dropped, N=500, default flags", ("load", "defaults", "operator",
+         "events_dropped"), 0, "", "1,708 of 4,508 (38%) (issue)"),
+    Goal("events dropped, N=500, make bench flags", ("burst", "operator", "events_dropped"),
+         0, "", "234 (make bench)"),
+    Goal("Event writes per job, N=500, default flags", ("load", "defaults", "api",
+         "event_writes_per_job"), None, "", "5.6 written + 3.4 dropped (issue)"),
+    Goal("Event writes per job, N=200, qps 20", ("load", "qps20", "api",
+         "event_writes_per_job"), None, "", "8.7 (issue)"),
+    Goal("SIGTERM to exit, N=200, qps 20 (exit 0, ≤ 30 s)", ("load", "qps20", "operator",
+         "shutdown", "sigterm_to_exit_s"), 30, "s", "> 30 s, killed (issue)"),
+    Goal("SIGTERM to exit, N=500, default flags", ("load", "defaults", "operator",
+         "shutdown", "sigterm_to_exit_s"), 30, "s", "9-11 s at N=200 (issue)"),
+    Goal("all pods / raw creates, N=200, qps 20", ("load", "qps20", "ratio_operator_to_raw"),
+         4.0, "x", "99.5 s / 17.6 s = 5.6x (issue)"),
+    Goal("all pods / raw creates, N=500, default flags", ("load", "defaults",
+         "ratio_operator_to_raw"), 1.3, "x", "101.1 s / 54.8 s = 1.85x (issue)"),
+    Goal("writes per job excl. events, N=500, default flags", ("load", "defaults", "api",
+         "writes_per_job"), 10.0, "", "10.00 (issue)"),
+    Goal("CPU per lifecycle, N=500, default flags", ("load", "defaults", "operator",
+         "operator_cpu_ms_per_lifecycle"), 25, "ms", "50 ms (issue)"),
+    Goal("CPU per lifecycle, N=500, make bench flags", ("burst", "operator",
+         "operator_cpu_ms_per_lifecycle"), 25, "ms", "33.9 ms (make bench)"),
+    Goal("RSS idle (synced, empty cluster)", ("memory", "rss_mib_empty"), 45, "MiB",
+         "80.3 MiB (make bench); ~80 MiB (issue)"),
+    Goal("RSS idle before the burst (caches synced)", ("load", "defaults", "operator",
+         "operator_rss_mib_idle"), 45, "MiB", "~80 MiB (issue)"),
+    Goal("RSS peak, N=500, default flags", ("load", "defaults", "operator",
+         "operator_rss_mib_peak"), 80, "MiB", "108 MiB (issue)"),
+    Goal("RSS with 10,000 of 20,000 pods cached", ("memory", "rss_mib_full_settled"), 150,
+         "MiB", "135.6 MiB (make bench)"),
+)  # fmt: skip
+
+
+def judge_issue17(results: JSON) -> list[JSON]:
+    """One row per goal of issue 17: value, limit, previous, met (None: not judged)."""
+    rows = []
+    for g in ISSUE17_GOALS:
+        value = _dig(results, g.path)
+        met = None
+        if isinstance(value, int | float) and g.limit is not None:
+            met = value <= g.limit
+        if g.path[-1] == "sigterm_to_exit_s" and met:
+            shutdown = _dig(results, g.path[:-1]) or {}
+            met = shutdown.get("exit_code") == 0
+        rows.append({"goal": g.name, "value": value, "limit": g.limit, "unit": g.unit,
+                     "previous": g.previous, "met": met})  # fmt: skip
+    return rows
+
+
 def _dig(data: JSON, path: tuple[str, ...]) -> Any:
     cur: Any = data
     for key in path:
@@ -105,6 +170,45 @@ def render_markdown(report: JSON) -> str:
         rows.append([r["target"], f"{_fmt(r['value'])} {r['unit']}", f"{op} {_fmt(r['limit'])}",
                      verdict])  # fmt: skip
     lines += _table(["target", "measured", "goal", "verdict"], rows)
+
+    goals = report.get("issue17") or []
+    if goals:
+        lines += ["", "## Issue 17 goals (this run next to the previous figures)", ""]
+        rows = []
+        for r in goals:
+            verdict = {True: "met", False: "MISSED", None: "-"}[r["met"]]
+            goal = "-" if r["limit"] is None else f"≤ {_fmt(r['limit'])} {r['unit']}"
+            rows.append([r["goal"], f"{_fmt(r['value'])} {r['unit']}", r["previous"], goal,
+                         verdict])  # fmt: skip
+        lines += _table(["goal", "this run", "previous", "target", "verdict"], rows)
+    load = report.get("load") or {}
+    if load:
+        lines += ["", "## Load scenarios (issue 17)", ""]
+        lines.append(
+            "Each on a fresh cluster; the raw baseline creates the same Services and pods at "
+            "the concurrency shown. Events: written (create / aggregated patch) and dropped "
+            "from the operator's `msop_events_*` metrics; SIGTERM sent after the run."
+        )
+        lines.append("")
+        rows = []
+        for label, sc in load.items():
+            op, raw, api = sc["operator"], sc["raw"], sc["api"]
+            sd = op.get("shutdown") or {}
+            rows.append([
+                label, op["jobs"], " ".join(op["operator_args"]) or "(defaults)",
+                op["all_objects_exist_s"], f"{_fmt(raw['all_objects_exist_s'])} "
+                f"({raw.get('concurrency')})", f"{_fmt(sc['ratio_operator_to_raw'])}x",
+                api["writes_per_job"], api["event_writes_per_job"], op["events_dropped"],
+                op["operator_cpu_ms_per_lifecycle"], op.get("operator_rss_mib_idle"),
+                op.get("operator_rss_mib_peak"),
+                f"{_fmt(sd.get('sigterm_to_exit_s'))} (exit {sd.get('exit_code')})",
+            ])  # fmt: skip
+        lines += _table(
+            ["scenario", "jobs", "operator flags", "all pods s", "raw s (in flight)", "ratio",
+             "writes/job", "events/job", "events dropped", "CPU ms/job", "RSS idle MiB",
+             "RSS peak MiB", "SIGTERM→exit s"],
+            rows,
+        )  # fmt: skip
 
     burst = report.get("burst")
     if burst:

@@ -3,15 +3,28 @@
 :class:`EventRecorder` is what reconcilers use:
 
 * ``recorder.event(obj, "Normal" | "Warning", reason, message)`` never blocks and never
-  raises. It puts the event on a bounded queue (default 1000); when the queue is full the
-  event is dropped and a warning is logged (events are best-effort, as in Kubernetes).
+  raises. It puts the event on a bounded pending queue (default 4096 distinct events).
+* **Nothing is lost to a burst.** An event identical to one still pending (same object,
+  type, reason and message) is folded into it (its count goes up, no new queue entry), so
+  the queue holds distinct events only. Only when ``max_pending`` distinct events wait is a
+  new one dropped, as a last resort: counted in ``msop_events_dropped_total{reason=
+  "queue_full"}`` and logged once per ``log_interval`` (10 s) with the number dropped, never
+  once per event. Failed writes are counted the same way (``reason="write_failed"``).
 * ``await recorder.run()`` drains the queue and writes; the manager owns this task
   (``Manager.event_recorder()`` registers it). Write errors are logged and swallowed.
+* **Bounded shutdown.** The first cancellation of ``run()`` flushes what is pending
+  (events of the last reconciles still join); a second cancellation - the manager's
+  deadline - stops at once, and what was still pending (or in flight) is counted
+  (``reason="shutdown"``) and logged in one line.
 * **Aggregation.** The same (involved object, type, reason, message, source) seen again
   within ``window`` seconds (default 10 minutes) PATCHes the existing Event's ``count`` and
   ``lastTimestamp`` instead of creating a new Event. If the Event is gone (expired by the API
   server's TTL) a new one is created. The memory of recent events is a bounded LRU
   (``cachetools.LRUCache``, default 4096 entries), so it cannot grow without bound.
+* **Its own budget.** Event writes take their tokens from the client's ``events`` budget
+  (see :class:`~msop.kube.client.KubeClient`), so a backlog of events never delays the
+  creates and status writes of reconciles, as client-go's event broadcaster has its own
+  client.
 
 :class:`EventCorrelator` is the pure decision part (no I/O), unit-tested on its own.
 """
@@ -29,6 +42,7 @@ from typing import Any, Literal
 import structlog
 from cachetools import LRUCache
 
+from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
 from msop.kube.client import KubeClient
 from msop.kube.errors import is_not_found
 from msop.kube.resources import EVENTS
@@ -125,11 +139,23 @@ def involved_object(obj: Mapping[str, Any]) -> dict[str, Any]:
     return ref
 
 
+@dataclass
+class _Pending:
+    """An event waiting to be written; ``count`` occurrences folded into one."""
+
+    ref: dict[str, Any]
+    count: int
+    first: float
+    """Wall time of the first occurrence."""
+    last: float
+    """Wall time of the latest occurrence."""
+
+
 class EventRecorder:
     """Writes v1 Events for ``component`` (the ``source.component``); see the module docstring.
 
     ``host`` defaults to this machine's hostname. ``clock`` (monotonic) drives the
-    aggregation window; ``wall`` supplies event timestamps.
+    aggregation window and the drop log interval; ``wall`` supplies event timestamps.
     """
 
     def __init__(
@@ -138,10 +164,11 @@ class EventRecorder:
         component: str,
         host: str | None = None,
         *,
-        max_pending: int = 1000,
+        max_pending: int = 4096,
         writers: int = 4,
         window: float = 600.0,
         cache_size: int = 4096,
+        log_interval: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -150,70 +177,35 @@ class EventRecorder:
         self.host = host if host is not None else socket.gethostname()
         self.correlator = EventCorrelator(window=window, maxsize=cache_size)
         self.writers = max(1, writers)
-        # One queue per writer; an event goes to the queue its (object, reason, message)
-        # hashes to, so repeats of one event are written in order by one writer and
-        # aggregate instead of racing to create two Events.
-        self._queues: list[asyncio.Queue[tuple[dict[str, Any], str, str, str]]] = [
-            asyncio.Queue() for _ in range(self.writers)
-        ]
+        # One ordered map per writer (insertion order = FIFO); an event goes to the shard
+        # its key hashes to, so repeats of one event are written in order by one writer
+        # and aggregate instead of racing to create two Events.
+        self._shards: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
+        self._wakes = [asyncio.Event() for _ in range(self.writers)]
+        self._pending = 0
+        self._in_flight = 0
+        self._flushing = False
         self.max_pending = max_pending
+        self.log_interval = log_interval
         self._clock = clock
         self._wall = wall
         self.dropped = 0
         """Events dropped because the queue was full."""
         self.failed = 0
         """Events whose write failed."""
+        self.abandoned = 0
+        """Events still pending (or in flight) when a shutdown deadline stopped the writers."""
+        self.folded = 0
+        """Occurrences folded into an identical pending event (no queue entry of their own)."""
+        self._dropped_reported = 0
+        self._m_dropped = {
+            r: EVENTS_DROPPED.labels(component, r)
+            for r in ("queue_full", "shutdown", "write_failed")
+        }
+        self._m_written = {a: EVENTS_WRITTEN.labels(component, a) for a in ("create", "patch")}
 
-    def event(self, obj: Mapping[str, Any], type: EventType, reason: str, message: str) -> None:
-        """Queue an Event about ``obj``; returns at once. Never raises."""
-        try:
-            if self.pending() >= self.max_pending:
-                raise asyncio.QueueFull
-            ref = involved_object(obj)
-            shard = hash((ref.get("uid"), type, reason, message)) % self.writers
-            self._queues[shard].put_nowait((ref, type, reason, message))
-        except asyncio.QueueFull:
-            self.dropped += 1
-            log.warning("event queue full; event dropped", reason=reason, message=message)
-        except Exception:
-            log.exception("could not queue event", reason=reason)
-
-    def pending(self) -> int:
-        """Events queued and not yet written."""
-        return sum(q.qsize() for q in self._queues)
-
-    async def run(self) -> None:
-        """Write queued events until cancelled, ``writers`` at a time (a burst of pod
-        creates makes events faster than one round trip each). Write errors are logged
-        and swallowed.
-
-        On the first cancellation it still writes what is already queued (the events of
-        the last reconciles before a graceful stop); a second cancellation abandons them.
-        """
-        async with asyncio.TaskGroup() as tg:
-            for queue in self._queues:
-                tg.create_task(self._drain(queue))
-
-    async def _drain(self, queue: asyncio.Queue[tuple[dict[str, Any], str, str, str]]) -> None:
-        try:
-            while True:
-                await self._write_logged(*await queue.get())
-        except asyncio.CancelledError:
-            while not queue.empty():
-                await self._write_logged(*queue.get_nowait())
-            raise
-
-    async def _write_logged(
-        self, ref: dict[str, Any], type_: str, reason: str, message: str
-    ) -> None:
-        try:
-            await self._write(ref, type_, reason, message)
-        except Exception as e:
-            self.failed += 1
-            log.warning("could not write event", reason=reason, error=str(e))
-
-    async def _write(self, ref: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        key = EventKey(
+    def _key(self, ref: Mapping[str, Any], type_: str, reason: str, message: str) -> EventKey:
+        return EventKey(
             ref["apiVersion"],
             ref["kind"],
             ref.get("namespace", ""),
@@ -225,16 +217,132 @@ class EventRecorder:
             self.component,
             self.host,
         )
+
+    def event(self, obj: Mapping[str, Any], type: EventType, reason: str, message: str) -> None:
+        """Queue an Event about ``obj``; returns at once. Never raises."""
+        try:
+            ref = involved_object(obj)
+            key = self._key(ref, type, reason, message)
+            index = hash(key) % self.writers
+            shard = self._shards[index]
+            now = self._wall()
+            pending = shard.get(key)
+            if pending is not None:
+                pending.count += 1
+                pending.last = now
+                self.folded += 1
+                return
+            if self._pending >= self.max_pending:
+                self.dropped += 1
+                self._m_dropped["queue_full"].inc()
+                return
+            shard[key] = _Pending(ref, 1, now, now)
+            self._pending += 1
+            self._wakes[index].set()
+        except Exception:
+            log.exception("could not queue event", reason=reason)
+
+    def pending(self) -> int:
+        """Distinct events queued and not yet written (in-flight writes not included)."""
+        return self._pending
+
+    async def run(self) -> None:
+        """Write queued events until cancelled, ``writers`` at a time (a burst of pod
+        creates makes events faster than one round trip each). Write errors are logged
+        and swallowed.
+
+        On the first cancellation it still writes what is queued (the events of the last
+        reconciles before a graceful stop) and returns by raising CancelledError once the
+        queue is empty; a second cancellation stops at once and counts what is left.
+        """
+        writers = [
+            asyncio.create_task(self._writer(i), name=f"event-writer-{i}")
+            for i in range(self.writers)
+        ]
+        reporter = asyncio.create_task(self._report_drops(), name="event-drop-reporter")
+        try:
+            try:
+                # asyncio.wait, not gather: cancelling this task must not cancel the writers.
+                await asyncio.wait(writers)
+            except asyncio.CancelledError:
+                self._flushing = True
+                for wake in self._wakes:
+                    wake.set()
+                if self._pending or self._in_flight:
+                    log.info("flushing pending events", pending=self._pending)
+                await asyncio.wait(writers)  # a second cancellation ends the flush
+                raise
+        finally:
+            reporter.cancel()
+            for task in writers:
+                task.cancel()
+            left = self._pending + self._in_flight  # before the writers unwind
+            await asyncio.gather(reporter, *writers, return_exceptions=True)
+            if left:
+                self.abandoned += left
+                self._m_dropped["shutdown"].inc(left)
+                for shard in self._shards:
+                    shard.clear()
+                self._pending = 0
+                log.warning("events not written: shutdown deadline reached", count=left)
+            self._log_drops()
+
+    async def _report_drops(self) -> None:
+        while True:
+            await asyncio.sleep(self.log_interval)
+            self._log_drops()
+
+    def _log_drops(self) -> None:
+        """One warning line for the events dropped (queue full) since the last one."""
+        new = self.dropped - self._dropped_reported
+        if new:
+            self._dropped_reported = self.dropped
+            log.warning(
+                "event queue full; events dropped",
+                count=new,
+                total=self.dropped,
+                max_pending=self.max_pending,
+            )
+
+    async def _writer(self, index: int) -> None:
+        shard, wake = self._shards[index], self._wakes[index]
+        while True:
+            if not shard:
+                if self._flushing:
+                    return
+                wake.clear()
+                await wake.wait()
+                continue
+            key = next(iter(shard))
+            item = shard.pop(key)
+            self._pending -= 1
+            self._in_flight += 1
+            try:
+                await self._write_logged(key, item)
+            finally:
+                self._in_flight -= 1
+
+    async def _write_logged(self, key: EventKey, item: _Pending) -> None:
+        try:
+            await self._write(key, item)
+        except Exception as e:
+            self.failed += 1
+            self._m_dropped["write_failed"].inc()
+            log.warning("could not write event", reason=key.reason, error=str(e))
+
+    async def _write(self, key: EventKey, item: _Pending) -> None:
+        ref = item.ref
         now = self._clock()
-        stamp = _timestamp(self._wall())
+        last = _timestamp(item.last)
         decision = self.correlator.observe(key, now)
         namespace = ref.get("namespace") or "default"
         if decision.action == "patch" and decision.name is not None:
+            count = decision.count - 1 + item.count
             try:
                 await self.client.patch(
                     EVENTS,
                     decision.name,
-                    {"count": decision.count, "lastTimestamp": stamp},
+                    {"count": count, "lastTimestamp": last},
                     namespace,
                     patch_type="merge",
                 )
@@ -244,24 +352,27 @@ class EventRecorder:
                 self.correlator.forget(key)
             else:
                 self.correlator.record(
-                    key, decision.name, decision.count, decision.first_timestamp or stamp, now
+                    key, decision.name, count, decision.first_timestamp or last, now
                 )
+                self._m_written["patch"].inc()
                 return
         name = f"{ref['name']}.{time.time_ns():x}"
+        first = _timestamp(item.first)
         body = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
             "involvedObject": ref,
-            "type": type_,
-            "reason": reason,
-            "message": message,
+            "type": key.type,
+            "reason": key.reason,
+            "message": key.message,
             "source": {"component": self.component, "host": self.host},
             "reportingComponent": self.component,
             "reportingInstance": self.host,
-            "firstTimestamp": stamp,
-            "lastTimestamp": stamp,
-            "count": 1,
+            "firstTimestamp": first,
+            "lastTimestamp": last,
+            "count": item.count,
         }
         await self.client.create(EVENTS, body, namespace)
-        self.correlator.record(key, name, 1, stamp, now)
+        self.correlator.record(key, name, item.count, first, now)
+        self._m_written["create"].inc()

@@ -17,10 +17,13 @@ Stopping:
 * :meth:`Manager.stop` (wired to SIGTERM/SIGINT by ``run(handle_signals=True)``) or
   cancelling ``run()`` stops gracefully: every runnable is cancelled once (a
   :class:`~.controller.Controller` then stops taking keys and finishes in-flight
-  reconciles); whatever still runs after ``graceful_shutdown_timeout`` seconds is cancelled
-  again. Leader runnables stop first, then the others, then the Lease is released, then
-  caches and servers stop. ``run()`` then returns normally after ``stop()`` (exit code 0)
-  or re-raises ``CancelledError`` when it was cancelled.
+  reconciles, an event recorder flushes its backlog); whatever still runs when the
+  runnables' share of ``graceful_shutdown_timeout`` is over is cancelled again. Leader
+  runnables stop first, then the others, then the Lease is released, then caches and
+  servers stop. The runnables get the grace period minus a reserve (:func:`shutdown_reserve`)
+  in which the Lease release and the rest of the teardown fit, so the whole stop ends within
+  ``graceful_shutdown_timeout`` whatever the backlog. ``run()`` then returns normally after
+  ``stop()`` (exit code 0) or re-raises ``CancelledError`` when it was cancelled.
 * **Lost lease:** leader runnables are cancelled without grace and ``run()`` raises
   :class:`~.leaderelection.LeaderElectionLost`; the CLI must exit with code 1.
 * A runnable (or the informer factory) failing with an exception stops the manager the same
@@ -52,9 +55,16 @@ from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionL
 from msop.informers.factory import InformerFactory
 from msop.kube.client import KubeClient
 
-__all__ = ["LeaderElectionLost", "Manager", "Runnable"]
+__all__ = ["LeaderElectionLost", "Manager", "Runnable", "shutdown_reserve"]
 
 log = structlog.get_logger("msop.controller.manager")
+
+
+def shutdown_reserve(grace: float) -> float:
+    """Seconds of the grace period kept back from the runnables for the teardown after
+    them (releasing the Lease: one request; stopping caches and servers): a fifth of it,
+    at most 3 s."""
+    return min(3.0, grace / 5)
 
 
 class Runnable(Protocol):
@@ -204,12 +214,14 @@ class Manager:
             self._leading.clear()
             grace = 0.0 if lost else self.graceful_shutdown_timeout
             deadline = loop.time() + grace
-            await _stop_tasks(leader, deadline)
-            await _stop_tasks(plain, deadline)
+            runnables_deadline = deadline - shutdown_reserve(grace)
+            await _stop_tasks(leader, runnables_deadline)
+            await _stop_tasks(plain, runnables_deadline)
             if elector is not None:
-                # Release the lease even when the runnables overran the grace period.
-                await _stop_tasks([elector], max(deadline, loop.time() + 5.0))
-            await _stop_tasks([informers], loop.time() + 2.0)
+                # The release is one request on a budget of its own; it gets the reserve
+                # (at least 1 s, so that a lost lease still ends cleanly).
+                await _stop_tasks([elector], max(deadline - 0.2, loop.time() + 1.0))
+            await _stop_tasks([informers], max(deadline, loop.time() + 0.5))
             for server in servers:
                 await server.stop()
             if handle_signals:

@@ -12,7 +12,11 @@ Go controllers work unchanged:
   ``controller_runtime_terminal_reconcile_errors_total``,
   ``controller_runtime_reconcile_panics_total``, ``controller_runtime_reconcile_time_seconds``,
   ``controller_runtime_max_concurrent_reconciles``, ``controller_runtime_active_workers``;
-* leader election: ``leader_election_master_status{name}``.
+* leader election: ``leader_election_master_status{name}``;
+* events (msop's own, label ``component``): ``msop_events_written_total{component,action}``
+  (``create`` a new Event, ``patch`` an aggregated one) and
+  ``msop_events_dropped_total{component,reason}`` (``queue_full``, ``shutdown``,
+  ``write_failed``).
 
 Only queues with a non-empty name report metrics (as in client-go).
 """
@@ -31,6 +35,8 @@ from msop.metrics import REGISTRY
 
 __all__ = [
     "ACTIVE_WORKERS",
+    "EVENTS_DROPPED",
+    "EVENTS_WRITTEN",
     "LEADER_ELECTION_MASTER_STATUS",
     "MAX_CONCURRENT_RECONCILES",
     "RECONCILE_ERRORS",
@@ -130,6 +136,21 @@ LEADER_ELECTION_MASTER_STATUS = Gauge(
     "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "
     "1 indicates master. 'name' is the string used to identify the lease.",
     ["name"],
+    registry=REGISTRY,
+)
+EVENTS_WRITTEN = Counter(
+    "msop_events_written_total",
+    "Kubernetes Events written by the event recorder: action=create for a new Event, "
+    "patch for a repeat aggregated into an existing one (count and lastTimestamp)",
+    ["component", "action"],
+    registry=REGISTRY,
+)
+EVENTS_DROPPED = Counter(
+    "msop_events_dropped_total",
+    "Kubernetes Events the event recorder could not write: reason=queue_full (the pending "
+    "queue was at its bound), shutdown (still pending when the shutdown deadline came), "
+    "write_failed (the API server refused or did not answer)",
+    ["component", "reason"],
     registry=REGISTRY,
 )
 

@@ -3,7 +3,7 @@
 :class:`KubeClient` takes its configuration (TLS, bearer tokens, client certificates, token
 refresh) from kubernetes_asyncio's kubeconfig and in-cluster loaders, sends requests over
 its own aiohttp session (:mod:`msop.kube.transport`) and returns the API server's JSON
-parsed with :func:`json.loads` - never model classes. Objects go out and come back
+parsed with :func:`orjson.loads` - never model classes. Objects go out and come back
 exactly as the API server defines them.
 
 Contract for every request method:
@@ -16,16 +16,26 @@ Contract for every request method:
   :class:`~msop.kube.errors.ApiTimeout`;
 - nothing is retried here: callers own their retry policy.
 
-Requests other than watches are throttled by a client-side :class:`TokenBucket`
-(``qps``/``burst``, like client-go). Every request, watches included, is counted in
-``rest_client_requests_total{code,method,host}``.
+Requests other than watches are throttled by client-side :class:`TokenBucket` s
+(``qps``/``burst``, like client-go), one per **budget**, each of ``qps``/``burst``:
+
+- ``events``: writes and reads of Events (``v1`` and ``events.k8s.io``);
+- ``status``: the ``status`` subresource of any object;
+- ``leases``: Leases (leader election);
+- ``default``: everything else (creates, deletes, reads of objects).
+
+So a backlog of Event writes never delays a pod create, and leader election always has
+tokens to renew its Lease: what client-go users get by giving the event broadcaster and
+the leader elector clients of their own (ms-operator gives pods, status and events a
+client each). The process may therefore send up to four times ``qps`` in total.
+
+Every request, watches included, is counted in ``rest_client_requests_total{code,method,host}``.
 
 Returned dicts belong to the caller; the client keeps no reference to them.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -34,16 +44,32 @@ from typing import Any, Literal, Self
 from urllib.parse import urlsplit
 
 import aiohttp
-from kubernetes_asyncio import client as k8s_client
-from kubernetes_asyncio import config as k8s_config
+import orjson
 
+from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.kube.flowcontrol import TokenBucket
 from msop.kube.metrics import RATE_LIMITER_DURATION, REQUEST_DURATION, REQUESTS_TOTAL
 from msop.kube.resources import Resource
 from msop.kube.transport import Transport
 
-__all__ = ["KubeClient", "PatchType"]
+__all__ = ["BUDGETS", "KubeClient", "PatchType", "budget_of"]
+
+#: The client-side budgets; each has a token bucket of its own (see the module docstring).
+BUDGETS = ("default", "status", "events", "leases")
+_EVENT_GROUPS = frozenset({"", "events.k8s.io"})
+
+
+def budget_of(res: Resource, subresource: str | None = None) -> str:
+    """The budget a request on ``res`` (or its ``subresource``) takes its token from."""
+    if res.plural == "events" and res.group in _EVENT_GROUPS:
+        return "events"
+    if subresource == "status":
+        return "status"
+    if res.plural == "leases" and res.group == "coordination.k8s.io":
+        return "leases"
+    return "default"
+
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 
@@ -71,7 +97,7 @@ def _decode(data: bytes) -> Any:
     if not data:
         return None
     try:
-        return json.loads(data)
+        return orjson.loads(data)
     except ValueError:
         return data.decode("utf-8", "replace")
 
@@ -104,8 +130,10 @@ class KubeClient:
         """``host[:port]`` of the API server, the ``host`` label of the metrics."""
         self.user_agent = user_agent
         """Sent as ``User-Agent`` on every request (audit logs group requests by it)."""
-        self.limiter = TokenBucket(qps, burst)
-        """The client-side token bucket; watches bypass it."""
+        self.limiters = {name: TokenBucket(qps, burst) for name in BUDGETS}
+        """One client-side token bucket per budget (:data:`BUDGETS`); watches bypass them."""
+        self.limiter = self.limiters["default"]
+        """The ``default`` budget's bucket."""
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
         # Metric children by label values, looked up once (every request updates them).
         self._m_requests: dict[tuple[str, str], Any] = {}
@@ -141,6 +169,11 @@ class KubeClient:
         Raises kubernetes_asyncio's ``ConfigException`` when no usable config is found.
         Must be called with a running event loop (the HTTP session binds to it).
         """
+        # Imported here, after the lazy packages are registered: see msop.kube.k8sconfig.
+        k8sconfig.install()
+        from kubernetes_asyncio import client as k8s_client
+        from kubernetes_asyncio import config as k8s_config
+
         configuration = k8s_client.Configuration()
         path = kubeconfig or os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or None
         if path is not None:
@@ -222,19 +255,22 @@ class KubeClient:
         query: Mapping[str, str] | None = None,
         body: Any = None,
         content_type: str | None = None,
+        budget: str = "default",
     ) -> Any:
         """Send one throttled request and return the parsed JSON body (None if empty).
 
-        ``path`` starts with ``/api`` or ``/apis``. Raises ApiError / ApiUnavailable /
-        ApiTimeout as described in the module docstring.
+        ``path`` starts with ``/api`` or ``/apis``; ``budget`` names the token bucket it
+        waits on (:data:`BUDGETS`). Raises ApiError / ApiUnavailable / ApiTimeout as
+        described in the module docstring.
         """
         headers = await self._headers(
             content_type or ("application/json" if body is not None else None)
         )
         start = time.monotonic()
         resp = await self._open(
-            method, path, query=query, headers=headers, body=body, client_timeout=self._timeout
-        )
+            method, path, query=query, headers=headers, body=body, client_timeout=self._timeout,
+            budget=budget,
+        )  # fmt: skip
         try:
             try:
                 data = await resp.read()
@@ -260,13 +296,14 @@ class KubeClient:
         client_timeout: aiohttp.ClientTimeout,
         body: Any = None,
         throttle: bool = True,
+        budget: str = "default",
     ) -> aiohttp.ClientResponse:
         """Send a request and return the response with its body unread; every request
         (throttled unless ``throttle=False``, for watches) is counted in
         ``rest_client_requests_total``. Raises ApiTimeout / ApiUnavailable when no answer
         comes."""
         if throttle:
-            waited = await self.limiter.wait()
+            waited = await self.limiters[budget].wait()
             self._observe(self._m_waits, RATE_LIMITER_DURATION, method, waited)
         try:
             resp = await self.transport.request(
@@ -326,7 +363,9 @@ class KubeClient:
 
     async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
         """GET one object. Raises ApiError (``is_not_found``) when it does not exist."""
-        result: dict[str, Any] = await self.request("GET", res.path(namespace, name))
+        result: dict[str, Any] = await self.request(
+            "GET", res.path(namespace, name), budget=budget_of(res)
+        )
         return result
 
     async def list(
@@ -356,7 +395,9 @@ class KubeClient:
             query["limit"] = str(limit)
         if continue_:
             query["continue"] = continue_
-        result: dict[str, Any] = await self.request("GET", res.path(namespace), query=query)
+        result: dict[str, Any] = await self.request(
+            "GET", res.path(namespace), query=query, budget=budget_of(res)
+        )
         if result.get("items") is None:
             result["items"] = []
         return result
@@ -428,7 +469,9 @@ class KubeClient:
         """
         if namespace is None and res.namespaced:
             namespace = body.get("metadata", {}).get("namespace")
-        result: dict[str, Any] = await self.request("POST", res.path(namespace), body=body)
+        result: dict[str, Any] = await self.request(
+            "POST", res.path(namespace), body=body, budget=budget_of(res)
+        )
         return result
 
     def _object_path(self, res: Resource, body: Mapping[str, Any], sub: str | None) -> str:
@@ -442,15 +485,16 @@ class KubeClient:
         With ``metadata.resourceVersion`` set, a stale write raises ApiError ``is_conflict``.
         """
         result: dict[str, Any] = await self.request(
-            "PUT", self._object_path(res, body, None), body=body
+            "PUT", self._object_path(res, body, None), body=body, budget=budget_of(res)
         )
         return result
 
     async def replace_status(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         """PUT the ``status`` subresource; optimistic concurrency as for :meth:`replace`."""
         result: dict[str, Any] = await self.request(
-            "PUT", self._object_path(res, body, "status"), body=body
-        )
+            "PUT", self._object_path(res, body, "status"), body=body,
+            budget=budget_of(res, "status"),
+        )  # fmt: skip
         return result
 
     async def patch(
@@ -482,6 +526,7 @@ class KubeClient:
             query=query,
             body=patch,
             content_type=_PATCH_CONTENT_TYPES[patch_type],
+            budget=budget_of(res, subresource),
         )
         return result
 
@@ -514,7 +559,9 @@ class KubeClient:
             preconditions["resourceVersion"] = resource_version_precondition
         if preconditions:
             options["preconditions"] = preconditions
-        result = await self.request("DELETE", res.path(namespace, name), body=options)
+        result = await self.request(
+            "DELETE", res.path(namespace, name), body=options, budget=budget_of(res)
+        )
         if not isinstance(result, dict) or result.get("kind") == "Status":
             return None
         return result
@@ -574,7 +621,7 @@ class KubeClient:
                 if line.isspace():
                     continue
                 try:
-                    event: dict[str, Any] = json.loads(line)
+                    event: dict[str, Any] = orjson.loads(line)
                 except ValueError as e:
                     raise ApiUnavailable(f"watch {path}: undecodable line {line[:200]!r}") from e
                 if event.get("type") == "ERROR":

@@ -10,7 +10,7 @@ in-cluster); the session is ours, so that each request costs only what it must:
   ``HTTP_PROXY`` unless ``NO_PROXY`` exempts the API server - as client-go does.
   Credentials in the proxy URL (``http://user:pass@proxy:3128``) are sent to the proxy.
   ``.netrc`` is not read (client-go does not read it either).
-- **Compact JSON bodies** (no spaces after separators).
+- **Compact JSON bodies** (no spaces after separators), encoded with orjson.
 - **One connection pool** of ``max_connections`` (0 = unbounded).
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import base64
 import ipaddress
-import json
 import os
 import ssl
 from collections.abc import Mapping
@@ -26,6 +25,7 @@ from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
 import aiohttp
+import orjson
 
 #: Watch events carrying large objects can exceed aiohttp's default line buffer; etcd
 #: accepts requests up to 1.5 MiB, so 2 MiB holds any object the API server can store.
@@ -154,11 +154,9 @@ class Transport:
         url = self.base + path
         if query:
             url += "?" + urlencode(query)
-        data: bytes | str | None
-        if body is None or isinstance(body, bytes | str):
-            data = body
-        else:
-            data = json.dumps(body, separators=(",", ":"))
+        data: bytes | str | None = (
+            body if body is None or isinstance(body, bytes | str) else orjson.dumps(body)
+        )
         return await self.session.request(
             method,
             url,

@@ -78,6 +78,12 @@ def test_dataparallel_sample_runs_to_success(
     assert {"MSJobRunning", "MSJobSucceeded", "SuccessfulCreatePod"} <= event_reasons(
         cluster, namespace, name
     )
+    # One event for the pass that created the pods, naming every pod (not one per pod).
+    created = [e for e in events(cluster, namespace, name) if e["reason"] == "SuccessfulCreatePod"]
+    assert len(created) == 1, created
+    assert created[0]["message"].startswith("Created pods: ")
+    named = set(created[0]["message"].removeprefix("Created pods: ").split(", "))
+    assert named == {f"{name}-scheduler-0", *workers}
     # cleanPodPolicy None: every pod is kept.
     assert len(job_pods(cluster, namespace, name)) == 5
     table = cluster.kubectl("get", "msjobs", "-n", namespace).stdout

@@ -10,6 +10,8 @@ decides anything itself except how to react to API errors:
   reconcile, and the controller's rate-limited requeue spaces the retries (no hot loop).
   ``AlreadyExists`` counts as success. Expectations (by name) are raised before each
   create and delete, so a stale cache never causes a second create.
+- **Successful creates** become one ``SuccessfulCreatePod``/``SuccessfulCreateService``
+  event per pass naming every object created (``Created pods: a, b, c``), not one each.
 - **Create failures** give one ``FailedCreatePod``/``FailedCreateService`` Warning event
   and one warning log line per pass (the first failure; creates stop there), and then:
 
@@ -102,6 +104,32 @@ def _outcome(e: ApiError) -> str:
     if refused_by_policy(e):
         return "retried with backoff: refused by a cluster policy"
     return "retried with backoff"
+
+
+#: Longest Event message written (the API server's limit for event notes is 1 KiB).
+EVENT_MESSAGE_LIMIT = 1024
+
+
+def created_messages(kind: str, names: Sequence[str]) -> list[str]:
+    """``Created pod: a`` for one object, ``Created pods: a, b, c`` for several; split
+    into as many messages as ``EVENT_MESSAGE_LIMIT`` needs (no name is ever cut)."""
+    messages: list[str] = []
+    batch: list[str] = []
+    size = 0
+    for name in names:
+        if batch and size + 2 + len(name) > EVENT_MESSAGE_LIMIT - len(kind) - 16:
+            messages.append(_created(kind, batch))
+            batch, size = [], 0
+        batch.append(name)
+        size += 2 + len(name)
+    if batch:
+        messages.append(_created(kind, batch))
+    return messages
+
+
+def _created(kind: str, names: list[str]) -> str:
+    noun = kind.lower() if len(names) == 1 else f"{kind.lower()}s"
+    return f"Created {noun}: {', '.join(names)}"
 
 
 class Reader(Protocol):
@@ -384,13 +412,14 @@ class MSJobReconciler:
                     raise result
                 else:
                     created.append(result)
-                    self.recorder.event(
-                        job, "Normal", f"SuccessfulCreate{kind}", f"Created {kind.lower()}: {name}"
-                    )
             done += len(chunk)
             batch *= 2
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
+        # One event per pass names every object it created (not one event per object).
+        names = [o["metadata"]["name"] for o in created]
+        for message in created_messages(kind, names):
+            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
         return failure, created
 
     async def _delete(

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.audit import WRITE_VERBS, count_requests
-from bench.report import judge, render_markdown
+from bench.report import judge, judge_issue17, render_markdown
 from bench.stats import cdf, percentile, ratio, summarize
 
 
@@ -98,3 +98,36 @@ def test_render_markdown_without_scenarios() -> None:
     md = render_markdown(report)
     assert md.startswith("# msop benchmark now")
     assert "not measured" in md
+
+
+def _scenario(events_dropped: int, exit_code: int, sigterm_s: float) -> dict[str, object]:
+    return {
+        "operator": {
+            "jobs": 200, "operator_args": ["--kube-api-qps", "20"], "all_objects_exist_s": 60.0,
+            "events_dropped": events_dropped, "operator_cpu_ms_per_lifecycle": 20.0,
+            "operator_rss_mib_idle": 40.0, "operator_rss_mib_peak": 70.0,
+            "shutdown": {"sigterm_to_exit_s": sigterm_s, "exit_code": exit_code},
+        },
+        "raw": {"all_objects_exist_s": 20.0, "concurrency": 16},
+        "ratio_operator_to_raw": 3.0,
+        "api": {"writes_per_job": 10.0, "event_writes_per_job": 4.0},
+    }  # fmt: skip
+
+
+def test_issue17_goals_next_to_previous_figures() -> None:
+    report: dict[str, object] = {
+        "load": {"qps20": _scenario(0, 0, 1.5), "defaults": _scenario(3, 1, 2.0)},
+        "targets": [],
+    }
+    rows = {r["goal"]: r for r in judge_issue17(report)}
+    assert rows["all pods / raw creates, N=200, qps 20"]["met"] is True
+    assert rows["all pods / raw creates, N=500, default flags"]["met"] is False
+    assert rows["events dropped, N=500, default flags"]["met"] is False
+    assert rows["SIGTERM to exit, N=200, qps 20 (exit 0, ≤ 30 s)"]["met"] is True
+    assert rows["SIGTERM to exit, N=500, default flags"]["met"] is False  # exit code 1
+    assert rows["RSS idle (synced, empty cluster)"]["met"] is None  # not run
+    assert rows["Event writes per job, N=200, qps 20"]["met"] is None  # reported only
+    report["issue17"] = list(rows.values())
+    md = render_markdown(report)
+    assert "## Issue 17 goals" in md and "99.5 s / 17.6 s = 5.6x (issue)" in md
+    assert "## Load scenarios" in md and "| qps20 | 200 |" in md

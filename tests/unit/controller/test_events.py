@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import pytest
+import structlog
+
 from msop.controller.events import EventCorrelator, EventKey, EventRecorder, involved_object
+from msop.metrics import REGISTRY
 
 
 def key(message: str = "m", uid: str = "u1") -> EventKey:
@@ -62,45 +67,149 @@ def test_involved_object_reference() -> None:
     }
 
 
-async def test_recorder_never_blocks_and_drops_when_full() -> None:
-    rec = EventRecorder(client=None, component="c", host="h", max_pending=2)  # type: ignore[arg-type]
+def drops(component: str, reason: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "msop_events_dropped_total", {"component": component, "reason": reason}
+    )
+    return value or 0.0
+
+
+async def test_recorder_never_blocks_and_drops_distinct_events_beyond_the_bound() -> None:
+    rec = EventRecorder(client=None, component="c-full", host="h", max_pending=2)  # type: ignore[arg-type]
     obj = {"kind": "Pod", "metadata": {"name": "p"}}
-    for _ in range(3):
-        rec.event(obj, "Normal", "R", "m")
+    for i in range(3):
+        rec.event(obj, "Normal", "R", f"m{i}")
     assert rec.pending() == 2
     assert rec.dropped == 1
+    assert drops("c-full", "queue_full") == 1
+
+
+async def test_identical_pending_events_fold_into_one_entry_and_are_never_dropped() -> None:
+    """A burst of the same event needs one queue slot, however long the burst."""
+    rec = EventRecorder(client=None, component="c-fold", host="h", max_pending=2)  # type: ignore[arg-type]
+    obj = {"kind": "Pod", "metadata": {"name": "p", "uid": "u"}}
+    for _ in range(1000):
+        rec.event(obj, "Normal", "R", "same")
+    rec.event(obj, "Normal", "R", "other")
+    assert (rec.pending(), rec.dropped, rec.folded) == (2, 0, 999)
+    assert drops("c-fold", "queue_full") == 0
 
 
 class RecordingClient:
     def __init__(self) -> None:
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[str, Any, Any]] = []
+        self.bodies: list[dict[str, Any]] = []
+        self.wrote = asyncio.Condition()
+
+    async def _called(self, call: tuple[str, Any, Any]) -> None:
+        async with self.wrote:
+            self.calls.append(call)
+            self.wrote.notify_all()
+
+    async def wait_calls(self, n: int) -> None:
+        async with self.wrote:
+            await self.wrote.wait_for(lambda: len(self.calls) >= n)
 
     async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
-        self.calls.append(("create", body["count"], body["message"]))
+        await self._called(("create", body["count"], body["message"]))
+        self.bodies.append(body)
         return body
 
     async def patch(self, res: Any, name: str, body: Any, namespace: str, **kw: Any) -> Any:
-        self.calls.append(("patch", body["count"], name))
+        await self._called(("patch", body["count"], name))
         return body
 
 
+OBJ = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+
+
 async def test_recorder_aggregates_and_flushes_on_first_cancel() -> None:
-    import asyncio
-
-    import pytest
-
     client = RecordingClient()
-    rec = EventRecorder(client, component="c", host="h")  # type: ignore[arg-type]
-    obj = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
+    wall = iter(range(100, 200))
+    rec = EventRecorder(client, component="c", host="h", wall=lambda: float(next(wall)))  # type: ignore[arg-type]
     task = asyncio.create_task(rec.run())
-    await asyncio.sleep(0)  # the drain task waits for work
+    await asyncio.sleep(0)  # the writers wait for work
     for _ in range(3):
-        rec.event(obj, "Warning", "Failed", "same")
-    rec.event(obj, "Warning", "Failed", "different")
+        rec.event(OBJ, "Warning", "Failed", "same")
+    rec.event(OBJ, "Warning", "Failed", "different")
     task.cancel()  # stop before it wrote anything: the queued events are still written
     with pytest.raises(asyncio.CancelledError):
         await task
-    # Repeats of one event are written in order (by one writer) and aggregate.
-    assert ("create", 1, "different") in client.calls
-    same = [c[:2] for c in client.calls if c != ("create", 1, "different")]
-    assert same == [("create", 1), ("patch", 2), ("patch", 3)]
+    # Three occurrences still pending were folded into one Event with count 3 that spans
+    # the first and the last occurrence.
+    assert sorted(client.calls) == [("create", 1, "different"), ("create", 3, "same")]
+    same = next(b for b in client.bodies if b["message"] == "same")
+    assert (same["firstTimestamp"], same["lastTimestamp"]) == (
+        "1970-01-01T00:01:40Z",
+        "1970-01-01T00:01:42Z",
+    )
+    assert rec.abandoned == 0
+
+
+async def test_repeats_after_a_write_patch_the_count_with_every_folded_occurrence() -> None:
+    client = RecordingClient()
+    rec = EventRecorder(client, component="c", host="h", writers=1)  # type: ignore[arg-type]
+    task = asyncio.create_task(rec.run())
+    rec.event(OBJ, "Normal", "R", "m")
+    await client.wait_calls(1)
+    for _ in range(4):
+        rec.event(OBJ, "Normal", "R", "m")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [c[:2] for c in client.calls] == [("create", 1), ("patch", 5)]
+
+
+class BlockedClient(RecordingClient):
+    """An API server that never answers event writes."""
+
+    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        await self._called(("create", body["count"], body["message"]))
+        await asyncio.Event().wait()
+        return body
+
+
+async def test_second_cancel_abandons_the_backlog_and_counts_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A backlog that cannot drain: the flush is cut at the second cancellation, the
+    recorder returns at once and counts every event it did not write."""
+    client = BlockedClient()
+    rec = EventRecorder(client, component="c-shutdown", host="h", writers=2)  # type: ignore[arg-type]
+    task = asyncio.create_task(rec.run())
+    for i in range(10):
+        rec.event(OBJ, "Normal", "R", f"m{i}")
+    await client.wait_calls(2)  # both writers stuck in a write
+    task.cancel()  # graceful: starts flushing, cannot finish
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not task.done()
+    task.cancel()  # the deadline
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert rec.abandoned == 10  # 8 pending + 2 in flight
+    assert drops("c-shutdown", "shutdown") == 10
+    assert rec.pending() == 0
+
+
+async def test_drops_are_logged_once_per_interval_not_per_event() -> None:
+    with structlog.testing.capture_logs() as logged:
+        rec = EventRecorder(
+            client=RecordingClient(),  # type: ignore[arg-type]
+            component="c-log",
+            host="h",
+            max_pending=1,
+            log_interval=0.01,
+        )
+        task = asyncio.create_task(rec.run())
+        await asyncio.sleep(0)
+        # Fill the queue faster than the writer can empty it (no await in between).
+        for i in range(50):
+            rec.event(OBJ, "Normal", "R", f"m{i}")
+        await asyncio.sleep(0.05)  # several intervals pass
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    lines = [e for e in logged if e["event"] == "event queue full; events dropped"]
+    assert len(lines) == 1
+    assert lines[0]["count"] == 49

@@ -155,3 +155,60 @@ async def test_unready_check_fails_readyz() -> None:
         assert "[-]never failed" in await r.text()
     m.stop()
     await task
+
+
+async def test_stop_is_bounded_by_the_grace_period_whatever_the_event_backlog(
+    unused_tcp_port: int,
+) -> None:
+    """An API server that never answers Event writes: the backlog cannot drain, yet
+    ``run()`` returns normally (exit 0) and the events it could not write are counted
+    and logged in one line. (The bound on the wait below is only there so that a
+    regression fails instead of hanging; nothing about speed is asserted.)"""
+    from aiohttp import web
+    from kubernetes_asyncio.client import Configuration
+    from structlog.testing import capture_logs
+
+    from msop.kube import KubeClient
+
+    arrived = asyncio.Event()
+
+    async def never_answers(request: web.Request) -> web.Response:
+        arrived.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", never_answers)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    client = KubeClient.from_configuration(
+        Configuration(host=f"http://127.0.0.1:{unused_tcp_port}")
+    )
+    m = Manager(
+        client,
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+        graceful_shutdown_timeout=1.0,
+    )
+    recorder = m.event_recorder("shutdown-test")
+    job = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "n", "uid": "u"},
+    }
+    for i in range(50):
+        recorder.event(job, "Normal", "Reason", f"event {i}")
+    try:
+        with capture_logs() as logged:
+            task = asyncio.create_task(m.run())
+            await arrived.wait()  # the writers are stuck in their first writes
+            m.stop()
+            await asyncio.wait_for(task, timeout=60)  # returns normally: exit code 0
+    finally:
+        await client.close()
+        await runner.cleanup()
+    assert recorder.abandoned == 50  # 46 pending and 4 in flight, none written
+    lines = [e for e in logged if e["event"] == "events not written: shutdown deadline reached"]
+    assert [e["count"] for e in lines] == [50]
+    assert logged[-1]["event"] == "manager stopped"
