@@ -481,3 +481,36 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
         cluster, namespace, "js"
     )
     assert "MSJobFailed" not in event_reasons(cluster, namespace, "js")
+
+
+def test_restart_scope_job_restarts_are_bounded_by_backoff_limit(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    """restartScope Job: each whole-job restart counts once; the failure after the last
+    allowed one fails the job, naming the pod and how many restarts were done."""
+    job = _job("jb", {"backoffLimit": 1}, Scheduler=(1, "ExitCode"), Worker=(1, "ExitCode"))
+    for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]
+        spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1
+    apply(cluster, namespace, job)
+    members = {"jb-scheduler-0", "jb-worker-0"}
+    for _ in range(2):
+        _run_all(kubelet, cluster, namespace, "jb", members)
+        wait_condition(cluster, namespace, "jb", "Running")
+        old = kubelet.get(namespace, "jb-worker-0")["metadata"]["uid"]
+        kubelet.fail(namespace, "jb-worker-0", exit_code=137)
+
+        def moved_on(old: str = old) -> bool:
+            if is_true(get(cluster, namespace, "msjob", "jb"), "Failed"):
+                return True
+            pod = get(cluster, namespace, "pod", "jb-worker-0")
+            return pod is not None and pod["metadata"]["uid"] != old
+
+        wait_for("the worker recreated, or the job failed", moved_on)
+    failed = wait_condition(cluster, namespace, "jb", "Failed")
+    cond = condition(failed, "Failed")
+    assert cond is not None and cond["reason"] == "BackoffLimitExceeded", cond
+    assert "pod " + namespace + "/jb-worker-0 exited with code 137" in cond["message"]
+    assert "after 1 restart(s) of the job (backoffLimit 1)" in cond["message"]
+    assert failed["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    reasons = [e["reason"] for e in events(cluster, namespace, "jb")]
+    assert reasons.count("MSJobRestarting") == 1 and reasons.count("BackoffLimitExceeded") == 1
