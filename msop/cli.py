@@ -264,8 +264,10 @@ async def run_operator(args: argparse.Namespace) -> int:
     from msop.informers.factory import InformerFactory
     from msop.informers.reflector import ReflectorOptions
     from msop.kube.client import KubeClient
+    from msop.metrics import register_process_metrics
 
     log = structlog.get_logger("msop")
+    register_process_metrics(__version__)
     try:
         client = await KubeClient.from_config(
             args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
