@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from msop.api import constants as c  # noqa: E402
+from msop.api import progress as progress_api  # noqa: E402
 from msop.api import validation as v  # noqa: E402
 
 CRD_PATH = ROOT / "config" / "crd" / "bases" / f"{c.GROUP}_{c.PLURAL}.yaml"
@@ -544,8 +545,49 @@ def status_schema() -> dict[str, Any]:
                 "metadata.generation last seen by the operator.", fmt="int64"
             ),
             "workers": _str('Active/desired workers for the Workers column, e.g. "3/4".'),
+            "progress": progress_schema(),
         },
     }
+
+
+def progress_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "Training progress as Worker 0's progress reporter (msop.integrations) "
+        "last reported it; absent until it reports. Written at most once per "
+        "--progress-interval, and once more with the final report when training ends.",
+        "properties": {
+            "percentComplete": {
+                "type": "integer", "minimum": 0, "maximum": 100,
+                "description": "Percent of the training done, rounded down (100: all done).",
+            },
+            "step": _int("Global training steps done.", fmt="int64", minimum=0),
+            "totalSteps": _int("Global training steps planned.", fmt="int64", minimum=0),
+            "epoch": _int("Epochs done (or the current epoch).", fmt="int64", minimum=0),
+            "totalEpochs": _int("Epochs planned.", fmt="int64", minimum=0),
+            "estimatedRemainingSeconds": _int(
+                "Estimated seconds to the end of training, from the measured step rate.",
+                fmt="int64", minimum=0,
+            ),
+            "metrics": {
+                "type": "array",
+                "description": "Latest named metrics (loss, eval metrics) as strings.",
+                "maxItems": progress_api.MAX_METRICS,
+                "x-kubernetes-list-type": "map",
+                "x-kubernetes-list-map-keys": ["name"],
+                "items": {
+                    "type": "object",
+                    "required": ["name", "value"],
+                    "properties": {
+                        "name": _str("Metric name, e.g. loss.", maxLength=63),
+                        "value": _str("Metric value as reported, e.g. 0.0213.",
+                                      maxLength=progress_api.MAX_METRIC_VALUE),
+                    },
+                },
+            },
+            "lastReportTime": _time("When the reported snapshot was taken."),
+        },
+    }  # fmt: skip
 
 
 def name_rules() -> list[dict[str, Any]]:
@@ -629,6 +671,12 @@ def build_crd(openapi: dict[str, Any]) -> dict[str, Any]:
                             "type": "string",
                             "description": "Active/desired workers.",
                             "jsonPath": ".status.workers",
+                        },
+                        {
+                            "name": "Progress",
+                            "type": "integer",
+                            "description": "Percent of the training done, as reported.",
+                            "jsonPath": ".status.progress.percentComplete",
                         },
                         {
                             "name": "Age",

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from msop import __version__
+from msop.api import constants as c
 
 USER_AGENT = f"msop/{__version__}"
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -37,6 +38,16 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
     return n
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {value!r}") from None
+    if not 0 <= port < 65536:
+        raise argparse.ArgumentTypeError(f"not a port number (0-65535): {value}")
+    return port
 
 
 def _positive_float(value: str) -> float:
@@ -144,6 +155,20 @@ def _add_run(sub: Any) -> None:
         default=_env_bool("MSOP_ENABLE_GANG_SCHEDULING"),
         help="create Volcano PodGroups and hold pods until Inqueue "
         "[env MSOP_ENABLE_GANG_SCHEDULING]",
+    )
+    a(
+        "--progress-port",
+        type=_port,
+        default=_env("MSOP_PROGRESS_PORT", str(c.DEFAULT_PROGRESS_PORT)),
+        help="port Worker 0's progress reporter (msop.integrations) is told to serve on, "
+        "and polled at; 0 turns training progress off [env MSOP_PROGRESS_PORT]",
+    )
+    a(
+        "--progress-interval",
+        type=_positive_float,
+        default=_env("MSOP_PROGRESS_INTERVAL", "30"),
+        help="seconds between two progress polls of a job, so at most one progress write "
+        "of its status per interval [env MSOP_PROGRESS_INTERVAL]",
     )
     a(
         "--kube-api-qps",
@@ -306,6 +331,8 @@ async def run_operator(args: argparse.Namespace) -> int:
                 namespaces=tuple(args.namespaces),
                 max_concurrent_reconciles=args.max_concurrent_reconciles,
                 gang_scheduling=args.enable_gang_scheduling,
+                progress_port=args.progress_port,
+                progress_interval=args.progress_interval,
             ),
         )
         log.info(

@@ -48,6 +48,15 @@ ENV_SCHED_PORT: Final = "MS_SCHED_PORT"
 ENV_WORKER_NUM: Final = "MS_WORKER_NUM"
 ENV_SERVER_NUM: Final = "MS_SERVER_NUM"
 ENV_NODE_ID: Final = "MS_NODE_ID"
+
+# Training progress (README "Training progress"): what the operator injects into the
+# ``mindspore`` container of Worker 0 so that msop.integrations reporters serve progress.
+ENV_PROGRESS_PORT: Final = "MSOP_PROGRESS_PORT"
+ENV_POD_NAME: Final = "MSOP_POD_NAME"
+ENV_POD_UID: Final = "MSOP_POD_UID"
+ENV_PROGRESS_FILE: Final = "MSOP_PROGRESS_FILE"
+DEFAULT_PROGRESS_PORT: Final = 28080
+DEFAULT_TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 ROLE_BY_TYPE: Final[dict[str, str]] = {
     SCHEDULER: "MS_SCHED",
     PS: "MS_PSERVER",

@@ -7,13 +7,16 @@ from typing import Any, TextIO
 
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
+from msop.api.progress import summary
 
 
 def format_progress(job: Mapping[str, Any]) -> str:
-    """``ns/name Condition | Worker active=2 succeeded=1 failed=0 | ...``.
+    """``ns/name Condition | Worker active=2 succeeded=1 failed=0 | ... | 45% epoch 9/20
+    ETA 2m5s loss=0.0213``.
 
     The condition is the latest one (``Pending`` before the operator saw the job); replica
-    types appear in Scheduler, PS, Worker order, and only those the status reports.
+    types appear in Scheduler, PS, Worker order, and only those the status reports; the
+    training progress comes last, once the job has reported some (``status.progress``).
     """
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
@@ -28,6 +31,9 @@ def format_progress(job: Mapping[str, Any]) -> str:
             f"{rtype} active={counts.get('active', 0)} succeeded={counts.get('succeeded', 0)} "
             f"failed={counts.get('failed', 0)}"
         )
+    progress = summary(status.get("progress"))
+    if progress:
+        parts.append(progress)
     return " | ".join(parts)
 
 

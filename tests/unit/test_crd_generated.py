@@ -89,6 +89,7 @@ def test_subresources_and_columns(committed: dict[str, Any]) -> None:
     assert columns == {
         "State": ".status.conditions[-1:].type",
         "Workers": ".status.workers",
+        "Progress": ".status.progress.percentComplete",
         "Age": ".metadata.creationTimestamp",
     }
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from msop.api import apply_defaults
+from msop.api.constants import DEFAULT_PROGRESS_PORT
 from msop.cli import main
 from msop.client.render import (
     CLUSTER_IP_PLACEHOLDER,
@@ -39,7 +40,7 @@ def _expected(raw: dict[str, Any], namespace: str, gang: bool = False) -> list[d
     pods = [
         desired.pod(
             job, rt, i, sched_host=CLUSTER_IP_PLACEHOLDER if sched and rt != "Scheduler" else None,
-            gang=gang,
+            gang=gang, progress_port=DEFAULT_PROGRESS_PORT,
         )
         for rt, i in desired.replica_slots(job)
     ]  # fmt: skip

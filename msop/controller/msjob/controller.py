@@ -5,6 +5,8 @@
   ``training.kubeflow.org/operator-name=msjob-controller``, so the caches hold the
   operator's own objects and not every pod in the cluster; an event enqueues the
   controller owner (an MSJob). The same events lower the reconciler's expectations.
+- Worker 0 pods that run also feed the progress poller (``progress.py``, leader only),
+  which enqueues a job when its reporter has something new.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOw
 from msop.controller.manager import Manager
 from msop.controller.msjob import metrics
 from msop.controller.msjob.plan import Options
+from msop.controller.msjob.progress import POLLERS, ProgressPoller
 from msop.controller.msjob.projection import pod_projection, service_projection
 from msop.controller.msjob.reconciler import (
     PODGROUPS,
@@ -29,6 +32,7 @@ from msop.controller.msjob.reconciler import (
     services_key,
 )
 from msop.controller.ratelimiter import default_controller_rate_limiter
+from msop.controller.reconcile import Request
 from msop.informers.informer import SharedInformer, final_state
 from msop.informers.lister import Lister, MultiNamespaceLister
 from msop.informers.store import Transform
@@ -51,6 +55,11 @@ class Settings:
     """Jobs reconciled at the same time (one key is never reconciled twice at once)."""
     gang_scheduling: bool = False
     """Create Volcano PodGroups and hold pods until their group is Inqueue."""
+    progress_port: int = c.DEFAULT_PROGRESS_PORT
+    """Port Worker 0's progress reporter serves on; 0 turns progress off."""
+    progress_interval: float = 30.0
+    """Seconds between two progress polls of one job (and so between two progress
+    writes of its status)."""
 
 
 def _owner_key(obj: Obj) -> str | None:
@@ -106,6 +115,12 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     pod_groups = informers(PODGROUPS, CHILD_SELECTOR) if settings.gang_scheduling else []
 
     expectations = Expectations()
+    poller: ProgressPoller | None = None
+    if settings.progress_port:
+        poller = ProgressPoller(
+            lambda ns, name: controller.queue.add(Request(ns, name)),
+            interval=settings.progress_interval,
+        )
     reconciler = MSJobReconciler(
         manager.client,
         jobs=_reader(jobs),
@@ -114,7 +129,10 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         pod_groups=_reader(pod_groups) if pod_groups else None,
         recorder=manager.event_recorder(EVENT_COMPONENT),
         expectations=expectations,
-        options=Options(gang_scheduling=settings.gang_scheduling),
+        options=Options(
+            gang_scheduling=settings.gang_scheduling, progress_port=settings.progress_port
+        ),
+        progress=poller.get if poller is not None else None,
     )
     controller = Controller(
         CONTROLLER_NAME,
@@ -147,4 +165,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in pod_groups:
         controller.watch(inf, owner)
     manager.add(controller)
+    if poller is not None:
+        for inf in pods:
+            poller.watch(inf)
+        POLLERS.append(poller)
+        manager.add(poller)
     return controller

@@ -132,6 +132,34 @@ def _env(view: MSJob, spec: ReplicaSpec, pod_name: str, sched_host: str | None) 
     ]
 
 
+def progress_env(container: JSON, port: int) -> list[JSON]:
+    """What a progress reporter (``msop.integrations``) in Worker 0 reads: the port to
+    serve its snapshot on, the pod's own name and uid (the operator checks that a report
+    names the pod it asked), and the file for the final snapshot, the container's
+    termination message (which the kubelet puts in the pod's status)."""
+    path = container.get("terminationMessagePath") or c.DEFAULT_TERMINATION_MESSAGE_PATH
+    return [
+        {"name": c.ENV_PROGRESS_PORT, "value": str(port)},
+        {"name": c.ENV_POD_NAME, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": c.ENV_POD_UID, "valueFrom": {"fieldRef": {"fieldPath": "metadata.uid"}}},
+        {"name": c.ENV_PROGRESS_FILE, "value": str(path)},
+    ]
+
+
+def progress_port(pod: JSON) -> int | None:
+    """The port a pod's progress reporter serves on, if the operator gave it one."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+            for e in container.get("env") or []:
+                if e.get("name") == c.ENV_PROGRESS_PORT:
+                    try:
+                        port = int(str(e.get("value")))
+                    except ValueError:
+                        return None
+                    return port if 0 < port < 65536 else None
+    return None
+
+
 def template_restart_policy_overridden(job: JSON, replica_type: str) -> bool:
     """True if the template sets a restartPolicy that the replica's policy overrides."""
     view = MSJob(job)
@@ -179,6 +207,7 @@ def pod(
     *,
     sched_host: str | None,
     gang: bool = False,
+    progress_port: int = 0,
 ) -> JSON:
     """The pod for one replica.
 
@@ -189,6 +218,9 @@ def pod(
     ownerReference, namespace, name and restartPolicy win over whatever the template
     says (a template cannot place a pod in another namespace or claim another owner).
     Raises ValueError if a Scheduler-backed replica is asked for without ``sched_host``.
+
+    ``progress_port`` (not 0) gives Worker 0's ``mindspore`` container what a progress
+    reporter needs (:func:`progress_env`).
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]
@@ -207,6 +239,14 @@ def pod(
         ours = {e["name"] for e in env}
         for container in pod_spec.get("containers") or []:
             if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+                kept = [e for e in container.get("env") or [] if e.get("name") not in ours]
+                container["env"] = kept + env
+
+    if progress_port and replica_type == c.WORKER and index == 0:
+        for container in pod_spec.get("containers") or []:
+            if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+                env = progress_env(container, progress_port)
+                ours = {e["name"] for e in env}
                 kept = [e for e in container.get("env") or [] if e.get("name") not in ours]
                 container["env"] = kept + env
 

@@ -59,6 +59,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msop.api import constants as c
+from msop.api import progress as progress_api
 from msop.api.conditions import get_condition, is_finished, is_true, set_condition
 from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
@@ -82,6 +83,8 @@ class Options:
     """Create a Volcano PodGroup per job and hold pods until it is Inqueue."""
     stuck_terminating_seconds: float = 300.0
     """How long past its deletion deadline a terminating pod may hold its slot."""
+    progress_port: int = c.DEFAULT_PROGRESS_PORT
+    """Port Worker 0's progress reporter is told to serve on; 0: no progress."""
 
 
 @dataclass
@@ -96,6 +99,9 @@ class Observed:
     defaulted: JSON | None = None
     """``apply_defaults(job)`` if the caller already has it (the planner only reads it);
     None to have the planner compute it."""
+    progress: JSON | None = None
+    """The latest ``status.progress`` fetched from Worker 0's reporter while it runs
+    (the progress poller's), if any."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +223,27 @@ def _how_it_ended(pod: JSON) -> str:
     return f"exited with code {code}{reason}"
 
 
+def final_progress(pod: JSON) -> JSON | None:
+    """The final progress report a pod's reporter wrote as the ``mindspore`` container's
+    termination message (current or previous run), timed by when the container finished;
+    None if there is none, or it is malformed, or it names another pod."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != c.DEFAULT_CONTAINER_NAME:
+            continue
+        for state in ("state", "lastState"):
+            term = (cs.get(state) or {}).get("terminated") or {}
+            message, finished = term.get("message"), term.get("finishedAt")
+            if not (isinstance(message, str) and message.startswith("{") and finished):
+                continue
+            try:
+                report = progress_api.parse_report(message)
+            except progress_api.InvalidReport:
+                continue
+            if report.final and report.pod_uid == pod["metadata"].get("uid"):
+                return progress_api.to_status(report, str(finished))
+    return None
+
+
 def _pod_succeeded(pod: JSON) -> bool:
     return _phase(pod) == "Succeeded" and exit_code(pod) in (0, None)
 
@@ -303,7 +330,19 @@ class _Planner:
                 self.active_job()
         else:
             self.finish(delete_all=False)
+        self.progress()
         return self.finish_status()
+
+    def progress(self) -> None:
+        """``status.progress``: the newest of the stored one, the poller's live one and the
+        final one Worker 0's reporter left in its termination message (which wins a tie:
+        it is the last word of that process)."""
+        current = self.status.get("progress")
+        worker0 = self.pods.get((c.WORKER, 0))
+        final = final_progress(worker0) if worker0 is not None else None
+        best = progress_api.newest(final, self.obs.progress, current)
+        if best is not None and best != current:
+            self.status["progress"] = copy_json(best)
 
     def fail(self, reason: str, message: str) -> None:
         self.condition(c.FAILED, c.CONDITION_TRUE, reason, message)
@@ -679,7 +718,7 @@ class _Planner:
             plan.create_pods.append(
                 desired.pod(
                     self.job, rtype, index, sched_host=sched_host,
-                    gang=self.opts.gang_scheduling,
+                    gang=self.opts.gang_scheduling, progress_port=self.opts.progress_port,
                 )
             )  # fmt: skip
         for rtype in {rt for rt, _ in ((slot_of(p) or ("", 0)) for p in plan.create_pods)}:

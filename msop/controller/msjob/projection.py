@@ -5,8 +5,10 @@ tolerations, the projected service-account token volume) and status detail that 
 planner never reads: about 25 KB per pod as Python dicts. The informers store a
 projection with only the fields :mod:`~msop.controller.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
-and restart counts, the ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with, a
-Service's ClusterIP), then apply the default transform (strings interned).
+and restart counts and termination messages (a progress reporter's final snapshot), the
+``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
+IP and ``hostNetwork`` (the progress poller), a Service's ClusterIP), then apply the
+default transform (strings interned).
 
 A field read from a cached pod or Service must be kept here; the unit tests check that
 plans from projected objects equal plans from full ones.
@@ -38,8 +40,9 @@ _METADATA = (
 _POD_STATUS = ("phase", "reason", "message", "podIP", "startTime")
 _CONTAINER_STATUS = ("name", "restartCount", "state", "lastState")
 _SERVICE_SPEC = ("type", "clusterIP", "clusterIPs", "ports", "selector")
-#: The cluster size a pod's MindSpore process was started with (restartScope Job resizes).
-_SIZE_ENV = (c.ENV_WORKER_NUM, c.ENV_SERVER_NUM)
+#: The cluster size a pod's MindSpore process was started with (restartScope Job resizes),
+#: and the port its progress reporter serves on (the progress poller).
+_KEPT_ENV = (c.ENV_WORKER_NUM, c.ENV_SERVER_NUM, c.ENV_PROGRESS_PORT)
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -59,13 +62,13 @@ def pod_projection(obj: Obj) -> Obj:
     out = _base(obj)
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        kept: Obj = _pick(spec, ("nodeName",))
+        kept: Obj = _pick(spec, ("nodeName", "hostNetwork"))
         for container in spec.get("containers") or []:
             if isinstance(container, dict) and container.get("name") == c.DEFAULT_CONTAINER_NAME:
                 env = [
                     {"name": e["name"], "value": e.get("value")}
                     for e in container.get("env") or []
-                    if isinstance(e, dict) and e.get("name") in _SIZE_ENV
+                    if isinstance(e, dict) and e.get("name") in _KEPT_ENV
                 ]
                 if env:
                     kept["containers"] = [{"name": c.DEFAULT_CONTAINER_NAME, "env": env}]

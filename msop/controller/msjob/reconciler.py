@@ -163,6 +163,7 @@ class MSJobReconciler:
         expectations: Expectations,
         options: Options,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        progress: Callable[[str], JSON | None] | None = None,
     ) -> None:
         self.client = client
         self.jobs = jobs
@@ -173,6 +174,8 @@ class MSJobReconciler:
         self.expectations = expectations
         self.options = options
         self.now = now
+        # job key -> the latest progress report of its running Worker 0 (the poller's).
+        self.progress = progress
         # job key -> the resourceVersion our last status write replaced. While the cache
         # still shows that version it is stale: planning from it would only conflict.
         self._superseded: dict[str, str] = {}
@@ -223,6 +226,7 @@ class MSJobReconciler:
             now=self.now(),
             pod_group=pod_group,
             defaulted=defaulted,
+            progress=self.progress(key) if self.progress is not None else None,
         )
         p = plan(observed, self.options)
         failure: ApiError | None = None

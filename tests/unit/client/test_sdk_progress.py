@@ -36,6 +36,22 @@ def test_format_latest_condition_and_counts_in_type_order() -> None:
     )
 
 
+def test_format_ends_with_the_training_progress_once_reported() -> None:
+    status = {
+        "conditions": [{"type": "Running", "status": "True"}],
+        "replicaStatuses": {"Worker": {"active": 2, "succeeded": 0, "failed": 0}},
+        "progress": {
+            "percentComplete": 45, "epoch": 9, "totalEpochs": 20, "step": 90,
+            "totalSteps": 200, "estimatedRemainingSeconds": 3725,
+            "metrics": [{"name": "loss", "value": "0.0213"}],
+            "lastReportTime": "2026-01-01T00:00:00Z",
+        },
+    }  # fmt: skip
+    assert format_progress(_job(status)) == (
+        "ns/j Running | Worker active=2 succeeded=0 failed=0 | 45% epoch 9/20 ETA 1h2m loss=0.0213"
+    )
+
+
 class _Tty(io.StringIO):
     def isatty(self) -> bool:
         return True

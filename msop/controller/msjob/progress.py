@@ -1,0 +1,352 @@
+"""The progress poller: fetches training progress from Worker 0 of each running MSJob.
+
+Why pull. The operator asks; pods never call it. So:
+
+- **A pod cannot report for another job.** The poller only asks the pod it chose from its
+  own cache, Worker 0 of a job (by owner reference and labels), at that pod's IP, which
+  the cluster network gives to no other pod. The answer must also name that pod (name
+  and uid, which the reporter reads from the downward API), or it is rejected and
+  counted: an IP reused by a new pod before the cache noticed cannot pass off its
+  numbers as the old pod's. Pods on the host network share the node's IP, so they are
+  never polled.
+- **No new rights, no new component.** Pods need no token, no RBAC and no route to the
+  operator; the operator needs no new permission (it already reads and writes the job's
+  status). There is no server in the operator that a pod could flood.
+- **The operator sets the pace.** Each target is asked at most once per ``interval``
+  (default 30 s), with up to ``concurrency`` requests in flight and a ``timeout`` each;
+  every target has at most one request in flight, so 1,000 jobs cost 1,000 small GETs per
+  interval and a bounded number of tasks and sockets, never a backlog. A target that
+  does not answer is asked again after 5, 10, 20 s, then once per interval.
+- **One status write per new report, at most one per interval.** A report is stored
+  only when its ``seq`` is new; the job is then enqueued and the planner (not this
+  module) puts it in ``status.progress``. The last report of a process reaches the
+  status through the pod's termination message instead (see ``plan.final_progress``),
+  so the end of training is never missed between two polls.
+
+Memory: one entry per Worker 0 pod that is Running with a progress port, and one stored
+report (under 2 KiB) per such job; both go when the pod stops running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Protocol
+
+import aiohttp
+import structlog
+from prometheus_client import Counter
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from msop.api import constants as c
+from msop.api import progress as progress_api
+from msop.controller.msjob import desired
+from msop.controller.msjob.plan import format_time, slot_of
+from msop.informers.informer import SharedInformer, final_state
+from msop.metrics import REGISTRY
+
+JSON = dict[str, Any]
+log = structlog.get_logger("msop.msjob.progress")
+
+#: Seconds from a target's appearance to its first poll (the script is still starting).
+FIRST_POLL_DELAY = 5.0
+#: Results of a poll, the ``result`` label of ``msop_progress_polls_total``.
+RESULTS = ("report", "unchanged", "empty", "unreachable", "rejected", "invalid")
+
+POLLS = Counter(
+    "msop_progress_polls",
+    "Progress polls of Worker 0 pods, by result: report (a new report was stored), "
+    "unchanged (same seq as before), empty (no report yet), unreachable (no answer, refused "
+    "or timed out), rejected (the answer names another pod), invalid (not a version-1 "
+    "report).",
+    ["result"],
+    registry=REGISTRY,
+)
+for _result in RESULTS:
+    POLLS.labels(_result)
+
+
+class Fetch(Protocol):
+    """GET ``url``; return the HTTP status and at most ``limit`` bytes of body."""
+
+    async def __call__(self, url: str, limit: int) -> tuple[int, bytes]: ...
+
+
+@dataclass
+class Target:
+    """Worker 0 of one job, as the poller asks it."""
+
+    job: str
+    """``namespace/name`` of the MSJob."""
+    pod: str
+    uid: str
+    url: str
+    due: float
+    failures: int = 0
+    seq: int = 0
+    in_flight: bool = False
+    warned: bool = False
+
+
+def job_key_of(pod: JSON) -> str | None:
+    """``namespace/name`` of the MSJob that controls ``pod``, if one does."""
+    meta = pod.get("metadata") or {}
+    for ref in meta.get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == c.KIND:
+            return f"{meta.get('namespace', '')}/{ref.get('name', '')}"
+    return None
+
+
+def target_url(pod: JSON) -> str | None:
+    """Where Worker 0's reporter answers, if ``pod`` is a Worker 0 that should be polled
+    now: Running, not terminating, with its own IP (not the host's) and a progress port."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if slot_of(pod) != (c.WORKER, 0) or meta.get("deletionTimestamp"):
+        return None
+    if status.get("phase") != "Running" or (pod.get("spec") or {}).get("hostNetwork"):
+        return None
+    ip, port = status.get("podIP"), desired.progress_port(pod)
+    if not ip or port is None:
+        return None
+    host = f"[{ip}]" if ":" in str(ip) else ip
+    return f"http://{host}:{port}/progress"
+
+
+class ProgressPoller:
+    """Polls Worker 0's reporter of every running job; see the module docstring.
+
+    ``enqueue(namespace, name)`` asks for a reconcile of a job with a new report;
+    ``get(job_key)`` is what the reconciler gives the planner. Run it with the manager
+    (leader only: followers write no status).
+    """
+
+    def __init__(
+        self,
+        enqueue: Callable[[str, str], None],
+        *,
+        interval: float = 30.0,
+        timeout: float = 2.0,
+        concurrency: int = 32,
+        fetch: Fetch | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        rand: Callable[[], float] = random.random,
+        tick: float = 1.0,
+    ) -> None:
+        self.enqueue = enqueue
+        self.interval = interval
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self.clock = clock
+        self.wall = wall
+        self.rand = rand
+        self.tick = min(tick, interval)
+        self._fetch = fetch
+        self._targets: dict[str, Target] = {}
+        self._progress: dict[str, JSON] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # --- what the reconciler reads --------------------------------------------------------
+    def get(self, job_key: str) -> JSON | None:
+        """The latest ``status.progress`` reported by the job's running Worker 0."""
+        return self._progress.get(job_key)
+
+    def __len__(self) -> int:
+        return len(self._targets)
+
+    def reports(self) -> Iterator[tuple[str, JSON]]:
+        """(job key, progress) of every job with a stored report."""
+        yield from list(self._progress.items())
+
+    # --- targets from the pod cache -------------------------------------------------------
+    def watch(self, informer: SharedInformer) -> None:
+        """Follow Worker 0 pods in ``informer``'s cache."""
+        informer.add_event_handler(
+            on_add=lambda obj, initial: self.observe(obj),
+            on_update=lambda old, new: self.observe(new),
+            on_delete=lambda obj: self.forget(final_state(obj)),
+        )
+
+    def observe(self, pod: JSON) -> None:
+        """Add, update or drop the target for ``pod`` after a cache event."""
+        meta = pod.get("metadata") or {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        url, job = target_url(pod), job_key_of(pod)
+        if url is None or job is None:
+            self.forget(pod)
+            return
+        uid = str(meta.get("uid", ""))
+        current = self._targets.get(key)
+        if current is not None and current.uid == uid and current.url == url:
+            return
+        if current is not None:
+            self._drop(key)
+        self._targets[key] = Target(job, str(meta.get("name")), uid, url,
+                                    due=self.clock() + FIRST_POLL_DELAY)  # fmt: skip
+
+    def forget(self, pod: JSON) -> None:
+        meta = pod.get("metadata") or {}
+        self._drop(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+
+    def _drop(self, key: str) -> None:
+        target = self._targets.pop(key, None)
+        if target is not None:
+            self._progress.pop(target.job, None)
+
+    # --- polling ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Poll due targets until cancelled."""
+        own_session: aiohttp.ClientSession | None = None
+        if self._fetch is None:
+            # No proxy from the environment: pod IPs are reached directly, never through
+            # an HTTP proxy that the operator's own environment may name.
+            own_session = aiohttp.ClientSession(
+                trust_env=False,
+                connector=aiohttp.TCPConnector(limit=self.concurrency, force_close=True),
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+            )
+            self._fetch = _session_fetch(own_session)
+        semaphore = asyncio.Semaphore(self.concurrency)
+        try:
+            while True:
+                self.poll_due(semaphore)
+                await asyncio.sleep(self.tick)
+        finally:
+            for task in list(self._tasks):
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            if own_session is not None:
+                await own_session.close()
+
+    def poll_due(self, semaphore: asyncio.Semaphore) -> int:
+        """Start a poll of every due target that has none in flight; return how many."""
+        now = self.clock()
+        started = 0
+        for target in list(self._targets.values()):
+            if target.in_flight or target.due > now:
+                continue
+            target.in_flight = True
+            task = asyncio.create_task(self._poll(target, semaphore))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            started += 1
+        return started
+
+    async def _poll(self, target: Target, semaphore: asyncio.Semaphore) -> None:
+        try:
+            async with semaphore:
+                result = await self.poll(target)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must not stop the poller
+            log.exception("progress poll failed", pod=target.pod)
+            result = "unreachable"
+        finally:
+            target.in_flight = False
+        POLLS.labels(result).inc()
+
+    async def poll(self, target: Target) -> str:
+        """Ask ``target`` once, store what it says; return the result label."""
+        assert self._fetch is not None
+        try:
+            status, body = await asyncio.wait_for(
+                self._fetch(target.url, progress_api.MAX_REPORT_BYTES + 1), self.timeout
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return self._schedule(target, "unreachable")
+        if status == 204:
+            return self._schedule(target, "empty")
+        if status != 200:
+            return self._invalid(target, f"HTTP {status}")
+        try:
+            report = progress_api.parse_report(body)
+        except progress_api.InvalidReport as e:
+            return self._invalid(target, str(e))
+        if report.pod_uid != target.uid or report.pod_name != target.pod:
+            if not target.warned:
+                target.warned = True
+                log.warning(
+                    "progress report rejected: it names another pod", job=target.job,
+                    pod=target.pod, claimed=f"{report.pod_name} ({report.pod_uid})",
+                )  # fmt: skip
+            return self._schedule(target, "rejected")
+        if report.seq == target.seq:
+            return self._schedule(target, "unchanged", ok=True)
+        if self._targets.get(target_key(target)) is not target:
+            return "unchanged"  # the pod went away while we asked
+        target.seq = report.seq
+        taken = self.wall() - timedelta(seconds=report.age)
+        progress = progress_api.to_status(report, format_time(taken))
+        if progress != self._progress.get(target.job):
+            self._progress[target.job] = progress
+            namespace, _, name = target.job.partition("/")
+            self.enqueue(namespace, name)
+        return self._schedule(target, "report", ok=True)
+
+    def _invalid(self, target: Target, why: str) -> str:
+        if not target.warned:
+            target.warned = True
+            log.warning("progress report invalid", job=target.job, pod=target.pod, error=why)
+        return self._schedule(target, "invalid")
+
+    def _schedule(self, target: Target, result: str, *, ok: bool = False) -> str:
+        """Set when ``target`` is asked next: an interval after an answer (with 10 %
+        jitter, so that jobs started together do not stay in step), sooner while it has
+        not answered yet."""
+        if ok:
+            target.failures = 0
+            wait = self.interval
+        else:
+            target.failures += 1
+            wait = min(self.interval, FIRST_POLL_DELAY * 2 ** (target.failures - 1))
+        target.due = self.clock() + wait * (0.9 + 0.2 * self.rand())
+        return result
+
+
+def target_key(target: Target) -> str:
+    return f"{target.job.partition('/')[0]}/{target.pod}"
+
+
+def _session_fetch(session: aiohttp.ClientSession) -> Fetch:
+    async def fetch(url: str, limit: int) -> tuple[int, bytes]:
+        async with session.get(url, allow_redirects=False) as resp:
+            return resp.status, await resp.content.read(limit)
+
+    return fetch
+
+
+class ProgressCollector(Collector):
+    """``msop_job_progress_ratio{namespace,name}``: the reported fraction done (0-1) of each
+    job whose Worker 0 runs and has reported, so the series live only as long as the
+    training does (one per running, reporting job)."""
+
+    def __init__(self, pollers: list[ProgressPoller]) -> None:
+        self.pollers = pollers
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "msop_job_progress_ratio",
+            "Fraction of training done (0-1) that Worker 0 last reported, for each running "
+            "MSJob that reports progress.",
+            labels=["namespace", "name"],
+        )
+        for poller in self.pollers:
+            for job, progress in poller.reports():
+                percent = progress.get("percentComplete")
+                if isinstance(percent, int):
+                    namespace, _, name = job.partition("/")
+                    family.add_metric([namespace, name], percent / 100)
+        yield family
+
+    def describe(self) -> list[Any]:
+        return []
+
+
+POLLERS: list[ProgressPoller] = []
+REGISTRY.register(ProgressCollector(POLLERS))

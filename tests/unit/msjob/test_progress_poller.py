@@ -1,0 +1,255 @@
+"""The progress poller (msop.controller.msjob.progress): which pods it asks, what it
+accepts, how often it asks, and that it stays bounded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from msop.controller.msjob import desired
+from msop.controller.msjob.progress import (
+    FIRST_POLL_DELAY,
+    POLLS,
+    ProgressCollector,
+    ProgressPoller,
+    Target,
+    target_url,
+)
+from msop.metrics import REGISTRY
+from tests.unit.msjob.test_plan import job
+
+JSON = dict[str, Any]
+WALL = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def worker(index: int = 0, *, ip: str = "10.1.0.5", phase: str = "Running", port: int = 28080,
+           uid: str = "uid-w0", ns: str = "ns", job_name: str = "j") -> JSON:  # fmt: skip
+    j = job({"Worker": (2, "Never")})
+    j["metadata"].update(name=job_name, namespace=ns)
+    p = desired.pod(j, "Worker", index, sched_host=None, progress_port=port)
+    p["metadata"]["uid"] = uid
+    p["status"] = {"phase": phase, "podIP": ip}
+    return p
+
+
+def report(uid: str = "uid-w0", name: str = "j-worker-0", seq: int = 1, **fields: Any) -> bytes:
+    body = {"version": 1, "pod": {"name": name, "uid": uid}, "seq": seq, "age": 2.0,
+            "step": 5, "totalSteps": 20, **fields}  # fmt: skip
+    return json.dumps(body).encode()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Answers:
+    """A fetch that answers from a list (status, body) or raises what is in it."""
+
+    def __init__(self, *answers: tuple[int, bytes] | Exception) -> None:
+        self.answers = list(answers)
+        self.urls: list[str] = []
+
+    async def __call__(self, url: str, limit: int) -> tuple[int, bytes]:
+        self.urls.append(url)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def poller(fetch: Any, clock: Clock | None = None) -> tuple[ProgressPoller, list[str]]:
+    enqueued: list[str] = []
+    p = ProgressPoller(
+        lambda ns, name: enqueued.append(f"{ns}/{name}"), interval=30.0, fetch=fetch,
+        clock=clock or Clock(), wall=lambda: WALL, rand=lambda: 0.5,
+    )  # fmt: skip
+    return p, enqueued
+
+
+def only_target(p: ProgressPoller) -> Target:
+    [target] = p._targets.values()
+    return target
+
+
+def test_only_a_running_worker_0_with_its_own_ip_and_a_port_is_polled() -> None:
+    assert target_url(worker()) == "http://10.1.0.5:28080/progress"
+    assert target_url(worker(ip="fd00::5")) == "http://[fd00::5]:28080/progress"
+    assert target_url(worker(index=1)) is None
+    assert target_url(worker(phase="Pending")) is None
+    assert target_url(worker(phase="Succeeded")) is None
+    assert target_url(worker(ip="")) is None
+    assert target_url(worker(port=0)) is None  # created with progress off
+    host = worker()
+    host["spec"]["hostNetwork"] = True  # shares the node's IP: anyone there could answer
+    assert target_url(host) is None
+    deleting = worker()
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert target_url(deleting) is None
+
+
+async def test_a_new_report_is_stored_timed_by_its_age_and_enqueues_the_job_once() -> None:
+    p, enqueued = poller(Answers((200, report(seq=1)), (200, report(seq=1)), (200, report(seq=2))))
+    p.observe(worker())
+    target = only_target(p)
+    assert await p.poll(target) == "report"
+    assert enqueued == ["ns/j"]
+    assert p.get("ns/j") == {"percentComplete": 25, "step": 5, "totalSteps": 20,
+                             "lastReportTime": "2026-01-01T11:59:58Z"}  # fmt: skip
+    assert await p.poll(target) == "unchanged"  # same seq: nothing new, no write
+    assert enqueued == ["ns/j"]
+    assert await p.poll(target) == "report"  # a new seq with the same numbers: no write
+    assert enqueued == ["ns/j"]
+
+
+async def test_a_report_naming_another_pod_is_rejected_and_never_stored() -> None:
+    other_job = report(uid="uid-of-another-jobs-pod", name="victim-worker-0", percentComplete=99)
+    p, enqueued = poller(Answers((200, other_job), (200, report(name="j-worker-1"))))
+    p.observe(worker())
+    assert await p.poll(only_target(p)) == "rejected"
+    assert await p.poll(only_target(p)) == "rejected"
+    assert p.get("ns/j") is None and enqueued == []
+
+
+@pytest.mark.parametrize(
+    ("answer", "result"),
+    [
+        ((204, b""), "empty"),
+        ((404, b"no"), "invalid"),
+        ((200, b"<html>"), "invalid"),
+        ((200, report(version=7)), "invalid"),
+        (ConnectionRefusedError(), "unreachable"),
+        (TimeoutError(), "unreachable"),
+    ],
+)
+async def test_no_report_is_counted_by_result_and_stores_nothing(
+    answer: tuple[int, bytes] | Exception, result: str
+) -> None:
+    p, enqueued = poller(Answers(answer))
+    p.observe(worker())
+    before = POLLS.labels(result)._value.get()
+    target = only_target(p)
+    target.in_flight = True
+    await p._poll(target, asyncio.Semaphore(1))
+    assert POLLS.labels(result)._value.get() == before + 1
+    assert p.get("ns/j") is None and enqueued == [] and not target.in_flight
+
+
+async def test_asked_every_interval_and_sooner_while_it_has_not_answered_yet() -> None:
+    clock = Clock()
+    refused = [ConnectionRefusedError() for _ in range(5)]
+    p, _ = poller(Answers(*refused, (200, report())), clock)
+    p.observe(worker())
+    target = only_target(p)
+    assert target.due == clock.t + FIRST_POLL_DELAY
+    waits = []
+    for _ in range(6):
+        await p.poll(target)
+        waits.append(target.due - clock.t)
+    assert waits == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
+
+
+async def test_a_target_goes_with_its_pod_and_takes_its_report_with_it() -> None:
+    p, _ = poller(Answers((200, report())))
+    pod = worker()
+    p.observe(pod)
+    await p.poll(only_target(p))
+    assert p.get("ns/j") is not None
+    p.observe({**pod, "status": {"phase": "Succeeded", "podIP": "10.1.0.5"}})
+    assert len(p) == 0 and p.get("ns/j") is None
+    p.observe(pod)
+    p.forget(pod)
+    assert len(p) == 0
+    p.observe(pod)
+    replaced = worker(uid="uid-new")  # same name, new pod (a restart): asked afresh
+    p.observe(replaced)
+    assert only_target(p).uid == "uid-new"
+
+
+async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() -> None:
+    clock = Clock()
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+
+    async def slow(url: str, limit: int) -> tuple[int, bytes]:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        return 204, b""
+
+    p, _ = poller(slow, clock)
+    for i in range(10):
+        p.observe(worker(ip=f"10.1.0.{i}", uid=f"u{i}", job_name=f"j{i}"))
+    clock.t += FIRST_POLL_DELAY
+    semaphore = asyncio.Semaphore(3)
+    assert p.poll_due(semaphore) == 10
+    await asyncio.sleep(0.05)
+    assert p.poll_due(semaphore) == 0  # all in flight: not asked twice
+    assert peak == 3
+    release.set()
+    await asyncio.gather(*p._tasks)
+    assert peak == 3 and not any(t.in_flight for t in p._targets.values())
+
+
+async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
+    seen: list[str] = []
+
+    async def handler(request: web.Request) -> web.Response:
+        seen.append(request.path)
+        return web.Response(body=report(uid="uid-w0", seq=len(seen)),
+                            content_type="application/json")  # fmt: skip
+
+    app = web.Application()
+    app.router.add_get("/progress", handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    enqueued: list[str] = []
+    clock = Clock()
+    p = ProgressPoller(lambda ns, name: enqueued.append(name), interval=1.0, tick=0.01,
+                       clock=clock, wall=lambda: WALL)  # fmt: skip
+    p.observe(worker(ip="127.0.0.1", port=port))
+    clock.t += FIRST_POLL_DELAY
+    task = asyncio.create_task(p.run())
+    try:
+        for _ in range(500):
+            if enqueued:
+                break
+            await asyncio.sleep(0.01)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await runner.cleanup()
+    assert seen == ["/progress"] and enqueued == ["j"]
+    assert p.get("ns/j") is not None
+
+
+async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
+    p, _ = poller(Answers((200, report(step=9)), (200, report(uid="u2", name="k-worker-0"))))
+    p.observe(worker())
+    p.observe(worker(uid="u2", job_name="k", ip="10.1.0.6"))
+    for target in list(p._targets.values()):
+        await p.poll(target)
+    collector = ProgressCollector([p])
+    [family] = list(collector.collect())
+    assert {(s.labels["namespace"], s.labels["name"]): s.value for s in family.samples} == {
+        ("ns", "j"): 0.45,
+        ("ns", "k"): 0.25,
+    }
+    p.forget(worker(uid="u2", job_name="k"))
+    [family] = list(collector.collect())
+    assert [s.labels["name"] for s in family.samples] == ["j"]
+    assert REGISTRY.get_sample_value("msop_progress_polls_total", {"result": "report"}) is not None
