@@ -254,40 +254,59 @@ class ImageBuilder:
         return out
 
     def mindspore(self, base: Image) -> Image:
-        """MindSpore for CPU on the Python base: the image of the examples/mindspore job."""
-        context = self.repo / "examples/mindspore"
+        """MindSpore for CPU on the Python base, with msop's reporter: the image of the
+        examples/mindspore job (its Dockerfile, built from the repository root)."""
         wheels = self.mindspore_wheelhouse()
-        key = self.mindspore_key(base, wheels)
+        build = self.wheelhouse()  # setuptools, to build msop's wheel offline
+        key = self.mindspore_key(base, wheels, build)
         ref = f"{MINDSPORE_REPOSITORY}:e2e-{key}"
         archive = self._archive("mindspore", key)
         if not archive.exists():
-            self._bud(base, wheels, ref, context / "Dockerfile", context, "MindSpore's Dockerfile")
+            self._bud(base, [wheels, build], ref, self.repo / "examples/mindspore/Dockerfile",
+                      self.repo, "MindSpore's Dockerfile")  # fmt: skip
             self._save(ref, archive)
         return Image(ref, archive)
 
-    def mindspore_key(self, base: Image, wheels: Path) -> str:
-        """The cache key of the MindSpore image: the recipe, the base, the wheelhouse and
-        the files its build context contributes (``train.py`` is not one: the MSJob
-        mounts it from a ConfigMap)."""
-        context = self.repo / "examples/mindspore"
-        parts: list[bytes | str] = [RECIPE_VERSION, base.archive.name, wheels.name]
-        for name in ("Dockerfile", "requirements.txt", ".dockerignore"):
-            parts += [name, (context / name).read_bytes()]
+    def mindspore_inputs(self) -> list[Path]:
+        """The files the MindSpore image is built from: its Dockerfile and requirements,
+        and msop's source (its wheel is installed); not ``train.py``, which the MSJob
+        mounts from a ConfigMap."""
+        example = self.repo / "examples/mindspore"
+        return [
+            example / "Dockerfile",
+            example / "requirements.txt",
+            self.repo / ".dockerignore",
+            self.repo / "pyproject.toml",
+            self.repo / "README.md",
+            *_tree_files(self.repo, ["msop/**/*"]),
+        ]
+
+    def mindspore_key(self, base: Image, wheels: Path, build: Path) -> str:
+        """The cache key of the MindSpore image: the recipe, the base, the wheelhouses and
+        every file its build contributes, by name and content."""
+        parts: list[bytes | str] = [RECIPE_VERSION, base.archive.name, wheels.name, build.name]
+        for path in self.mindspore_inputs():
+            parts += [str(path.relative_to(self.repo)), path.read_bytes()]
         return _digest(parts)
 
     def _bud(
-        self, base: Image, wheels: Path, ref: str, dockerfile: Path, context: Path, what: str
-    ) -> None:
+        self, base: Image, wheels: list[Path], ref: str, dockerfile: Path, context: Path,
+        what: str,
+    ) -> None:  # fmt: skip
         self._buildah("pull", f"docker-archive:{base.archive}", what="loading the base")
+        mounts = [f"/wheelhouse{i or ''}" for i in range(len(wheels))]
+        volumes = [arg for w, m in zip(wheels, mounts, strict=True)
+                   for arg in ("--volume", f"{w}:{m}:ro")]  # fmt: skip
         self._buildah(
             "bud",
             "--isolation", "chroot",
             "--http-proxy=false",
             "--pull-never",
             "--layers=false",
-            "--volume", f"{wheels}:/wheelhouse:ro",
+            *volumes,
             "--build-arg", "PIP_NO_INDEX=1",
-            "--build-arg", "PIP_FIND_LINKS=/wheelhouse",
+            # pip splits a list option given in the environment at whitespace.
+            "--build-arg", f"PIP_FIND_LINKS={' '.join(mounts)}",
             "--build-arg", f"PYTHON_IMAGE={base.ref}",
             "--tag", ref,
             "--file", str(dockerfile),
@@ -319,6 +338,6 @@ class ImageBuilder:
         ref = f"{OPERATOR_REPOSITORY}:e2e-{key}"
         archive = self._archive("operator", key)
         if not archive.exists():
-            self._bud(base, wheels, ref, self.repo / "Dockerfile", self.repo, "the Dockerfile")
+            self._bud(base, [wheels], ref, self.repo / "Dockerfile", self.repo, "the Dockerfile")
             self._save(ref, archive)
         return Image(ref, archive)

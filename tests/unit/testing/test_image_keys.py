@@ -49,34 +49,46 @@ def test_operator_key_follows_the_build_context(tmp_path: Path) -> None:
     assert builder.operator_key(base, tmp_path / "wheelhouse-2") != key()
 
 
-def test_mindspore_key_follows_its_dockerfile_and_requirements_not_the_script(
+def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
     tmp_path: Path,
 ) -> None:
     repo = tmp_path / "repo"
     example = repo / "examples/mindspore"
     example.mkdir(parents=True)
+    (repo / "msop/integrations").mkdir(parents=True)
     for name, text in {
-        "Dockerfile": "FROM base\n",
-        "requirements.txt": "mindspore==2.10.0\n",
-        ".dockerignore": "*\n!requirements.txt\n",
-        "train.py": "print()\n",
-        "msjob.yaml": "kind: MSJob\n",
+        "examples/mindspore/Dockerfile": "FROM base\n",
+        "examples/mindspore/requirements.txt": "mindspore==2.10.0\n",
+        "examples/mindspore/train.py": "print()\n",
+        "examples/mindspore/msjob.yaml": "kind: MSJob\n",
+        ".dockerignore": "*\n",
+        "Dockerfile": "FROM operator\n",
+        "pyproject.toml": "[project]\n",
+        "README.md": "# msop\n",
+        "msop/__init__.py": "",
+        "msop/integrations/progress.py": "",
     }.items():
-        (example / name).write_text(text)
+        (repo / name).write_text(text)
     builder = ImageBuilder(tmp_path / "cache", repo)
     base = Image("python:x", tmp_path / "python-base-1.tar")
     wheels = tmp_path / "mindspore-wheelhouse-1"
+    build = tmp_path / "wheelhouse-1"
 
     def key() -> str:
-        return builder.mindspore_key(base, wheels)
+        return builder.mindspore_key(base, wheels, build)
 
     first = key()
-    for outside in ("train.py", "msjob.yaml"):  # mounted or applied, not built in
-        (example / outside).write_text("changed\n")
+    # Mounted or applied, not built in; the operator's Dockerfile is another image's.
+    for outside in ("examples/mindspore/train.py", "examples/mindspore/msjob.yaml", "Dockerfile"):
+        (repo / outside).write_text("changed\n")
         assert key() == first, outside
-    for changed in ("Dockerfile", "requirements.txt", ".dockerignore"):
-        (example / changed).write_text((example / changed).read_text() + "# changed\n")
+    built_in = ("examples/mindspore/Dockerfile", "examples/mindspore/requirements.txt",
+                ".dockerignore", "pyproject.toml", "msop/integrations/progress.py")  # fmt: skip
+    for changed in built_in:
+        (repo / changed).write_text((repo / changed).read_text() + "# changed\n")
         assert key() != first, changed
         first = key()
-    assert builder.mindspore_key(base, tmp_path / "mindspore-wheelhouse-2") != key()
-    assert builder.mindspore_key(Image("python:x", tmp_path / "python-base-2.tar"), wheels) != key()
+    assert builder.mindspore_key(base, tmp_path / "mindspore-wheelhouse-2", build) != key()
+    assert builder.mindspore_key(base, wheels, tmp_path / "wheelhouse-2") != key()
+    other_base = Image("python:x", tmp_path / "python-base-2.tar")
+    assert builder.mindspore_key(other_base, wheels, build) != key()
