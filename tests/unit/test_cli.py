@@ -30,6 +30,9 @@ def test_version() -> None:
         ["run", "--max-concurrent-reconciles", "0"],
         ["run", "--kube-api-qps", "-1"],
         ["run", "--log-format", "xml"],
+        ["run", "--progress-port", "70000"],
+        ["run", "--progress-port", "http"],
+        ["run", "--progress-interval", "0"],
         ["run", "--bogus"],
         [],
     ],
@@ -72,8 +75,11 @@ def test_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("MSOP_MAX_CONCURRENT_RECONCILES", "7")
     monkeypatch.setenv("MSOP_LEADER_ELECT", "true")
     monkeypatch.setenv("MSOP_NAMESPACES", "a,b")
+    monkeypatch.setenv("MSOP_PROGRESS_PORT", "0")
+    monkeypatch.setenv("MSOP_PROGRESS_INTERVAL", "2.5")
     args = parse_args(["run"])
     assert args.max_concurrent_reconciles == 7 and args.leader_elect
+    assert (args.progress_port, args.progress_interval) == (0, 2.5)
     assert args.namespaces == ["a", "b"]
     args = parse_args(["run", "--max-concurrent-reconciles", "3", "--namespace", "c"])
     assert args.max_concurrent_reconciles == 3
