@@ -72,6 +72,11 @@ class ClusterStartError(RuntimeError):
     """The cluster did not come up; the message names the failed component and its log."""
 
 
+def pod_cidr(node: int) -> str:
+    """The pod IP range of fake node ``node``: ``127.<100 + node>.0.0/16``, on loopback."""
+    return f"127.{100 + node}.0.0/16"
+
+
 @dataclass
 class LocalCluster:
     """One kwokctl cluster. ``start()`` creates it, ``stop()`` deletes it.
@@ -320,6 +325,10 @@ class LocalCluster:
                             "nvidia.com/gpu.present": "true",
                         },
                     },
+                    # kwok gives pods IPs from their node's podCIDR. Loopback ones keep
+                    # anything that connects to a simulated pod (the progress poller) on
+                    # this machine, and let the bench's simulated reporters answer there.
+                    "spec": {"podCIDR": pod_cidr(i), "podCIDRs": [pod_cidr(i)]},
                     "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
                 }
             )

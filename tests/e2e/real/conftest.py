@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Iterator
@@ -111,3 +112,11 @@ def namespace(real_cluster: RealCluster) -> Iterator[str]:
         time.sleep(0.2)
     yield name
     real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def checkpoints(namespace: str) -> Iterator[Path]:
+    """A checkpoint directory of this test's own on the node (the example's hostPath)."""
+    path = Path("/var/lib/msop-e2e") / namespace
+    yield path
+    shutil.rmtree(path, ignore_errors=True)

@@ -25,13 +25,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from msop.testing.examples import MINDSPORE_JOB as NAME
 from msop.testing.examples import mindspore_example
@@ -50,14 +46,6 @@ JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
                "MS_NODE_ID")  # fmt: skip
-
-
-@pytest.fixture
-def checkpoints(namespace: str) -> Iterator[Path]:
-    """A checkpoint directory of this test's own on the node (the example's hostPath)."""
-    path = Path("/var/lib/msop-e2e") / namespace
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
