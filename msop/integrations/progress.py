@@ -42,6 +42,7 @@ import selectors
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -280,6 +281,7 @@ class Reporter:
                     exc,
                 )
         atexit.register(self.finish)
+        _forget_in_forked_children(self)
 
     # -- public -------------------------------------------------------------------------
 
@@ -348,7 +350,10 @@ class Reporter:
         if not self._on:
             return None
         snap = self._snapshot
-        return None if snap is None else self._wire(snap, self._clock(), final=False)
+        if snap is None:
+            return None
+        obj: dict[str, Any] = json.loads(self._body(snap))  # a copy the caller may change
+        return obj
 
     def finish(self) -> None:
         """Write the final snapshot and stop the server. Idempotent, never raises.
@@ -389,6 +394,14 @@ class Reporter:
         self.finish()
 
     # -- internals ----------------------------------------------------------------------
+
+    def _disown(self) -> None:
+        """In a forked child: this reporter is the parent's; never write or serve from here."""
+        self._on = False
+        self._finished = True
+        server, self._server = self._server, None
+        if server is not None:
+            server.close_in_child()
 
     def _warn_once(self, key: str, message: str, *args: object) -> None:
         if key not in self._warned:
@@ -488,10 +501,11 @@ class Reporter:
     def _render(self) -> tuple[int, bytes]:
         """Called by the server thread: (status, body) for ``GET /progress``."""
         snap = self._snapshot
-        if snap is None:
-            return 204, b""
+        return (204, b"") if snap is None else (200, self._body(snap))
+
+    def _body(self, snap: _Snapshot) -> bytes:
         obj = self._wire(snap, self._clock(), final=False)
-        return 200, json.dumps(obj, separators=_JSON_SEPARATORS).encode("ascii")
+        return json.dumps(obj, separators=_JSON_SEPARATORS).encode("ascii")
 
     def _write_final(self, snap: _Snapshot, path: str) -> None:
         obj = self._wire(snap, 0.0, final=True)
@@ -505,6 +519,29 @@ class Reporter:
         # One small write of a fresh file; no rename: the kubelet bind-mounts this path.
         with open(path, "wb") as f:
             f.write(data)
+
+
+_reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
+_fork_hook_registered = False
+
+
+def _forget_in_forked_children(reporter: Reporter) -> None:
+    """Disown ``reporter`` in processes forked from this one (e.g. data-loading workers).
+
+    A child inherits the listening socket and the atexit registration but not the server
+    thread: without this, a child that exits normally would overwrite the final snapshot
+    with its stale copy, and would hold the port open after the trainer is gone.
+    """
+    global _fork_hook_registered
+    _reporters.add(reporter)
+    if not _fork_hook_registered and hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_disown_all)
+        _fork_hook_registered = True
+
+
+def _disown_all() -> None:
+    for reporter in list(_reporters):
+        reporter._disown()
 
 
 def _listen(port: int) -> socket.socket:
@@ -591,6 +628,11 @@ class _ProgressServer:
             self._wake_w.send(b"x")
         self._thread.join(_STOP_JOIN_TIMEOUT)
         self._wake_w.close()
+
+    def close_in_child(self) -> None:
+        """In a forked child, where the thread does not exist: close the inherited sockets."""
+        for sock in (self._listener, self._wake_r, self._wake_w):
+            sock.close()
 
     def _serve(self) -> None:
         sel = selectors.DefaultSelector()

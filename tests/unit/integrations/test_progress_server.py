@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -185,3 +186,27 @@ def test_finish_stops_the_server(make_reporter: MakeReporter) -> None:
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=10).close()
     reporter.finish()  # again: nothing to do
+
+
+def test_a_forked_child_neither_serves_nor_writes_the_final_file(
+    make_reporter: MakeReporter, final_file: Path
+) -> None:
+    # e.g. a data-loading worker forked from the trainer: it inherits the reporter.
+    reporter = make_reporter()
+    reporter.update(step=1)
+    port = serving(reporter)
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 2
+        try:
+            disowned = not reporter.enabled and reporter.port is None
+            published = reporter.update(step=2, force=True)
+            reporter.finish()  # what atexit would call in the child
+            code = 0 if disowned and not published and not final_file.exists() else 1
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert http_get(port)[0] == 200  # the parent still serves
+    reporter.finish()
+    assert json.loads(final_file.read_bytes())["step"] == 1
