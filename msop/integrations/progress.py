@@ -72,7 +72,7 @@ WIRE_VERSION: Final = 1
 PROGRESS_PATH: Final = "/progress"
 
 ENV_PORT: Final = "MSOP_PROGRESS_PORT"
-"""TCP port to serve on. Unset: the reporter is disabled."""
+"""TCP port to serve on (0: any free one, see :attr:`Reporter.port`). Unset: disabled."""
 ENV_POD_NAME: Final = "MSOP_POD_NAME"
 ENV_POD_UID: Final = "MSOP_POD_UID"
 ENV_FILE: Final = "MSOP_PROGRESS_FILE"
@@ -196,7 +196,7 @@ class _Snapshot:
 
 @dataclass
 class _Call:
-    """The arguments of an update() that the rate limit dropped (applied before the next one)."""
+    """The arguments of one update() call (kept when the rate limit drops it)."""
 
     step: object
     epoch: object
@@ -273,7 +273,7 @@ class Reporter:
         if port is not None:
             try:
                 self._server = _ProgressServer(_listen(port), self._render, io_timeout)
-            except OSError as exc:
+            except (OSError, RuntimeError) as exc:  # port taken; no thread to be had
                 log.warning(
                     "msop progress: cannot serve on port %s (%s); training continues without "
                     "the progress endpoint, the final snapshot is still written",
