@@ -1,0 +1,75 @@
+"""Shared fixtures: a manual clock, reporters that are always finished, a plain HTTP GET."""
+
+from __future__ import annotations
+
+import http.client
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msop.integrations.progress import Reporter
+
+
+class FakeClock:
+    """Monotonic seconds that move only when a test says so."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture
+def final_file(tmp_path: Path) -> Path:
+    return tmp_path / "termination-log"
+
+
+@pytest.fixture
+def msop_env(final_file: Path) -> dict[str, str]:
+    """What the operator injects into Worker 0's mindspore container (port 0: any free one)."""
+    return {
+        "MSOP_PROGRESS_PORT": "0",
+        "MSOP_POD_NAME": "job-worker-0",
+        "MSOP_POD_UID": "0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11",
+        "MSOP_PROGRESS_FILE": str(final_file),
+    }
+
+
+@pytest.fixture
+def make_reporter(msop_env: dict[str, str], clock: FakeClock) -> Iterator[Callable[..., Reporter]]:
+    """Reporter(...) with the msop env and the fake clock by default; finished at teardown."""
+    made: list[Reporter] = []
+
+    def make(*args: Any, **kwargs: Any) -> Reporter:
+        kwargs.setdefault("env", msop_env)
+        kwargs.setdefault("clock", clock)
+        reporter = Reporter(*args, **kwargs)
+        made.append(reporter)
+        return reporter
+
+    yield make
+    for reporter in made:
+        reporter.finish()
+
+
+def http_get(
+    port: int, path: str = "/progress", method: str = "GET", timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()

@@ -1,0 +1,59 @@
+"""msop.integrations runs in training images: only the standard library, and no MindSpore
+until the callback is asked for."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGE = ROOT / "msop" / "integrations"
+
+
+def test_importing_the_integrations_loads_only_the_standard_library() -> None:
+    code = textwrap.dedent(
+        """
+        import json, sys
+        before = set(sys.modules)
+        import msop.integrations, msop.integrations.progress, msop.integrations.mindspore
+        new = {name.split(".")[0] for name in set(sys.modules) - before}
+        print(json.dumps({"file": sys.modules["msop"].__file__, "new": sorted(new)}))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+        timeout=60,
+    )  # fmt: skip
+    result = json.loads(out.stdout)
+    assert Path(result["file"]).resolve() == ROOT / "msop" / "__init__.py"  # this checkout
+    new = result["new"]
+    assert "msop" in new and "mindspore" not in new
+    assert [m for m in new if m != "msop" and m not in sys.stdlib_module_names] == []
+
+
+def imports_of(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
+    # Also catches imports inside functions, which the runtime check above cannot see.
+    files = [*sorted(PACKAGE.glob("*.py")), ROOT / "msop" / "__init__.py"]
+    assert len(files) >= 4
+    for path in files:
+        for name in imports_of(path):
+            top = name.split(".")[0]
+            assert top in sys.stdlib_module_names or name.startswith("msop.integrations"), (
+                f"{path.relative_to(ROOT)} imports {name}"
+            )
