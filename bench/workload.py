@@ -10,7 +10,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.api.defaults import apply_defaults
-from msop.controller.msjob import desired
+from msop.msjob import desired
 
 JSON = dict[str, Any]
 

@@ -4,7 +4,7 @@ One concept per module: :mod:`.workqueue` (+ :mod:`.ratelimiter`, :mod:`.clock`)
 :mod:`.reconcile` (Request/Result/Reconciler), :mod:`.handler` and :mod:`.predicate`
 (event -> key), :mod:`.controller` (workers), :mod:`.leaderelection`, :mod:`.events`,
 :mod:`.expectations`, :mod:`.health` (HTTP endpoints), :mod:`.manager` and
-:mod:`.metrics`. Nothing here knows any particular kind; ``msop.controller.msjob`` is one
+:mod:`.metrics`. Nothing here knows any particular kind; ``msop.msjob`` is one
 user of this package.
 """
 

@@ -18,11 +18,21 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from msop.informers.informer import SharedInformer
 from msop.informers.store import Obj, Store
 
-__all__ = ["Lister", "MultiNamespaceLister", "matches_labels"]
+__all__ = ["Lister", "MultiNamespaceLister", "Reader", "matches_labels"]
+
+
+class Reader(Protocol):
+    """What a reconciler reads a cache through: a :class:`Lister` or a
+    :class:`MultiNamespaceLister` (or a test's fake)."""
+
+    def get(self, name: str, namespace: str) -> Any: ...
+
+    def by_index(self, index_name: str, value: str) -> list[Any]: ...
 
 
 def matches_labels(obj: Obj, selector: Mapping[str, str] | None) -> bool:

@@ -90,3 +90,5 @@ EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+#: Volcano's PodGroup (gang scheduling); its CRD is optional (``--enable-gang-scheduling``).
+PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from msop.api import validate_admission
-from msop.client.validate import validate_files as main_validate
+from msop.cli.validate import validate_files as main_validate
 from msop.testing import LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]

@@ -125,7 +125,7 @@ def test_dockerfile_install_steps_in_a_fresh_venv(tmp_path: Path) -> None:
     assert help_.returncode == 0 and "--leader-elect" in help_.stdout, help_.stderr
     imports = subprocess.run(
         [str(venv_bin / "python"), "-c",
-         "import msop.controller.msjob.controller, msop.kube.client, msop.logs, msop.cli; "
+         "import msop.msjob.setup, msop.kube.client, msop.logs, msop.cli; "
          "import msop, sys; print(msop.__file__)"],
         env=env, capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip

@@ -26,9 +26,9 @@ from typing import Any
 import pytest
 import yaml
 
-from msop.controller.msjob.controller import RETRY_MAX_DELAY
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
+from msop.msjob.setup import RETRY_MAX_DELAY
 from msop.testing import LocalCluster, OperatorProcess
 from tests.e2e.conftest import build_binaries, install_crds
 from tests.e2e.msjobs import condition, event_reasons, events, get, wait_condition, wait_for

@@ -1,5 +1,5 @@
 """The SDK on the local cluster: create, wait_for_job, events, logs and delete through
-msop.client with the operator running; msop render against what the operator created;
+msop.sdk with the operator running; msop render against what the operator created;
 and the README's SDK example, executed as written."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from msop.client import (
+from msop.sdk import (
     CLUSTER_IP_PLACEHOLDER,
     UID_PLACEHOLDER,
     MSJobClientSync,

@@ -12,14 +12,14 @@ import yaml
 from msop.api import apply_defaults
 from msop.api.constants import DEFAULT_PROGRESS_PORT
 from msop.cli import main
-from msop.client.render import (
+from msop.cli.render import render_files
+from msop.msjob import desired
+from msop.sdk.render import (
     CLUSTER_IP_PLACEHOLDER,
     UID_PLACEHOLDER,
     InvalidJobError,
     render,
-    render_files,
 )
-from msop.controller.msjob import desired
 
 SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.yaml"))

@@ -17,7 +17,7 @@ import asyncio
 import json
 from typing import Any
 
-from msop.client import MSJobClient
+from msop.sdk import MSJobClient
 from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     event_reasons,

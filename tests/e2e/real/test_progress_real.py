@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from msop.api.progress import summary
-from msop.client.progress import format_progress
+from msop.sdk.progress import format_progress
 from msop.testing.examples import MINDSPORE_JOB as NAME
 from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import get, wait_condition, wait_for

@@ -1,4 +1,4 @@
-"""Table-driven tests of the pure MSJob planner (msop.controller.msjob.plan)."""
+"""Table-driven tests of the pure MSJob planner (msop.msjob.plan)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from msop.controller.msjob import desired
-from msop.controller.msjob.plan import Observed, Options, Plan, format_time, plan
+from msop.api import naming
+from msop.msjob import desired
+from msop.msjob.plan import Observed, Options, Plan, format_time, plan
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T0 = format_time(NOW - timedelta(seconds=60))
@@ -184,7 +185,7 @@ def test_template_cannot_choose_namespace_or_owner_and_labels_are_kept() -> None
     p = run(j)
     made = p.create_pods[0]
     assert made["metadata"]["namespace"] == "ns"
-    assert made["metadata"]["ownerReferences"] == [desired.owner_reference(j)]
+    assert made["metadata"]["ownerReferences"] == [naming.owner_reference(j)]
     assert made["metadata"]["labels"]["team"] == "A_b.c"
     assert made["spec"]["restartPolicy"] == "Never"
     assert any(e.reason == "SettedPodTemplateRestartPolicy" for e in p.events)

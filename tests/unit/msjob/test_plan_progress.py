@@ -7,9 +7,9 @@ import json
 from typing import Any
 
 from msop.api import constants as c
-from msop.controller.msjob import desired
-from msop.controller.msjob.plan import Observed, Options, Plan, final_progress, plan
-from msop.controller.msjob.projection import pod_projection
+from msop.msjob import desired
+from msop.msjob.plan import Observed, Options, Plan, final_progress, plan
+from msop.msjob.projection import pod_projection
 from tests.unit.msjob.test_plan import NOW, finished, job, pod, running_status
 
 JSON = dict[str, Any]

@@ -1,5 +1,5 @@
 """The planner's ``restartScope: Job`` rules: a MindSpore cluster fails, restarts and
-resizes as a whole (see msop.controller.msjob.plan, rule 7)."""
+resizes as a whole (see msop.msjob.plan, rule 7)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from msop.api.defaults import apply_defaults
-from msop.controller.msjob import desired
-from msop.controller.msjob.plan import Plan
+from msop.msjob import desired
+from msop.msjob.plan import Plan
 from tests.unit.msjob.test_plan import T0, cond, job, names, pod, run, running_status, service
 
 JSON = dict[str, Any]

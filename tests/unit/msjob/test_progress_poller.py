@@ -1,4 +1,4 @@
-"""The progress poller (msop.controller.msjob.progress): which pods it asks, what it
+"""The progress poller (msop.msjob.progress): which pods it asks, what it
 accepts, how often it asks, and that it stays bounded."""
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from msop.controller.msjob import desired
-from msop.controller.msjob.progress import (
+from msop.metrics import REGISTRY
+from msop.msjob import desired
+from msop.msjob.progress import (
     FIRST_POLL_DELAY,
     POLLS,
     ProgressCollector,
@@ -20,7 +21,6 @@ from msop.controller.msjob.progress import (
     Target,
     target_url,
 )
-from msop.metrics import REGISTRY
 from tests.unit.msjob.test_plan import job
 
 JSON = dict[str, Any]

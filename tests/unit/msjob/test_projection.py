@@ -1,4 +1,4 @@
-"""The cached projection of pods and Services (msop.controller.msjob.projection) keeps
+"""The cached projection of pods and Services (msop.msjob.projection) keeps
 everything the planner reads: plans from projected objects equal plans from full ones."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from msop.controller.msjob.plan import Plan
-from msop.controller.msjob.projection import pod_projection, service_projection
+from msop.msjob.plan import Plan
+from msop.msjob.projection import pod_projection, service_projection
 from tests.unit.msjob.test_plan import T0, finished, job, pod, run, running_status, service
 
 JSON = dict[str, Any]

@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from msop.controller.expectations import Expectations
-from msop.controller.msjob.plan import Options
-from msop.controller.msjob.reconciler import MSJobReconciler, refused_by_policy
 from msop.controller.reconcile import Request, Result
 from msop.kube.errors import ApiError
+from msop.msjob.plan import Options
+from msop.msjob.reconciler import MSJobReconciler, refused_by_policy
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

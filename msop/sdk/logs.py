@@ -9,9 +9,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Mapping
 
-from msop.client.errors import MSJobLogsError
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable
+from msop.sdk.errors import MSJobLogsError
 
 _CHUNK = 64 * 1024
 

@@ -8,7 +8,7 @@ import yaml
 
 from msop.api import FieldError, validate_admission
 from msop.api import constants as c
-from msop.client.manifests import read_msjobs
+from msop.sdk.manifests import read_msjobs
 
 
 def check_document(doc: Any) -> list[FieldError]:

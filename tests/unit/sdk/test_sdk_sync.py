@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from msop.client import MSJobClientSync, MSJobValidationError, dataparallel_job
 from msop.kube.errors import ApiUnavailable
+from msop.sdk import MSJobClientSync, MSJobValidationError, dataparallel_job
 
 KUBECONFIG = """\
 apiVersion: v1

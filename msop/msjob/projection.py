@@ -3,7 +3,7 @@
 A pod as the API server sends it is mostly spec (the whole template, default
 tolerations, the projected service-account token volume) and status detail that the
 planner never reads: about 25 KB per pod as Python dicts. The informers store a
-projection with only the fields :mod:`~msop.controller.msjob.plan` and the reconciler
+projection with only the fields :mod:`~msop.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod

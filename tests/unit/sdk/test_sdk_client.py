@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from msop.client import (
+from msop.sdk import (
     MSJobClient,
     MSJobError,
     MSJobFailedError,
     MSJobValidationError,
     dataparallel_job,
 )
-from msop.client.manifests import load_job
+from msop.sdk.manifests import load_job
 
 
 class _NoRequests:

@@ -45,10 +45,10 @@ from prometheus_client.registry import Collector
 
 from msop.api import constants as c
 from msop.api import progress as progress_api
-from msop.controller.msjob import desired
-from msop.controller.msjob.plan import format_time, slot_of
 from msop.informers.informer import SharedInformer, final_state
 from msop.metrics import REGISTRY
+from msop.msjob import desired
+from msop.msjob.plan import format_time, slot_of
 
 JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob.progress")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from msop.client import MSJobClient, MSJobNotFoundError, MSJobTimeoutError
 from msop.kube.errors import ApiError
+from msop.sdk import MSJobClient, MSJobNotFoundError, MSJobTimeoutError
 
 JSON = dict[str, Any]
 

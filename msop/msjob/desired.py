@@ -5,7 +5,8 @@ returns new plain dicts ready to POST; nothing is read from or written to a clus
 ``msop render`` and the reconciler call the same functions, so what a user previews is
 what the operator creates.
 
-Naming: pods and services are ``<job>-<type>-<index>`` with the type in lower case.
+Names, labels and owner references come from :mod:`msop.api.naming`: pods and services
+are ``<job>-<type>-<index>`` with the type in lower case.
 
 The ``MS_*`` environment (ms-operator's contract) goes into the container named
 ``mindspore`` of jobs that have a Scheduler replica (distributed jobs):
@@ -29,6 +30,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.api.copying import copy_json
+from msop.api.naming import object_name, owner_reference, replica_labels
 from msop.api.types import MSJob, ReplicaSpec
 
 JSON = dict[str, Any]
@@ -37,46 +39,6 @@ JSON = dict[str, Any]
 GANG_SCHEDULER_NAME = "volcano"
 ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"
 ANNOTATION_VOLCANO_TASK = "volcano.sh/task-spec"
-
-
-def object_name(job_name: str, replica_type: str, index: int) -> str:
-    """``<job>-<type>-<index>``, the name of a replica's pod (and Service)."""
-    return f"{job_name}-{c.replica_type_label(replica_type)}-{index}"
-
-
-def job_selector(job_name: str) -> dict[str, str]:
-    """Labels every object of the job carries; the informer/selector key."""
-    return {c.LABEL_JOB_NAME: job_name, c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME}
-
-
-def replica_labels(job_name: str, replica_type: str, index: int) -> dict[str, str]:
-    rt = c.replica_type_label(replica_type)
-    return {
-        **job_selector(job_name),
-        c.LABEL_REPLICA_TYPE: rt,
-        c.LABEL_REPLICA_INDEX: str(index),
-        c.LEGACY_LABEL_REPLICA_TYPE: rt,
-        c.LEGACY_LABEL_REPLICA_INDEX: str(index),
-    }
-
-
-def replica_selector_string(job_name: str, replica_type: str) -> str:
-    """The label selector (string form) of one replica type, for the scale subresource."""
-    return (
-        f"{c.LABEL_JOB_NAME}={job_name},{c.LABEL_REPLICA_TYPE}={c.replica_type_label(replica_type)}"
-    )
-
-
-def owner_reference(job: JSON) -> JSON:
-    meta = job["metadata"]
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "name": meta["name"],
-        "uid": meta["uid"],
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
 
 
 def has_scheduler(job: JSON) -> bool:

@@ -52,7 +52,7 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 from cachetools import LRUCache
@@ -63,9 +63,8 @@ from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
-from msop.controller.msjob import metrics
-from msop.controller.msjob.plan import Observed, Options, Plan, format_time, plan
 from msop.controller.reconcile import Request, Result, TerminalError
+from msop.informers.lister import Reader
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube import jsonpatch
 from msop.kube.client import KubeClient
@@ -77,13 +76,14 @@ from msop.kube.errors import (
     is_not_found,
     is_patch_test_failed,
 )
-from msop.kube.resources import PODS, SERVICES, Resource
+from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
+from msop.msjob import metrics
+from msop.msjob.plan import Observed, Options, Plan, format_time, plan
 
 JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob")
 
 
-PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
 REPLICA_FAILURE = c.REPLICA_FAILURE
 #: Seconds a status change that only moves pod counts may wait to be coalesced.
 COUNT_WRITE_DELAY = 1.0
@@ -130,14 +130,6 @@ def created_messages(kind: str, names: Sequence[str]) -> list[str]:
 def _created(kind: str, names: list[str]) -> str:
     noun = kind.lower() if len(names) == 1 else f"{kind.lower()}s"
     return f"Created {noun}: {', '.join(names)}"
-
-
-class Reader(Protocol):
-    """A cache reader (``Lister`` or ``MultiNamespaceLister``)."""
-
-    def get(self, name: str, namespace: str) -> Any: ...
-
-    def by_index(self, index_name: str, value: str) -> list[Any]: ...
 
 
 def pods_key(job_key: str) -> str:

@@ -20,23 +20,17 @@ from msop.controller.controller import Controller
 from msop.controller.expectations import Expectations
 from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner, Obj
 from msop.controller.manager import Manager
-from msop.controller.msjob import metrics
-from msop.controller.msjob.plan import Options
-from msop.controller.msjob.progress import POLLERS, ProgressPoller
-from msop.controller.msjob.projection import pod_projection, service_projection
-from msop.controller.msjob.reconciler import (
-    PODGROUPS,
-    MSJobReconciler,
-    Reader,
-    pods_key,
-    services_key,
-)
 from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.controller.reconcile import Request
 from msop.informers.informer import SharedInformer, final_state
-from msop.informers.lister import Lister, MultiNamespaceLister
+from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import Transform
-from msop.kube.resources import PODS, SERVICES, Resource
+from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
+from msop.msjob import metrics
+from msop.msjob.plan import Options
+from msop.msjob.progress import POLLERS, ProgressPoller
+from msop.msjob.projection import pod_projection, service_projection
+from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
 
 CONTROLLER_NAME = "msjob"
 EVENT_COMPONENT = "msjob-controller"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
-from msop.client.logs import iter_lines
+from msop.sdk.logs import iter_lines
 
 
 async def _chunks(*parts: bytes) -> AsyncIterator[bytes]:

@@ -15,7 +15,7 @@ from types import TracebackType
 from typing import Any, Literal, Self, TextIO, TypeVar
 
 from msop.api import constants as c
-from msop.client.client import JSON, JSONList, MSJobClient
+from msop.sdk.client import JSON, JSONList, MSJobClient
 
 T = TypeVar("T")
 

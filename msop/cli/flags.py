@@ -1,4 +1,4 @@
-"""The ``msop`` command line.
+"""The flags of every ``msop`` command, and how they are parsed.
 
 ``msop run`` is the operator process; ``msop version`` prints the version. Every flag
 of ``msop run`` can also be set by an environment variable (shown in ``--help``); a flag
@@ -10,19 +10,11 @@ CRD, lost leader election).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
-import socket
-import sys
-import uuid
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from msop import __version__
 from msop.api import constants as c
-
-USER_AGENT = f"msop/{__version__}"
-_SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -55,14 +47,6 @@ def _positive_float(value: str) -> float:
     if f <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {f}")
     return f
-
-
-def _default_namespace() -> str:
-    try:
-        with open(_SA_NAMESPACE_FILE) as f:
-            return f.read().strip() or "default"
-    except OSError:
-        return "default"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -245,146 +229,9 @@ def _add_offline(sub: Any) -> None:
                        help="YAML file ('-' for stdin), repeatable")  # fmt: skip
 
 
-class StartupError(Exception):
-    """A one-line reason the operator cannot start."""
-
-
-async def _preflight(client: Any, namespaces: Sequence[str], gang: bool) -> None:
-    """Fail fast, with one line, when the API server or a needed CRD is not there."""
-    from msop.api.resources import MSJOBS
-    from msop.controller.msjob.reconciler import PODGROUPS
-    from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
-
-    namespace = namespaces[0] if namespaces else None
-    if gang:
-        try:
-            await client.list(PODGROUPS, namespace, limit=1)
-        except ApiError as e:
-            if is_not_found(e):
-                raise StartupError(
-                    "--enable-gang-scheduling needs Volcano's PodGroup CRD "
-                    "(podgroups.scheduling.volcano.sh), which is not installed"
-                ) from None
-    try:
-        await client.list(MSJOBS, namespace, limit=1)
-    except ApiUnavailable as e:
-        raise StartupError(f"cannot reach the API server: {e}") from None
-    except ApiError as e:
-        if is_not_found(e):
-            raise StartupError(
-                "the MSJob CRD (msjobs.mindspore.gitee.com) is not installed: "
-                "kubectl apply -k config/crd"
-            ) from None
-        if is_forbidden(e):
-            raise StartupError(f"not allowed to list MSJobs: {e.message}") from None
-        raise StartupError(f"API server error: {e.status} {e.reason}: {e.message}") from None
-
-
-async def run_operator(args: argparse.Namespace) -> int:
-    import structlog
-
-    from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
-    from msop.controller.manager import Manager
-    from msop.controller.msjob.controller import Settings, setup
-    from msop.informers.factory import InformerFactory
-    from msop.informers.reflector import ReflectorOptions
-    from msop.kube.client import KubeClient
-    from msop.metrics import register_process_metrics
-
-    log = structlog.get_logger("msop")
-    register_process_metrics(__version__)
-    try:
-        client = await KubeClient.from_config(
-            args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
-            user_agent=USER_AGENT,
-        )  # fmt: skip
-    except Exception as e:
-        raise StartupError(f"cannot load Kubernetes config: {e}") from None
-    async with client:
-        await _preflight(client, args.namespaces, args.enable_gang_scheduling)
-        election = None
-        if args.leader_elect:
-            try:
-                election = LeaderElectionConfig(
-                    name=args.leader_election_id,
-                    namespace=args.leader_election_namespace or _default_namespace(),
-                    identity=f"{socket.gethostname()}_{uuid.uuid4()}",
-                    lease_duration=args.leader_election_lease_duration,
-                    renew_deadline=args.leader_election_renew_deadline,
-                    retry_period=args.leader_election_retry_period,
-                )
-            except ValueError as e:
-                raise StartupError(f"leader election: {e}") from None
-        manager = Manager(
-            client,
-            metrics_bind_address=args.metrics_bind_address,
-            health_probe_bind_address=args.health_probe_bind_address,
-            leader_election=election,
-            graceful_shutdown_timeout=args.graceful_shutdown_timeout,
-            informers=InformerFactory(
-                client, options=ReflectorOptions(stall_timeout=args.watch_stall_timeout)
-            ),
-        )
-        setup(
-            manager,
-            Settings(
-                namespaces=tuple(args.namespaces),
-                max_concurrent_reconciles=args.max_concurrent_reconciles,
-                gang_scheduling=args.enable_gang_scheduling,
-                progress_port=args.progress_port,
-                progress_interval=args.progress_interval,
-            ),
-        )
-        log.info(
-            "starting msop", version=__version__, namespaces=args.namespaces or "all",
-            leader_elect=args.leader_elect, metrics=args.metrics_bind_address,
-            health=args.health_probe_bind_address,
-        )  # fmt: skip
-        try:
-            await manager.run(handle_signals=True)
-        except LeaderElectionLost:
-            log.error("lost the leader election lease; exiting")
-            return 1
-        except OSError as e:
-            raise StartupError(f"cannot serve: {e}") from None
-    log.info("msop stopped")
-    return 0
-
-
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = build_parser().parse_args(argv)
     if args.command == "run" and args.namespaces is None:
         # Repeated flags replace the variable instead of adding to it.
         args.namespaces = [n for n in (_env("MSOP_NAMESPACES") or "").split(",") if n]
     return args
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    if args.command == "version":
-        print(f"msop {__version__}")
-        return 0
-    if args.command == "render":
-        from msop.client.render import render_files
-
-        return render_files(
-            args.files, args.namespace, args.enable_gang_scheduling, sys.stdout, sys.stderr
-        )
-    if args.command == "validate":
-        from msop.client.validate import validate_files
-
-        return validate_files(args.files, sys.stdout)
-    from msop import logs
-
-    logs.configure(args.log_format, args.log_level)
-    try:
-        return asyncio.run(run_operator(args))
-    except StartupError as e:
-        print(f"msop: error: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,21 +13,21 @@ from typing import Any, Literal, Self, TextIO
 from msop.api import FieldError, validate_admission
 from msop.api import constants as c
 from msop.api.conditions import get_condition
+from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
-from msop.client.errors import (
+from msop.kube.client import KubeClient
+from msop.kube.errors import ApiError, ApiUnavailable, is_gone, is_not_found
+from msop.kube.resources import EVENTS
+from msop.sdk.errors import (
     MSJobError,
     MSJobFailedError,
     MSJobNotFoundError,
     MSJobTimeoutError,
     MSJobValidationError,
 )
-from msop.client.logs import iter_lines, log_path, stream_log
-from msop.client.manifests import load_job
-from msop.client.progress import ProgressLine, format_progress
-from msop.controller.msjob.desired import object_name
-from msop.kube.client import KubeClient
-from msop.kube.errors import ApiError, ApiUnavailable, is_gone, is_not_found
-from msop.kube.resources import EVENTS
+from msop.sdk.logs import iter_lines, log_path, stream_log
+from msop.sdk.manifests import load_job
+from msop.sdk.progress import ProgressLine, format_progress
 
 JSON = dict[str, Any]
 JSONList = list[JSON]
@@ -64,7 +64,7 @@ class MSJobClient:
     account), loaded on entry, or a ready :class:`KubeClient` in ``kube`` (then the caller
     keeps ownership and closes it). ``namespace`` is the default of every method.
 
-    Errors: :mod:`msop.client.errors` for what the SDK interprets (validation, failure,
+    Errors: :mod:`msop.sdk.errors` for what the SDK interprets (validation, failure,
     timeout, missing job, logs); :class:`msop.kube.errors.ApiError` for other refusals.
     """
 

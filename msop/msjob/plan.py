@@ -59,13 +59,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msop.api import constants as c
+from msop.api import naming
 from msop.api import progress as progress_api
 from msop.api.conditions import get_condition, is_finished, is_true, set_condition
 from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
-from msop.controller.msjob import desired
+from msop.msjob import desired
 
 JSON = dict[str, Any]
 
@@ -612,7 +613,7 @@ class _Planner:
         missing = [s for s in desired.replica_slots(self.job) if s not in self.pods]
         if not missing or not any(not _terminating(p) for p in self.obs.pods):
             return False
-        names = ", ".join(desired.object_name(self.view.name, *s) for s in missing)
+        names = ", ".join(naming.object_name(self.view.name, *s) for s in missing)
         self.restart_all(
             "Warning", "MSJobMemberLost",
             f"MSJob {self.ref} is restarting all its pods because pod(s) {names} of the "
@@ -681,7 +682,7 @@ class _Planner:
 
         sched_host: str | None = None
         if desired.has_scheduler(self.job):
-            want = desired.object_name(self.view.name, c.SCHEDULER, 0)
+            want = naming.object_name(self.view.name, c.SCHEDULER, 0)
             svc = None
             for s in self.obs.services:
                 if s["metadata"]["name"] == want:
@@ -769,8 +770,8 @@ class _Planner:
             "metadata": {
                 "name": self.view.name,
                 "namespace": self.view.namespace,
-                "labels": desired.job_selector(self.view.name),
-                "ownerReferences": [desired.owner_reference(self.job)],
+                "labels": naming.job_selector(self.view.name),
+                "ownerReferences": [naming.owner_reference(self.job)],
             },
             "spec": spec,
         }
@@ -806,7 +807,7 @@ class _Planner:
             # Once finished, replica counts stay as they were at that moment.
             counts = self.counts if self.counts is not None else self.count_replicas()
             for rtype, entry in counts.items():
-                entry["selector"] = desired.replica_selector_string(self.view.name, rtype)
+                entry["selector"] = naming.replica_selector_string(self.view.name, rtype)
             status["replicaStatuses"] = counts
             if c.WORKER in self.specs:
                 status["workers"] = (

@@ -21,7 +21,7 @@ __all__ = [
 
 
 class MSJobError(Exception):
-    """Base of every error raised by :mod:`msop.client`."""
+    """Base of every error raised by :mod:`msop.sdk`."""
 
 
 class MSJobValidationError(MSJobError, ValueError):

@@ -9,9 +9,9 @@
 """
 
 from msop.api.resources import MSJOBS
-from msop.client.builder import dataparallel_job
-from msop.client.client import MSJobClient
-from msop.client.errors import (
+from msop.sdk.builder import dataparallel_job
+from msop.sdk.client import MSJobClient
+from msop.sdk.errors import (
     MSJobError,
     MSJobFailedError,
     MSJobLogsError,
@@ -19,9 +19,9 @@ from msop.client.errors import (
     MSJobTimeoutError,
     MSJobValidationError,
 )
-from msop.client.progress import format_progress
-from msop.client.render import CLUSTER_IP_PLACEHOLDER, UID_PLACEHOLDER, Rendered, render
-from msop.client.sync import MSJobClientSync
+from msop.sdk.progress import format_progress
+from msop.sdk.render import CLUSTER_IP_PLACEHOLDER, UID_PLACEHOLDER, Rendered, render
+from msop.sdk.sync import MSJobClientSync
 
 __all__ = [
     "CLUSTER_IP_PLACEHOLDER",

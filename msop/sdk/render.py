@@ -1,7 +1,7 @@
 """``msop render``: the pods and Services the operator would create for an MSJob.
 
 Offline and pure: the MSJob goes through the reconciler's own planner
-(:func:`msop.controller.msjob.plan.plan`) as a brand-new job with nothing observed, so
+(:func:`msop.msjob.plan.plan`) as a brand-new job with nothing observed, so
 the output is what the operator's first reconciles create, and cannot drift from it.
 
 Two facts only a cluster knows are shown as placeholders:
@@ -23,13 +23,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TextIO
-
-import yaml
+from typing import Any
 
 from msop.api import FieldError, validate_admission
-from msop.client.manifests import read_msjobs
-from msop.controller.msjob.plan import Observed, Options, plan
+from msop.msjob.plan import Observed, Options, plan
 
 JSON = dict[str, Any]
 
@@ -105,37 +102,3 @@ def render(
             "(spec.runPolicy.suspend / spec.runPolicy.managedBy)"
         )
     return Rendered(pod_group=pod_group, services=services, pods=second.create_pods, notes=notes)
-
-
-def render_files(
-    paths: list[str], namespace: str | None, gang_scheduling: bool, out: TextIO, err: TextIO
-) -> int:
-    """The ``msop render`` command: 0 when every MSJob rendered, 1 on any error."""
-    docs: list[JSON] = []
-    failed = False
-    for path in paths:
-        try:
-            jobs = read_msjobs(path)
-        except (OSError, yaml.YAMLError) as e:
-            print(f"{path}: {e}", file=err)
-            failed = True
-            continue
-        if not jobs:
-            print(f"{path}: no MSJob document", file=err)
-            failed = True
-        for job in jobs:
-            try:
-                result = render(job, namespace=namespace, gang_scheduling=gang_scheduling)
-            except InvalidJobError as e:
-                for fe in e.errors:
-                    print(f"{path}: {fe.path}: {fe.message}", file=err)
-                failed = True
-                continue
-            for note in result.notes:
-                name = (job.get("metadata") or {}).get("name")
-                print(f"{path}: {name}: {note}", file=err)
-            docs.extend(result.objects())
-    if failed:
-        return 1
-    out.write(yaml.safe_dump_all(docs, sort_keys=False, explicit_start=True) if docs else "")
-    return 0

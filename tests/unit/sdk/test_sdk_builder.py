@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from msop.api import apply_defaults, validate
-from msop.client import dataparallel_job
-from msop.controller.msjob import desired
+from msop.msjob import desired
+from msop.sdk import dataparallel_job
 
 
 def test_minimal_job_is_valid_and_distributed() -> None:

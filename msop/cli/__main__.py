@@ -1,0 +1,7 @@
+"""``python -m msop.cli``."""
+
+import sys
+
+from msop.cli import main
+
+sys.exit(main())

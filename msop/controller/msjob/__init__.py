@@ -1,1 +1,0 @@
-"""msop.controller.msjob."""

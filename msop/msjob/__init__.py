@@ -1,0 +1,13 @@
+"""msop.msjob: the MSJob domain, built on the generic runtime (``msop.controller``).
+
+- :mod:`.desired`: the objects a job should have (pods, Scheduler Service, PodGroup), pure;
+- :mod:`.plan`: every decision, a pure function of what was observed (``Observed``);
+- :mod:`.reconciler`: reads the caches, asks the planner, applies the Plan;
+- :mod:`.setup`: the wiring (caches, event handlers, the controller);
+- :mod:`.projection`: what of a pod or Service the caches keep;
+- :mod:`.progress`: the poller of Worker 0's progress reporter;
+- :mod:`.metrics`: the job counters and gauges.
+
+This package's ``__init__`` imports nothing, so ``msop.sdk`` can use the pure modules
+(``desired``, ``plan``) without loading the runtime.
+"""

@@ -1,0 +1,67 @@
+"""The package layers, checked in a fresh interpreter (imports are process-wide state).
+
+- ``import msop.sdk`` (and ``msop.sdk.render``, which runs the planner) loads neither the
+  controller runtime (``msop.controller``: manager, leader election, metrics), nor the
+  informers, nor aiohttp's web server: a notebook that submits jobs pays for none of it.
+- ``msop validate``/``render``/``version`` do not load the runtime either.
+- The generic layers never import the domain: ``msop.kube``, ``msop.informers`` and
+  ``msop.controller`` load nothing of ``msop.msjob``, ``msop.sdk`` or ``msop.cli``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _loaded_by(statement: str) -> list[str]:
+    code = textwrap.dedent(
+        f"""
+        import json, sys
+        {statement}
+        print(json.dumps({{"file": sys.modules["msop"].__file__, "mods": sorted(sys.modules)}}))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+        timeout=60,
+    )  # fmt: skip
+    result = json.loads(out.stdout.splitlines()[-1])
+    assert Path(result["file"]).resolve() == ROOT / "msop" / "__init__.py"  # this checkout
+    mods: list[str] = result["mods"]
+    return mods
+
+
+def _runtime(mods: list[str]) -> list[str]:
+    prefixes = ("msop.controller", "msop.informers", "msop.msjob.reconciler", "msop.msjob.setup")
+    return [m for m in mods if m.startswith(prefixes) or m.startswith("aiohttp.web")]
+
+
+def test_the_sdk_does_not_load_the_runtime() -> None:
+    mods = _loaded_by("import msop.sdk, msop.sdk.render, msop.sdk.sync")
+    assert "msop.sdk" in mods and "msop.msjob.plan" in mods
+    assert _runtime(mods) == []
+
+
+@pytest.mark.parametrize("command", ["validate", "render", "version"])
+def test_offline_commands_do_not_load_the_runtime(command: str) -> None:
+    mods = _loaded_by(
+        f"from msop.cli import main; main(['{command}'] + (['-f', '/dev/null'] "
+        f"if '{command}' != 'version' else []))"
+    )
+    assert _runtime(mods) == []
+
+
+def test_the_generic_layers_do_not_import_the_domain() -> None:
+    mods = _loaded_by("import msop.kube, msop.informers, msop.controller")
+    assert [m for m in mods if m.startswith(("msop.msjob", "msop.sdk", "msop.cli"))] == []
+    assert [m for m in mods if m.startswith("msop.api")] == []
