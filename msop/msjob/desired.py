@@ -1,4 +1,5 @@
-"""What should exist for an MSJob: its pods and its Scheduler Service, as pure functions.
+"""What should exist for an MSJob: its pods, its Scheduler Service and (with gang
+scheduling) its Volcano PodGroup, as pure functions.
 
 Every function here takes a *defaulted* MSJob dict (``msop.api.apply_defaults``) and
 returns new plain dicts ready to POST; nothing is read from or written to a cluster.
@@ -30,7 +31,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.api.copying import copy_json
-from msop.api.naming import object_name, owner_reference, replica_labels
+from msop.api.naming import job_selector, object_name, owner_reference, replica_labels
 from msop.api.types import MSJob, ReplicaSpec
 
 JSON = dict[str, Any]
@@ -239,3 +240,32 @@ def replica_slots(job: JSON) -> list[tuple[str, int]]:
 def total_replicas(job: JSON) -> int:
     specs = MSJob(job).replica_specs
     return sum(max(0, specs[rt].replicas) for rt in specs if rt in c.REPLICA_TYPES)
+
+
+def pod_group(job: JSON) -> JSON:
+    """The Volcano PodGroup named like the job: ``minMember`` is
+    ``schedulingPolicy.minAvailable`` or every replica; queue, priorityClass and
+    minResources from the scheduling policy."""
+    view = MSJob(job)
+    sp = view.run_policy.scheduling_policy
+    spec: JSON = {"minMember": total_replicas(job)}
+    if sp is not None:
+        if sp.min_available is not None:
+            spec["minMember"] = sp.min_available
+        if sp.queue:
+            spec["queue"] = sp.queue
+        if sp.priority_class:
+            spec["priorityClassName"] = sp.priority_class
+        if sp.min_resources:
+            spec["minResources"] = dict(sp.min_resources)
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": view.name,
+            "namespace": view.namespace,
+            "labels": job_selector(view.name),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": spec,
+    }

@@ -260,7 +260,6 @@ class _Planner:
         self.old_status: JSON = self.raw.get("status") or {}
         self.status: JSON = copy_json(self.old_status)
         self.plan = Plan()
-        self.counts: dict[str, JSON] | None = None
         self.job = obs.defaulted if obs.defaulted is not None else apply_defaults(self.raw)
         self.view = MSJob(self.job)
         self.specs = self.view.replica_specs
@@ -307,12 +306,8 @@ class _Planner:
 
     # --- the flow ---------------------------------------------------------------------------
     def run(self) -> Plan:
-        if self.view.deletion_timestamp:
+        if self.left_alone():
             return self.plan
-        managed_by = self.view.run_policy.managed_by
-        if managed_by and managed_by != MANAGED_BY:
-            return self.plan
-
         if get_condition(self.status, c.CREATED) is None:
             self.condition(
                 c.CREATED, c.CONDITION_TRUE, "MSJobCreated", f"MSJob {self.ref} is created."
@@ -321,18 +316,24 @@ class _Planner:
         if generation:
             self.status["observedGeneration"] = generation
 
-        if not is_finished(self.status):
-            errors = validate(self.raw)
-            if errors:
-                detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
-                self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
-                self.finish(delete_all=True)
-            else:
-                self.active_job()
-        else:
+        counts: dict[str, JSON] | None = None
+        if is_finished(self.status):
             self.finish(delete_all=False)
+        elif errors := validate(self.raw):
+            detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
+            self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
+            self.finish(delete_all=True)
+        else:
+            counts = self.active_job()
         self.progress()
-        return self.finish_status()
+        return self.finish_status(counts)
+
+    def left_alone(self) -> bool:
+        """Rule 1: a job being deleted, or managed by another controller."""
+        if self.view.deletion_timestamp:
+            return True
+        managed_by = self.view.run_policy.managed_by
+        return bool(managed_by) and managed_by != MANAGED_BY
 
     def progress(self) -> None:
         """``status.progress``: the newest of the stored one, the poller's live one and the
@@ -349,11 +350,26 @@ class _Planner:
         self.condition(c.FAILED, c.CONDITION_TRUE, reason, message)
         self.event("Warning", reason, message)
 
-    def active_job(self) -> None:
-        rp = self.view.run_policy
-        if rp.suspend:
+    def active_job(self) -> dict[str, JSON] | None:
+        """Rules 5-11 for a job that has not finished; returns the replica counts when it
+        got as far as counting them (the status shows them), else None."""
+        if self.view.run_policy.suspend:
             self.suspend()
-            return
+            return None
+        self.start_or_resume()
+        if self.deadline_exceeded():
+            return None
+        counts = self.count_replicas()
+        if not self.finished_or_restarting(counts):
+            self.sync_children()
+            if self.all_running():
+                msg = f"MSJob {self.ref} is running."
+                if self.condition(c.RUNNING, c.CONDITION_TRUE, "MSJobRunning", msg):
+                    self.event("Normal", "MSJobRunning", msg)
+        return counts
+
+    def start_or_resume(self) -> None:
+        """Resuming restarts the clock: ``startTime`` is reset."""
         if is_true(self.status, c.SUSPENDED):
             self.condition(
                 c.SUSPENDED, c.CONDITION_FALSE, "MSJobResumed", f"MSJob {self.ref} is resumed."
@@ -364,39 +380,38 @@ class _Planner:
         if not self.status.get("startTime"):
             self.status["startTime"] = self.now_s
 
-        deadline = rp.active_deadline_seconds
-        if deadline is not None:
-            start = parse_time(self.status["startTime"]) or self.now
-            remaining = (start + timedelta(seconds=deadline) - self.now).total_seconds()
-            if remaining <= 0:
-                self.fail(
-                    "DeadlineExceeded",
-                    f"MSJob {self.ref} was active longer than its deadline ({deadline}s).",
-                )
-                self.finish(delete_all=True)
-                return
+    def deadline_exceeded(self) -> bool:
+        """Rule 6: fail at ``startTime + activeDeadlineSeconds``; requeue at that instant."""
+        deadline = self.view.run_policy.active_deadline_seconds
+        if deadline is None:
+            return False
+        start = parse_time(self.status["startTime"]) or self.now
+        remaining = (start + timedelta(seconds=deadline) - self.now).total_seconds()
+        if remaining > 0:
             self.plan.requeue_at(remaining)
+            return False
+        self.fail(
+            "DeadlineExceeded",
+            f"MSJob {self.ref} was active longer than its deadline ({deadline}s).",
+        )
+        self.finish(delete_all=True)
+        return True
 
-        counts = self.counts = self.count_replicas()
+    def finished_or_restarting(self, counts: dict[str, JSON]) -> bool:
+        """Rules 7-9: True if this pass fails, completes or restarts the job."""
         if self.view.spec.restart_scope == c.RESTART_SCOPE_JOB:
             # The training's own result comes first: a cluster whose workers finished is
             # never restarted for a pod that crashed afterwards (at interpreter exit, say).
             if self.succeeded(counts):
                 self.succeed()
-                return
-            if self.restart_cluster_if_needed(counts):
-                return
-        else:
-            if self.handle_restarts_and_failures(counts):
-                return
-            if self.succeeded(counts):
-                self.succeed()
-                return
-        self.sync_children()
-        if self.all_running():
-            msg = f"MSJob {self.ref} is running."
-            if self.condition(c.RUNNING, c.CONDITION_TRUE, "MSJobRunning", msg):
-                self.event("Normal", "MSJobRunning", msg)
+                return True
+            return self.restart_cluster_if_needed(counts)
+        if self.handle_restarts_and_failures(counts):
+            return True
+        if self.succeeded(counts):
+            self.succeed()
+            return True
+        return False
 
     def succeed(self) -> None:
         msg = f"MSJob {self.ref} successfully completed."
@@ -462,7 +477,6 @@ class _Planner:
         operator_restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
         limit = self.view.run_policy.backoff_limit
         total = kubelet_restarts + operator_restarts + len(restarts)
-        self.counts = counts
         if limit is not None and total > limit:
             done = [f"{operator_restarts} pod recreation(s)"]
             if kubelet_restarts:
@@ -671,59 +685,75 @@ class _Planner:
         return all(p in ("Running", "Succeeded") for p in phases) and "Running" in phases
 
     def sync_children(self) -> None:
-        plan = self.plan
-        # Out of range or unlabelled: delete (scale-down, kubectl scale, changed types).
+        """Rule 11: delete what is out of range, then create what is missing, in order:
+        the Scheduler Service, the PodGroup, then the pods (held while one of them is
+        missing or not ready)."""
+        self.delete_unwanted_pods()
+        self.reap_stuck_terminating()
+        sched_host = self.sync_scheduler_service()
+        if self.cluster_still_stopping() or not self.pod_group_ready():
+            return
+        self.create_missing_pods(sched_host)
+
+    def delete_unwanted_pods(self) -> None:
+        """Out of range or unlabelled: delete (scale-down, kubectl scale, changed types)."""
         for slot, pod in self.pods.items():
             if not self.wanted(slot):
                 self.delete_pod(pod)
         for pod in self.strays:
             self.delete_pod(pod)
-        self.reap_stuck_terminating()
 
-        sched_host: str | None = None
-        if desired.has_scheduler(self.job):
-            want = naming.object_name(self.view.name, c.SCHEDULER, 0)
-            svc = None
-            for s in self.obs.services:
-                if s["metadata"]["name"] == want:
-                    svc = s
-                elif not _terminating(s):
-                    plan.delete_services.append(s)
-            if svc is None:
-                plan.create_services.append(desired.scheduler_service(self.job))
-            else:
-                ip = (svc.get("spec") or {}).get("clusterIP")
-                if ip and ip != "None" and not _terminating(svc):
-                    sched_host = ip
-        else:
-            plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+    def sync_scheduler_service(self) -> str | None:
+        """Create the Scheduler Service if missing and delete any other; return its
+        ClusterIP once it has one (every non-Scheduler pod's ``MS_SCHED_HOST``)."""
+        services = self.obs.services
+        if not desired.has_scheduler(self.job):
+            self.plan.delete_services.extend(s for s in services if not _terminating(s))
+            return None
+        want = naming.object_name(self.view.name, c.SCHEDULER, 0)
+        svc = next((s for s in services if s["metadata"]["name"] == want), None)
+        self.plan.delete_services.extend(
+            s for s in services if s["metadata"]["name"] != want and not _terminating(s)
+        )
+        if svc is None:
+            self.plan.create_services.append(desired.scheduler_service(self.job))
+            return None
+        ip = (svc.get("spec") or {}).get("clusterIP")
+        return ip if ip and ip != "None" and not _terminating(svc) else None
 
-        if self.view.spec.restart_scope == c.RESTART_SCOPE_JOB and any(
-            _terminating(p) or p in plan.delete_pods for p in self.obs.pods
-        ):
-            return  # a cluster restarts as a whole: no new member while an old one lives
+    def cluster_still_stopping(self) -> bool:
+        """A cluster restarts as a whole: no new member while an old one lives."""
+        return self.view.spec.restart_scope == c.RESTART_SCOPE_JOB and any(
+            _terminating(p) or p in self.plan.delete_pods for p in self.obs.pods
+        )
 
-        if self.opts.gang_scheduling:
-            pg = self.obs.pod_group
-            if pg is None:
-                plan.create_pod_group = self.pod_group()
-                return
-            if (pg.get("status") or {}).get("phase") not in POD_GROUP_READY_PHASES:
-                return
+    def pod_group_ready(self) -> bool:
+        """With gang scheduling, create the PodGroup first; pods wait until it is Inqueue."""
+        if not self.opts.gang_scheduling:
+            return True
+        pg = self.obs.pod_group
+        if pg is None:
+            self.plan.create_pod_group = desired.pod_group(self.job)
+            return False
+        return (pg.get("status") or {}).get("phase") in POD_GROUP_READY_PHASES
 
+    def create_missing_pods(self, sched_host: str | None) -> None:
+        """Every wanted pod that does not exist; with a Scheduler, the others wait for
+        its Service's ClusterIP (the Service's creation requeues the job)."""
+        waits_for_host = desired.has_scheduler(self.job) and sched_host is None
+        types: set[str] = set()
         for rtype, index in desired.replica_slots(self.job):
-            if (rtype, index) in self.pods:
+            if (rtype, index) in self.pods or (waits_for_host and rtype != c.SCHEDULER):
                 continue
-            if desired.has_scheduler(self.job) and rtype != c.SCHEDULER and sched_host is None:
-                continue  # waits for the Service's ClusterIP; its creation requeues us
-            plan.create_pods.append(
+            self.plan.create_pods.append(
                 desired.pod(
                     self.job, rtype, index, sched_host=sched_host,
                     gang=self.opts.gang_scheduling, progress_port=self.opts.progress_port,
                 )
             )  # fmt: skip
-        for rtype in {rt for rt, _ in ((slot_of(p) or ("", 0)) for p in plan.create_pods)}:
-            if rtype and desired.template_restart_policy_overridden(self.job, rtype):
+            types.add(rtype)
+        for rtype in sorted(types, key=c.REPLICA_TYPES.index):
+            if desired.template_restart_policy_overridden(self.job, rtype):
                 self.event(
                     "Warning",
                     "SettedPodTemplateRestartPolicy",
@@ -751,31 +781,6 @@ class _Planner:
             else:
                 self.plan.requeue_at(self.opts.stuck_terminating_seconds - overdue)
 
-    def pod_group(self) -> JSON:
-        sp = self.view.run_policy.scheduling_policy
-        min_member = desired.total_replicas(self.job)
-        spec: JSON = {"minMember": min_member}
-        if sp is not None:
-            if sp.min_available is not None:
-                spec["minMember"] = sp.min_available
-            if sp.queue:
-                spec["queue"] = sp.queue
-            if sp.priority_class:
-                spec["priorityClassName"] = sp.priority_class
-            if sp.min_resources:
-                spec["minResources"] = dict(sp.min_resources)
-        return {
-            "apiVersion": "scheduling.volcano.sh/v1beta1",
-            "kind": "PodGroup",
-            "metadata": {
-                "name": self.view.name,
-                "namespace": self.view.namespace,
-                "labels": naming.job_selector(self.view.name),
-                "ownerReferences": [naming.owner_reference(self.job)],
-            },
-            "spec": spec,
-        }
-
     def finish(self, *, delete_all: bool) -> None:
         """Cleanup and TTL for a finished job (just now or earlier)."""
         if not self.status.get("completionTime"):
@@ -801,11 +806,13 @@ class _Planner:
             else:
                 self.plan.requeue_at(remaining)
 
-    def finish_status(self) -> Plan:
+    def finish_status(self, counts: dict[str, JSON] | None) -> Plan:
+        """The status to write: the replica counts (``counts`` if this pass made them),
+        ``workers``, ``lastReconcileTime``; None in the Plan when nothing changed."""
         status = self.status
         if not is_finished(self.old_status):
             # Once finished, replica counts stay as they were at that moment.
-            counts = self.counts if self.counts is not None else self.count_replicas()
+            counts = counts if counts is not None else self.count_replicas()
             for rtype, entry in counts.items():
                 entry["selector"] = naming.replica_selector_string(self.view.name, rtype)
             status["replicaStatuses"] = counts
