@@ -4,6 +4,14 @@
 owns (from the informer cache), its PodGroup (gang scheduling) and the current time.
 It returns a :class:`Plan`: objects to create and delete, the new ``status``, the events
 to record and when to look again. The reconciler applies a Plan; it never decides.
+Time is an input like the rest: ``Observed.now``, read once per pass by the caller;
+nothing here reads a clock.
+
+Within one pass the reconciler may call the planner three times, each time with what
+it has observed since: ``plan`` again once it created the Scheduler Service (its
+ClusterIP is in the create response, so the pods go out in the same pass), and
+:func:`status_write` once the creates went out, with the API server's refusal if there
+was one (which status follows, and whether a change of pod counts alone waits).
 
 Rules, in the order they apply:
 
@@ -66,6 +74,7 @@ from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
+from msop.kube.errors import ApiError, is_invalid
 from msop.msjob import desired
 
 JSON = dict[str, Any]
@@ -73,6 +82,10 @@ JSON = dict[str, Any]
 #: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
 MANAGED_BY = "mindspore.gitee.com/msop"
 ACTIVE_PHASES = ("Pending", "Running")
+#: Seconds a status change that only moves pod counts may wait to be coalesced.
+COUNT_WRITE_DELAY = 1.0
+#: Longest condition message taken from an API error.
+API_MESSAGE_LIMIT = 1024
 POD_GROUP_READY_PHASES = ("Inqueue", "Running")
 
 
@@ -103,6 +116,9 @@ class Observed:
     progress: JSON | None = None
     """The latest ``status.progress`` fetched from Worker 0's reporter while it runs
     (the progress poller's), if any."""
+    counts_unwritten_since: datetime | None = None
+    """Since when a change of this job's pod counts alone has been held back
+    (:attr:`StatusWrite.held`); None if none is."""
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,97 @@ class Plan:
         seconds = max(seconds, 0.0)
         if self.requeue_after is None or seconds < self.requeue_after:
             self.requeue_after = seconds
+
+
+@dataclass
+class StatusWrite:
+    """The status to write after the creates and deletes of a Plan went out."""
+
+    status: JSON | None
+    """The new status, or None: nothing to write (or held, see ``held``)."""
+    transitions: list[str]
+    """Condition types to count when the write succeeds (see :attr:`Plan.transitions`)."""
+    requeue_after: float | None
+    """The Plan's requeue, shortened to the end of a hold."""
+    held: bool = False
+    """A change of pod counts alone was held back to coalesce a burst of pod events: the
+    caller remembers since when (``Observed.counts_unwritten_since``) until it writes."""
+
+
+def status_write(observed: Observed, plan: Plan, refused: ApiError | None) -> StatusWrite:
+    """What to write once ``plan``'s creates went out, ``refused`` the first create the
+    API server refused in this pass (creates stop there), if any.
+
+    ``observed.job`` is the job as stored now: if the Plan's status was already written
+    first (``status_first``), the job that write returned, and ``plan.status`` None.
+
+    - A 422 Invalid refusal fails the job with the API's reason and message: the same
+      spec would make the same object, so a retry is refused the same way.
+    - Any other refusal sets ``ReplicaFailure`` (the API's reason and message); a pass
+      whose creates all went out removes it.
+    - A change of pod counts alone (``replicaStatuses``, ``workers``) waits until
+      ``COUNT_WRITE_DELAY`` after the first such change left unwritten, so a burst of pod
+      events costs one write. Condition changes are never held.
+    """
+    stored: JSON = observed.job.get("status") or {}
+    now_s = format_time(observed.now)
+    transitions = list(plan.transitions)
+    if refused is not None and is_invalid(refused):
+        status = _failed_by_api(stored, plan.status, refused, now_s)
+        transitions.append(c.FAILED)
+    else:
+        status = _replica_failure(stored, plan.status, refused, now_s)
+    if status is None or not _only_counts_changed(stored, status):
+        return StatusWrite(status, transitions, plan.requeue_after)
+    since = observed.counts_unwritten_since or observed.now
+    waited = (observed.now - since).total_seconds()
+    if not 0 <= waited < COUNT_WRITE_DELAY:
+        return StatusWrite(status, transitions, plan.requeue_after)
+    wait = COUNT_WRITE_DELAY - waited
+    requeue = wait if plan.requeue_after is None else min(plan.requeue_after, wait)
+    return StatusWrite(None, transitions, requeue, held=True)
+
+
+def _without_replica_failure(status: JSON) -> JSON:
+    conditions = status.get("conditions") or []
+    return {**status, "conditions": [
+        dict(x) for x in conditions if x.get("type") != c.REPLICA_FAILURE
+    ]}  # fmt: skip
+
+
+def _failed_by_api(
+    stored: JSON, planned: JSON | None, refused: ApiError, now_s: str
+) -> JSON | None:
+    base = _without_replica_failure(planned if planned is not None else stored)
+    reason = refused.reason or "Invalid"
+    message = refused.message[:API_MESSAGE_LIMIT]
+    if not set_condition(base, c.FAILED, c.CONDITION_TRUE, reason, message, now_s):
+        return planned
+    base.setdefault("completionTime", now_s)
+    return base
+
+
+def _replica_failure(
+    stored: JSON, planned: JSON | None, refused: ApiError | None, now_s: str
+) -> JSON | None:
+    base = planned if planned is not None else stored
+    if refused is None:
+        if get_condition(base, c.REPLICA_FAILURE) is None:
+            return planned
+        return _without_replica_failure(base)
+    base = {**base, "conditions": [dict(x) for x in base.get("conditions") or []]}
+    changed = set_condition(
+        base, c.REPLICA_FAILURE, c.CONDITION_TRUE, refused.reason or "FailedCreate",
+        refused.message[:API_MESSAGE_LIMIT], now_s,
+    )  # fmt: skip
+    return base if changed else planned
+
+
+def _only_counts_changed(stored: JSON, status: JSON) -> bool:
+    ignore = ("replicaStatuses", "workers", "lastReconcileTime")
+    return {k: v for k, v in status.items() if k not in ignore} == {
+        k: v for k, v in stored.items() if k not in ignore
+    }
 
 
 def format_time(t: datetime) -> str:

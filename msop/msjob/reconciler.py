@@ -1,7 +1,11 @@
-"""The MSJob reconciler: read the caches, ask ``plan()``, apply the Plan to the cluster.
+"""The MSJob reconciler: read the caches, ask the planner, apply what it says.
 
-This is the only part of the MSJob controller that talks to the API server. It never
-decides anything itself except how to react to API errors:
+This is the only part of the MSJob controller that talks to the API server. It reads
+the time once per pass (``now``, into ``Observed.now``) and decides nothing about the
+job: ``plan()`` says what to create, delete and write, and ``status_write()`` says what
+status follows from how the creates went (``Failed``, ``ReplicaFailure``) and whether a
+change of pod counts alone waits (``COUNT_WRITE_DELAY``). What the reconciler does
+decide is how to react to API errors (retry, requeue, or a reconcile error):
 
 - **The Scheduler Service** is created first; its ClusterIP comes back in the create
   response, so the planner runs again with it and every pod goes out in the same pass.
@@ -40,8 +44,9 @@ decides anything itself except how to react to API errors:
   a fresher cache, so no update is lost and a stale status is never written over a
   newer one.
   A change that only moves pod counts (``replicaStatuses``, ``workers``) waits up to
-  ``COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write, not one each;
-  condition changes are written at once.
+  ``msop.msjob.plan.COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write,
+  not one each; condition changes are written at once. The reconciler only remembers
+  since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
 """
@@ -49,16 +54,14 @@ decides anything itself except how to react to API errors:
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 from cachetools import LRUCache
 
-from msop.api import constants as c
-from msop.api.conditions import set_condition
 from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
@@ -78,15 +81,12 @@ from msop.kube.errors import (
 )
 from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
 from msop.msjob import metrics
-from msop.msjob.plan import Observed, Options, Plan, format_time, plan
+from msop.msjob.plan import Observed, Options, Plan, plan, status_write
 
 JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob")
 
 
-REPLICA_FAILURE = c.REPLICA_FAILURE
-#: Seconds a status change that only moves pod counts may wait to be coalesced.
-COUNT_WRITE_DELAY = 1.0
 #: Jobs whose defaulted spec is kept between reconciles (the recently active ones).
 DEFAULTED_CACHE = 512
 
@@ -171,8 +171,9 @@ class MSJobReconciler:
         # job key -> the resourceVersion our last status write replaced. While the cache
         # still shows that version it is stale: planning from it would only conflict.
         self._superseded: dict[str, str] = {}
-        # job key -> monotonic time since when only its pod counts are unwritten.
-        self._counts_dirty: dict[str, float] = {}
+        # job key -> since when a change of its pod counts alone is held back
+        # (Observed.counts_unwritten_since; the planner decides when to write it).
+        self._counts_unwritten: dict[str, datetime] = {}
         # job key -> (resourceVersion, the job defaulted): most reconciles are caused by
         # pod events and see an unchanged job, so it is not copied and defaulted again.
         # The same resourceVersion is the same content; bounded to the recent jobs.
@@ -183,7 +184,7 @@ class MSJobReconciler:
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
             self._superseded.pop(key, None)
-            self._counts_dirty.pop(key, None)
+            self._counts_unwritten.pop(key, None)
             self._defaulted.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
@@ -219,6 +220,7 @@ class MSJobReconciler:
             pod_group=pod_group,
             defaulted=defaulted,
             progress=self.progress(key) if self.progress is not None else None,
+            counts_unwritten_since=self._counts_unwritten.get(key),
         )
         p = plan(observed, self.options)
         failure: ApiError | None = None
@@ -234,17 +236,21 @@ class MSJobReconciler:
                 p = plan(observed, self.options)
             else:
                 p.create_services, p.create_pods = [], []
-        return await self._apply(key, job, p, failure)
+        return await self._apply(key, observed, p, failure)
 
-    async def _apply(self, key: str, job: JSON, p: Plan, failure: ApiError | None) -> Result:
+    async def _apply(
+        self, key: str, observed: Observed, p: Plan, failure: ApiError | None
+    ) -> Result:
+        job = observed.job
         ns = job["metadata"]["namespace"]
-        status = p.status
-        if status is not None and p.status_first:
-            written = await self._write_status(key, job, status, p.transitions)
+        if p.status is not None and p.status_first:
+            written = await self._write_status(key, job, p.status, p.transitions)
             if written is None:
                 return Result(requeue=True)
+            # The status is out: what is left of the Plan is applied to the job it returned.
+            observed = replace(observed, job=written)
+            p = replace(p, status=None, transitions=[])
             job = written
-            status = None
 
         if failure is None:
             failure, _ = await self._create(
@@ -256,85 +262,23 @@ class MSJobReconciler:
         await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
         await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
         await self._pod_group(ns, job, p)
-
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
-        transitions = p.transitions
-        if failure is not None and is_invalid(failure):
-            status = self._failed_by_api(job, status, failure)
-            transitions = [*transitions, c.FAILED]
-        else:
-            status = self._replica_failure(job, status, failure)
-        requeue_after = p.requeue_after
-        if status is not None and self._only_counts_changed(job, status):
-            # Pod counts move with every pod event of a burst; write them at most once per
-            # COUNT_WRITE_DELAY instead of once per event. Transitions are never delayed.
-            now = time.monotonic()
-            since = self._counts_dirty.setdefault(key, now)
-            if now - since < COUNT_WRITE_DELAY:
-                wait = COUNT_WRITE_DELAY - (now - since)
-                requeue_after = wait if requeue_after is None else min(requeue_after, wait)
-                status = None
-        if status is not None:
-            if await self._write_status(key, job, status, transitions) is None:
+        w = status_write(observed, p, failure)
+        if w.held:
+            self._counts_unwritten.setdefault(key, observed.now)
+        if w.status is not None:
+            if await self._write_status(key, job, w.status, w.transitions) is None:
                 return Result(requeue=True)
-            self._counts_dirty.pop(key, None)
+            self._counts_unwritten.pop(key, None)
         if p.delete_job:
             await self._delete_job(job)
         if failure is not None and not is_invalid(failure):
             if refused_by_policy(failure):
                 return Result(requeue=True)
             raise failure
-        return Result(requeue_after=requeue_after)
-
-    def _failed_by_api(self, job: JSON, status: JSON | None, failure: ApiError) -> JSON | None:
-        """``Failed`` with the API's reason and message: the API server refused the content
-        of an object made from this spec, so every retry would be refused the same way."""
-        base = status if status is not None else dict(job.get("status") or {})
-        base = {**base, "conditions": [
-            dict(x) for x in base.get("conditions") or [] if x.get("type") != REPLICA_FAILURE
-        ]}  # fmt: skip
-        now = format_time(self.now())
-        if not set_condition(
-            base, c.FAILED, c.CONDITION_TRUE, failure.reason or "Invalid",
-            failure.message[:1024], now,
-        ):  # fmt: skip
-            return status
-        base.setdefault("completionTime", now)
-        return base
-
-    @staticmethod
-    def _only_counts_changed(job: JSON, status: JSON) -> bool:
-        old = job.get("status") or {}
-        ignore = ("replicaStatuses", "workers", "lastReconcileTime")
-        return {k: v for k, v in status.items() if k not in ignore} == {
-            k: v for k, v in old.items() if k not in ignore
-        }
-
-    def _replica_failure(
-        self, job: JSON, status: JSON | None, failure: ApiError | None
-    ) -> JSON | None:
-        """Add or clear the ReplicaFailure condition; return the status to write, if any."""
-        base = status if status is not None else dict(job.get("status") or {})
-        has = any(x.get("type") == REPLICA_FAILURE for x in base.get("conditions") or [])
-        if failure is None:
-            if not has:
-                return status
-            base = {**base, "conditions": [
-                x for x in base["conditions"] if x.get("type") != REPLICA_FAILURE
-            ]}  # fmt: skip
-            return base
-        base = {**base, "conditions": [dict(x) for x in base.get("conditions") or []]}
-        changed = set_condition(
-            base,
-            REPLICA_FAILURE,
-            c.CONDITION_TRUE,
-            failure.reason or "FailedCreate",
-            failure.message[:1024],
-            format_time(self.now()),
-        )
-        return base if changed else status
+        return Result(requeue_after=w.requeue_after)
 
     async def _write_status(
         self, key: str, job: JSON, status: JSON, transitions: Sequence[str]

@@ -1,0 +1,325 @@
+"""The reconciler against a small fake of its client seam (creates, deletes, status writes),
+with injected API errors: what it sends, in which order, and how it reacts.
+
+The fake is an in-memory cluster: the readers serve what it holds, a create adds the
+object (a Service gets a ClusterIP, as the API server gives one) and tells the
+expectations, as the informers would. Errors are injected per verb and kind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from msop.api import constants as c
+from msop.controller.expectations import Expectations
+from msop.controller.reconcile import Request, Result, TerminalError
+from msop.informers.store import BY_CONTROLLER_UID
+from msop.kube.errors import ApiError
+from msop.kube.resources import Resource
+from msop.msjob.plan import COUNT_WRITE_DELAY, Options
+from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
+
+JSON = dict[str, Any]
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+STAMP = "2026-01-01T00:00:00Z"
+
+CONFLICT = ApiError(409, "Conflict", "the object has been modified")
+EXISTS = ApiError(409, "AlreadyExists", 'pods "j-worker-0" already exists')
+INVALID = ApiError(422, "Invalid", 'Pod "j-worker-0" is invalid: spec.containers: bad')
+QUOTA = ApiError(403, "Forbidden", 'pods "j-worker-0" is forbidden: exceeded quota: pods')
+SERVER = ApiError(500, "InternalError", "etcd timeout")
+SCHEMA = ApiError(
+    422,
+    "Invalid",
+    'MSJob.mindspore.gitee.com "j" is invalid: status.workers: bad',
+    body={"details": {"name": "j", "kind": "MSJob"}},
+)  # the stored object fails the CRD's schema (a failed patch test has no details)
+GONE = ApiError(404, "NotFound", 'pods "j-worker-3" not found')
+
+
+def _job(workers: int = 2, scheduler: bool = False) -> JSON:
+    container = {"name": "mindspore", "image": "ms:1"}
+    template = {"spec": {"containers": [container]}}
+    specs: JSON = {"Worker": {"replicas": workers, "template": template}}
+    if scheduler:
+        specs["Scheduler"] = {"replicas": 1, "template": template}
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1,
+                     "resourceVersion": "1"},
+        "spec": {"msReplicaSpecs": specs},
+    }  # fmt: skip
+
+
+class Cluster:
+    """The fake client seam and the caches behind the readers, in one."""
+
+    def __init__(self, job: JSON, expectations: Expectations) -> None:
+        self.job = job
+        self.objects: dict[tuple[str, str], JSON] = {}
+        self.expectations = expectations
+        self.errors: dict[tuple[str, str], list[ApiError]] = {}
+        self.calls: list[tuple[str, str, str]] = []
+        self.patches: list[list[JSON]] = []
+        self.deletes: list[JSON] = []
+        self._rv = 1
+
+    def fail(self, verb: str, kind: str, *errors: ApiError) -> None:
+        """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order."""
+        self.errors.setdefault((verb, kind), []).extend(errors)
+
+    def _raise(self, verb: str, kind: str) -> None:
+        queued = self.errors.get((verb, kind))
+        if queued:
+            raise queued.pop(0)
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    # the client seam
+    async def create(self, res: Resource, obj: JSON, ns: str) -> JSON:
+        name = obj["metadata"]["name"]
+        self.calls.append(("create", res.kind, name))
+        self._raise("create", res.kind)
+        made = json.loads(json.dumps(obj))
+        made["metadata"].update(uid=f"uid-{name}", resourceVersion=self._next_rv())
+        made["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{len(self.objects):02d}Z"
+        if res.kind == "Service":
+            made["spec"]["clusterIP"] = "10.0.0.7"
+        if res.kind == "Pod":
+            made["status"] = {"phase": "Pending"}
+        self.objects[(res.kind, name)] = made
+        key = pods_key("ns/j") if res.kind == "Pod" else services_key("ns/j")
+        self.expectations.creation_observed(key, name)
+        return made
+
+    async def delete(self, res: Resource, name: str, ns: str, **kw: Any) -> None:
+        self.calls.append(("delete", res.kind, name))
+        self.deletes.append({"kind": res.kind, "name": name, **kw})
+        self._raise("delete", res.kind)
+        self.objects.pop((res.kind, name), None)
+        key = pods_key("ns/j") if res.kind == "Pod" else services_key("ns/j")
+        self.expectations.deletion_observed(key, name)
+
+    async def patch(self, res: Resource, name: str, body: bytes, ns: str, **kw: Any) -> JSON:
+        ops = json.loads(body)
+        self.calls.append(("patch", res.kind, name))
+        self._raise("patch", res.kind)
+        assert kw == {"patch_type": "json", "subresource": "status"}
+        assert ops[0] == {"op": "test", "path": "/status", "value": self.job.get("status")}
+        self.patches.append(ops)
+        self.job = {**self.job, "status": ops[1]["value"]}
+        self.job["metadata"] = {**self.job["metadata"], "resourceVersion": self._next_rv()}
+        return self.job
+
+    # the caches
+    def of_kind(self, kind: str) -> list[JSON]:
+        return [o for (k, _), o in sorted(self.objects.items()) if k == kind]
+
+    def set_phase(self, kind: str, name: str, phase: str) -> None:
+        self.objects[(kind, name)]["status"] = {"phase": phase}
+
+
+class Reader:
+    def __init__(self, cluster: Cluster, kind: str) -> None:
+        self.cluster, self.kind = cluster, kind
+
+    def get(self, name: str, namespace: str) -> Any:
+        return self.cluster.job if self.kind == c.KIND and self.cluster.job else None
+
+    def by_index(self, index_name: str, value: str) -> list[Any]:
+        assert index_name == BY_CONTROLLER_UID and value == "u-1"
+        return self.cluster.of_kind(self.kind)
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+        self.events.append((type_, reason, message))
+
+
+class Harness:
+    def __init__(self, job: JSON) -> None:
+        self.now = NOW
+        self.expectations = Expectations()
+        self.cluster = Cluster(job, self.expectations)
+        self.recorder = Recorder()
+        self.reconciler = MSJobReconciler(
+            self.cluster,  # type: ignore[arg-type]
+            jobs=Reader(self.cluster, c.KIND),
+            pods=Reader(self.cluster, "Pod"),
+            services=Reader(self.cluster, "Service"),
+            pod_groups=None,
+            recorder=self.recorder,  # type: ignore[arg-type]
+            expectations=self.expectations,
+            options=Options(progress_port=0),
+            now=lambda: self.now,
+        )
+
+    def reconcile(self) -> Result:
+        return asyncio.run(self.reconciler.reconcile(Request("ns", "j")))
+
+    def conditions(self) -> dict[str, JSON]:
+        return {x["type"]: x for x in self.cluster.job["status"]["conditions"]}
+
+    def reasons(self) -> list[str]:
+        return [r for _, r, _ in self.recorder.events]
+
+
+def test_a_new_job_creates_the_service_then_every_pod_in_one_pass() -> None:
+    h = Harness(_job(workers=2, scheduler=True))
+    assert h.reconcile() == Result()
+    assert h.cluster.calls == [
+        ("create", "Service", "j-scheduler-0"),
+        ("create", "Pod", "j-scheduler-0"),  # slow start: 1, then 2
+        ("create", "Pod", "j-worker-0"),
+        ("create", "Pod", "j-worker-1"),
+        ("patch", "MSJob", "j"),
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in h.cluster.objects[("Pod", "j-worker-0")]["spec"]["containers"][0]["env"]
+    }
+    assert env[c.ENV_SCHED_HOST] == "10.0.0.7"  # from the create response, same pass
+    assert h.reasons() == ["SuccessfulCreateService", "SuccessfulCreatePod"]
+    assert h.conditions()["Created"]["lastTransitionTime"] == STAMP
+    assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["active"] == 0
+
+
+def test_already_exists_counts_as_created() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("create", "Pod", EXISTS)
+    assert h.reconcile() == Result()
+    assert "FailedCreatePod" not in h.reasons()
+    assert "ReplicaFailure" not in h.conditions()
+    assert h.expectations.satisfied(pods_key("ns/j"))
+
+
+def test_a_quota_refusal_on_the_service_holds_every_pod() -> None:
+    h = Harness(_job(workers=2, scheduler=True))
+    h.cluster.fail("create", "Service", QUOTA)
+    assert h.reconcile() == Result(requeue=True)
+    assert [call for call in h.cluster.calls if call[0] == "create"] == [
+        ("create", "Service", "j-scheduler-0")
+    ]
+    failure = h.conditions()["ReplicaFailure"]
+    assert (failure["reason"], failure["lastTransitionTime"]) == ("Forbidden", STAMP)
+    assert h.reasons().count("FailedCreateService") == 1
+
+
+def test_replica_failure_is_removed_once_creates_succeed() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("create", "Pod", SERVER)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    assert "ReplicaFailure" in h.conditions()
+    assert h.reconcile() == Result()
+    assert "ReplicaFailure" not in h.conditions()
+    assert ("Pod", "j-worker-0") in h.cluster.objects
+
+
+def test_invalid_fails_the_job_and_the_next_pass_cleans_up() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("create", "Pod", INVALID)
+    assert h.reconcile() == Result()
+    failed = h.conditions()["Failed"]
+    assert (failed["reason"], failed["message"]) == ("Invalid", INVALID.message)
+    assert h.cluster.job["status"]["completionTime"] == STAMP
+    calls = len(h.cluster.calls)
+    assert h.reconcile() == Result()  # final: nothing is created again
+    assert [call[0] for call in h.cluster.calls[calls:]] in ([], ["patch"])
+
+
+def test_scale_down_deletes_with_a_uid_precondition_and_tolerates_gone_objects() -> None:
+    h = Harness(_job(workers=3))
+    h.reconcile()
+    h.cluster.job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 1
+    h.cluster.fail("delete", "Pod", GONE, CONFLICT)  # gone, and replaced under that name
+    h.reconcile()
+    deletes = sorted((d["name"], d["uid_precondition"]) for d in h.cluster.deletes)
+    assert deletes == [("j-worker-1", "uid-j-worker-1"), ("j-worker-2", "uid-j-worker-2")]
+    assert all(d["grace_period_seconds"] is None for d in h.cluster.deletes)
+
+
+def test_a_delete_refused_by_the_server_is_a_reconcile_error() -> None:
+    h = Harness(_job(workers=2))
+    h.reconcile()
+    h.cluster.job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 1
+    h.cluster.fail("delete", "Pod", SERVER)
+    with pytest.raises(ApiError) as raised:
+        h.reconcile()
+    assert raised.value is SERVER
+
+
+@pytest.mark.parametrize("error", [CONFLICT, ApiError(422, "Invalid", "test failed")])
+def test_a_status_write_that_conflicts_requeues(error: ApiError) -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("patch", c.KIND, error)
+    assert h.reconcile() == Result(requeue=True)
+    assert "status" not in h.cluster.job
+    assert h.reconcile() == Result()  # the next pass writes it
+    assert "Created" in h.conditions()
+
+
+def test_a_status_the_schema_refuses_is_terminal() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("patch", c.KIND, SCHEMA)
+    with pytest.raises(TerminalError):
+        h.reconcile()
+
+
+def test_a_status_write_failing_with_500_is_a_reconcile_error() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("patch", c.KIND, SERVER)
+    with pytest.raises(ApiError):
+        h.reconcile()
+
+
+def test_pod_count_changes_are_coalesced_and_conditions_are_not() -> None:
+    h = Harness(_job(workers=2))
+    h.reconcile()
+    patches = len(h.cluster.patches)
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")  # counts move, no condition
+    h.now = NOW + timedelta(seconds=5)
+    result = h.reconcile()
+    assert len(h.cluster.patches) == patches  # held
+    assert result.requeue_after == pytest.approx(COUNT_WRITE_DELAY)
+    h.now += timedelta(seconds=0.4)
+    result = h.reconcile()
+    assert len(h.cluster.patches) == patches  # still held, for what is left of the delay
+    assert result.requeue_after == pytest.approx(COUNT_WRITE_DELAY - 0.4)
+    h.now += timedelta(seconds=0.6)
+    h.reconcile()
+    assert len(h.cluster.patches) == patches + 1  # written once the delay is over
+    assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["active"] == 2
+    h.cluster.set_phase("Pod", "j-worker-1", "Running")  # all run: Running, at once
+    h.now += timedelta(seconds=0.1)
+    h.reconcile()
+    assert len(h.cluster.patches) == patches + 2
+    assert h.conditions()["Running"]["status"] == "True"
+
+
+def test_a_restart_is_written_before_the_failed_pod_is_deleted() -> None:
+    job = _job(workers=1)
+    job["spec"]["msReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+    h = Harness(job)
+    h.reconcile()
+    pod = h.cluster.objects[("Pod", "j-worker-0")]
+    pod["status"] = {"phase": "Failed", "containerStatuses": [
+        {"name": "mindspore", "state": {"terminated": {"exitCode": 137}}}]}  # fmt: skip
+    calls = len(h.cluster.calls)
+    h.reconcile()
+    assert h.cluster.calls[calls:calls + 2] == [
+        ("patch", c.KIND, "j"), ("delete", "Pod", "j-worker-0"),
+    ]  # fmt: skip
+    assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    assert h.conditions()["Restarting"]["status"] == "True"
