@@ -117,17 +117,9 @@ def _percent(raw: JSON, counts: JSON) -> int | None:
 
 
 def parse_report(body: bytes | str) -> Report:
-    """Check a report (the HTTP answer or a termination message) and reduce it."""
-    if len(body) > MAX_REPORT_BYTES:
-        raise InvalidReport(f"larger than {MAX_REPORT_BYTES} bytes")
-    try:
-        raw = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as e:
-        raise InvalidReport(f"not JSON: {e}") from None
-    if not isinstance(raw, dict):
-        raise InvalidReport("not a JSON object")
-    if raw.get("version") != WIRE_VERSION:
-        raise InvalidReport(f"version must be {WIRE_VERSION}, not {raw.get('version')!r}")
+    """Check a report (the HTTP answer or a termination message) and reduce it; raises
+    InvalidReport naming what is wrong."""
+    raw = _envelope(body)
     pod = raw.get("pod")
     if not isinstance(pod, dict) or not all(
         isinstance(pod.get(k), str) and pod.get(k) for k in ("name", "uid")
@@ -140,7 +132,26 @@ def parse_report(body: bytes | str) -> Report:
     if not isinstance(final, bool):
         raise InvalidReport("final must be true or false")
     age = _number(raw, "age", MAX_ETA_SECONDS) or 0.0
+    return Report(str(pod["name"]), str(pod["uid"]), seq, age, final, _progress(raw))
 
+
+def _envelope(body: bytes | str) -> JSON:
+    """The report as a JSON object of this wire version."""
+    if len(body) > MAX_REPORT_BYTES:
+        raise InvalidReport(f"larger than {MAX_REPORT_BYTES} bytes")
+    try:
+        raw = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise InvalidReport(f"not JSON: {e}") from None
+    if not isinstance(raw, dict):
+        raise InvalidReport("not a JSON object")
+    if raw.get("version") != WIRE_VERSION:
+        raise InvalidReport(f"version must be {WIRE_VERSION}, not {raw.get('version')!r}")
+    return raw
+
+
+def _progress(raw: JSON) -> JSON:
+    """The ``status.progress`` fields of a report (without ``lastReportTime``)."""
     progress: JSON = {}
     for key in ("step", "totalSteps", "epoch", "totalEpochs"):
         value = _count(raw, key)
@@ -155,7 +166,7 @@ def parse_report(body: bytes | str) -> Report:
     metrics = _metrics(raw.get("metrics"))
     if metrics:
         progress["metrics"] = metrics
-    return Report(str(pod["name"]), str(pod["uid"]), seq, age, final, progress)
+    return progress
 
 
 def to_status(report: Report, report_time: str) -> JSON:

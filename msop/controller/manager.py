@@ -213,15 +213,7 @@ class Manager:
         finally:
             self._leading.clear()
             grace = 0.0 if lost else self.graceful_shutdown_timeout
-            deadline = loop.time() + grace
-            runnables_deadline = deadline - shutdown_reserve(grace)
-            await _stop_tasks(leader, runnables_deadline)
-            await _stop_tasks(plain, runnables_deadline)
-            if elector is not None:
-                # The release is one request on a budget of its own; it gets the reserve
-                # (at least 1 s, so that a lost lease still ends cleanly).
-                await _stop_tasks([elector], max(deadline - 0.2, loop.time() + 1.0))
-            await _stop_tasks([informers], max(deadline, loop.time() + 0.5))
+            await _stop_in_order(grace, leader, plain, elector, informers)
             for server in servers:
                 await server.stop()
             if handle_signals:
@@ -294,6 +286,27 @@ class Manager:
 
 async def _as_coroutine(runnable: Runnable) -> None:
     await runnable.run()
+
+
+async def _stop_in_order(
+    grace: float,
+    leader: list[asyncio.Task[None]],
+    plain: list[asyncio.Task[None]],
+    elector: asyncio.Task[None] | None,
+    informers: asyncio.Task[None],
+) -> None:
+    """Stop the runnables within ``grace`` less the reserve, then release the Lease, then
+    stop the informers."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + grace
+    runnables_deadline = deadline - shutdown_reserve(grace)
+    await _stop_tasks(leader, runnables_deadline)
+    await _stop_tasks(plain, runnables_deadline)
+    if elector is not None:
+        # The release is one request on a budget of its own; it gets the reserve
+        # (at least 1 s, so that a lost lease still ends cleanly).
+        await _stop_tasks([elector], max(deadline - 0.2, loop.time() + 1.0))
+    await _stop_tasks([informers], max(deadline, loop.time() + 0.5))
 
 
 async def _stop_tasks(tasks: list[asyncio.Task[None]], deadline: float) -> None:

@@ -658,17 +658,12 @@ class _ProgressServer:
                         assert isinstance(sock, socket.socket)
                         self._io(sel, conns, sock, mask)
                 now = time.monotonic()
-                for sock, conn in list(conns.items()):
-                    if conn.deadline <= now:
-                        self._drop(sel, conns, sock)
+                self._expire(sel, conns, now)
                 if retry_accept_at is not None and retry_accept_at <= now:
                     retry_accept_at = None
                 want = len(conns) < _MAX_CONNECTIONS and retry_accept_at is None
                 if want != accepting:
-                    if want:
-                        sel.register(self._listener, selectors.EVENT_READ, _ACCEPT)
-                    else:
-                        sel.unregister(self._listener)
+                    self._set_accepting(sel, want)
                     accepting = want
         except Exception as exc:
             log.warning("msop progress: the progress server stopped: %r", exc)
@@ -678,6 +673,21 @@ class _ProgressServer:
             sel.close()
             self._listener.close()
             self._wake_r.close()
+
+    def _expire(
+        self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Connection], now: float
+    ) -> None:
+        """Drop the connections whose deadline has passed."""
+        for sock, conn in list(conns.items()):
+            if conn.deadline <= now:
+                self._drop(sel, conns, sock)
+
+    def _set_accepting(self, sel: selectors.BaseSelector, accepting: bool) -> None:
+        """Listen for new clients, or stop (too many connections, or accept failing)."""
+        if accepting:
+            sel.register(self._listener, selectors.EVENT_READ, _ACCEPT)
+        else:
+            sel.unregister(self._listener)
 
     def _accept(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Connection]) -> bool:
         """Accept one client; False on an error that could repeat at once (e.g. EMFILE)."""

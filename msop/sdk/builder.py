@@ -33,6 +33,11 @@ def _container(
     return container
 
 
+def _given(**fields: Any) -> JSON:
+    """The fields that are not None (the others keep their server-side defaults)."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def dataparallel_job(
     name: str,
     image: str,
@@ -95,17 +100,10 @@ def dataparallel_job(
     replica_specs[c.WORKER] = replica(workers, resources or None)
 
     spec: JSON = {"msReplicaSpecs": replica_specs}
-    run_policy: JSON = {}
-    if clean_pod_policy is not None:
-        run_policy["cleanPodPolicy"] = clean_pod_policy
-    if backoff_limit is not None:
-        run_policy["backoffLimit"] = backoff_limit
+    run_policy = _given(cleanPodPolicy=clean_pod_policy, backoffLimit=backoff_limit)
     if run_policy:
         spec["runPolicy"] = run_policy
-    if success_policy is not None:
-        spec["successPolicy"] = success_policy
-    if restart_scope is not None:
-        spec["restartScope"] = restart_scope
+    spec.update(_given(successPolicy=success_policy, restartScope=restart_scope))
 
     metadata: JSON = {"name": name}
     if namespace:

@@ -16,7 +16,8 @@ from msop.api.conditions import get_condition
 from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
-from msop.kube.errors import ApiError, ApiUnavailable, is_gone, is_not_found
+from msop.kube.errors import ApiError, is_not_found
+from msop.kube.listwatch import list_then_watch
 from msop.kube.resources import EVENTS
 from msop.sdk.errors import (
     MSJobError,
@@ -257,43 +258,20 @@ class MSJobClient:
                 line.update(format_progress(job))
             return self._decide(job, wanted)
 
-        resource_version: str | None = None
-        while True:
-            if resource_version is None:
-                listed = await self.kube.list(MSJOBS, ns, field_selector=selector)
-                if not listed["items"]:
-                    raise MSJobNotFoundError(f"MSJob {ns}/{name} not found")
-                job: JSON = listed["items"][0]
-                if seen(job):
-                    return job
-                resource_version = str(listed["metadata"]["resourceVersion"])
-            try:
-                events = self.kube.watch(
-                    MSJOBS,
-                    ns,
-                    resource_version=resource_version,
-                    field_selector=selector,
-                    timeout_seconds=WATCH_SECONDS,
-                )
-                async with contextlib.aclosing(events):
-                    async for event in events:
-                        obj: JSON = event["object"]
-                        resource_version = str(
-                            obj.get("metadata", {}).get("resourceVersion") or resource_version
-                        )
-                        if event["type"] == "BOOKMARK":
-                            continue
-                        if event["type"] == "DELETED":
-                            raise MSJobNotFoundError(f"MSJob {ns}/{name} was deleted")
-                        if seen(obj):
-                            return obj
-            except ApiError as e:
-                if is_gone(e):
-                    resource_version = None  # expired: list again
-                elif isinstance(e, ApiUnavailable):
-                    await asyncio.sleep(1)  # broken stream: resume from the last version
-                else:
-                    raise
+        updates = list_then_watch(
+            self.kube, MSJOBS, ns, field_selector=selector, timeout_seconds=WATCH_SECONDS
+        )
+        async with contextlib.aclosing(updates):
+            async for type_, obj in updates:
+                if type_ == "LIST":
+                    if not obj["items"]:
+                        raise MSJobNotFoundError(f"MSJob {ns}/{name} not found")
+                    obj = obj["items"][0]
+                elif type_ == "DELETED":
+                    raise MSJobNotFoundError(f"MSJob {ns}/{name} was deleted")
+                if seen(obj):
+                    return obj
+        raise AssertionError("list_then_watch ended")  # it never does
 
     # --- logs and events -------------------------------------------------------------------
     async def get_logs(
