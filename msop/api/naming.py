@@ -6,11 +6,8 @@ Pure functions of a job's name (or the job). The operator, ``msop render`` and t
 
 from __future__ import annotations
 
-from typing import Any
-
 from msop.api import constants as c
-
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 
 def object_name(job_name: str, replica_type: str, index: int) -> str:

@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 WIRE_VERSION = 1
 #: Largest report body read from a pod (a well-formed one is under 2 KiB).

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from msop.api import constants as c
+from msop.msjob.settings import Settings
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -130,7 +131,7 @@ def _add_run(sub: Any) -> None:
     a(
         "--max-concurrent-reconciles",
         type=_positive_int,
-        default=_env("MSOP_MAX_CONCURRENT_RECONCILES", "10"),
+        default=_env("MSOP_MAX_CONCURRENT_RECONCILES", str(Settings.max_concurrent_reconciles)),
         help="MSJobs reconciled in parallel [env MSOP_MAX_CONCURRENT_RECONCILES]",
     )
     a(

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, TextIO
+from typing import TextIO
 
 import yaml
 
+from msop.kube.objects import JSON
 from msop.sdk.manifests import read_msjobs
 from msop.sdk.render import InvalidJobError, render
-
-JSON = dict[str, Any]
 
 
 def render_files(

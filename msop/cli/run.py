@@ -22,7 +22,8 @@ from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
 from msop.kube.resources import PODGROUPS
 from msop.metrics import register_process_metrics
-from msop.msjob.setup import Settings, setup
+from msop.msjob.settings import Settings
+from msop.msjob.setup import setup
 
 USER_AGENT = f"msop/{__version__}"
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"

@@ -45,6 +45,7 @@ from cachetools import LRUCache
 from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
 from msop.kube.client import KubeClient
 from msop.kube.errors import is_not_found
+from msop.kube.objects import format_time
 from msop.kube.resources import EVENTS
 
 __all__ = ["Correlation", "EventCorrelator", "EventKey", "EventRecorder", "EventType"]
@@ -120,7 +121,7 @@ class EventCorrelator:
 
 def _timestamp(now: float | None = None) -> str:
     moment = datetime.now(UTC) if now is None else datetime.fromtimestamp(now, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return format_time(moment)
 
 
 def involved_object(obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -40,6 +40,7 @@ import structlog
 from msop.controller import metrics
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
+from msop.kube.objects import format_micro_time
 from msop.kube.resources import LEASES
 
 __all__ = ["LeaderElectionConfig", "LeaderElectionLost", "LeaderElector", "default_identity"]
@@ -81,7 +82,7 @@ class LeaderElectionConfig:
 
 
 def _micro_time(moment: float) -> str:
-    return datetime.fromtimestamp(moment, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return format_micro_time(datetime.fromtimestamp(moment, UTC))
 
 
 def _record(lease: dict[str, Any]) -> tuple[Any, ...]:

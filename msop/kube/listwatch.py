@@ -17,15 +17,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncGenerator
-from typing import Any
 
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_gone
+from msop.kube.objects import JSON
 from msop.kube.resources import Resource
 
 __all__ = ["list_then_watch"]
-
-JSON = dict[str, Any]
 
 
 async def list_then_watch(

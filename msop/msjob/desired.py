@@ -27,14 +27,11 @@ cluster only works if every replica agrees on them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from msop.api import constants as c
 from msop.api.copying import copy_json
 from msop.api.naming import job_selector, object_name, owner_reference, replica_labels
 from msop.api.types import MSJob, ReplicaSpec
-
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 #: Annotation and scheduler name used with gang scheduling (Volcano's conventions).
 GANG_SCHEDULER_NAME = "volcano"

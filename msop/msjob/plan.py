@@ -63,8 +63,7 @@ Rules, in the order they apply:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta
 
 from msop.api import constants as c
 from msop.api import naming
@@ -75,9 +74,8 @@ from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
 from msop.kube.errors import ApiError, is_invalid
+from msop.kube.objects import JSON, format_time, parse_time
 from msop.msjob import desired
-
-JSON = dict[str, Any]
 
 #: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
 MANAGED_BY = "mindspore.gitee.com/msop"
@@ -247,19 +245,6 @@ def _only_counts_changed(stored: JSON, status: JSON) -> bool:
     return {k: v for k, v in status.items() if k not in ignore} == {
         k: v for k, v in stored.items() if k not in ignore
     }
-
-
-def format_time(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
 
 
 def slot_of(obj: JSON) -> tuple[str, int] | None:

@@ -46,11 +46,11 @@ from prometheus_client.registry import Collector
 from msop.api import constants as c
 from msop.api import progress as progress_api
 from msop.informers.informer import SharedInformer, final_state
+from msop.kube.objects import JSON, format_time
 from msop.metrics import REGISTRY
 from msop.msjob import desired
-from msop.msjob.plan import format_time, slot_of
+from msop.msjob.plan import slot_of
 
-JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob.progress")
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).

@@ -57,7 +57,6 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
 
 import structlog
 from cachetools import LRUCache
@@ -79,11 +78,11 @@ from msop.kube.errors import (
     is_not_found,
     is_patch_test_failed,
 )
+from msop.kube.objects import JSON
 from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
 from msop.msjob import metrics
 from msop.msjob.plan import Observed, Options, Plan, plan, status_write
 
-JSON = dict[str, Any]
 log = structlog.get_logger("msop.msjob")
 
 

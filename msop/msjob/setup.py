@@ -11,9 +11,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
 from msop.controller.controller import Controller
@@ -31,29 +28,13 @@ from msop.msjob.plan import Options
 from msop.msjob.progress import POLLERS, ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
+from msop.msjob.settings import Settings
 
 CONTROLLER_NAME = "msjob"
 EVENT_COMPONENT = "msjob-controller"
 CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
 #: Upper bound (seconds) of the per-job retry backoff after a failed reconcile.
 RETRY_MAX_DELAY = 60.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    """How the MSJob controller runs."""
-
-    namespaces: Sequence[str] = ()
-    """Namespaces to watch; empty means all namespaces."""
-    max_concurrent_reconciles: int = 1
-    """Jobs reconciled at the same time (one key is never reconciled twice at once)."""
-    gang_scheduling: bool = False
-    """Create Volcano PodGroups and hold pods until their group is Inqueue."""
-    progress_port: int = c.DEFAULT_PROGRESS_PORT
-    """Port Worker 0's progress reporter serves on; 0 turns progress off."""
-    progress_interval: float = 30.0
-    """Seconds between two progress polls of one job (and so between two progress
-    writes of its status)."""
 
 
 def _owner_key(obj: Obj) -> str | None:

@@ -7,8 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from msop.api import constants as c
-
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 GPU_RESOURCE = "nvidia.com/gpu"
 

@@ -18,6 +18,7 @@ from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_not_found
 from msop.kube.listwatch import list_then_watch
+from msop.kube.objects import JSON
 from msop.kube.resources import EVENTS
 from msop.sdk.errors import (
     MSJobError,
@@ -30,7 +31,6 @@ from msop.sdk.logs import iter_lines, log_path, stream_log
 from msop.sdk.manifests import load_job
 from msop.sdk.progress import ProgressLine, format_progress
 
-JSON = dict[str, Any]
 JSONList = list[JSON]
 
 #: The MSJob REST resource (``mindspore.gitee.com/v1``, ``msjobs``).

@@ -14,8 +14,7 @@ from typing import Any
 import yaml
 
 from msop.api import constants as c
-
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 
 def load_documents(text: str) -> Iterator[Any]:

@@ -23,12 +23,10 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from msop.api import FieldError, validate_admission
+from msop.kube.objects import JSON
 from msop.msjob.plan import Observed, Options, plan
-
-JSON = dict[str, Any]
 
 UID_PLACEHOLDER = "<msjob-uid>"
 CLUSTER_IP_PLACEHOLDER = "<scheduler-service-cluster-ip>"

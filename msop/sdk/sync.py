@@ -15,7 +15,8 @@ from types import TracebackType
 from typing import Any, Literal, Self, TextIO, TypeVar
 
 from msop.api import constants as c
-from msop.sdk.client import JSON, JSONList, MSJobClient
+from msop.kube.objects import JSON
+from msop.sdk.client import JSONList, MSJobClient
 
 T = TypeVar("T")
 

@@ -13,11 +13,11 @@ from typing import Any, Protocol
 
 import yaml
 
+from msop.kube.objects import JSON
+
 REPO = Path(__file__).resolve().parents[2]
 MINDSPORE_EXAMPLE = REPO / "examples" / "mindspore"
 MINDSPORE_JOB = "mindspore-linear"
-
-JSON = dict[str, Any]
 
 
 class Kubectl(Protocol):

@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-JSON = dict[str, Any]
+from msop.kube.objects import JSON
 
 
 class Kubectl(Protocol):

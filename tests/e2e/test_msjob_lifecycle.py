@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from msop.msjob.plan import parse_time
+from msop.kube.objects import parse_time
 from msop.testing import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.e2e.msjobs import (
     apply,

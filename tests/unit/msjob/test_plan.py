@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from msop.api import naming
+from msop.kube.objects import format_time
 from msop.msjob import desired
-from msop.msjob.plan import Observed, Options, Plan, format_time, plan
+from msop.msjob.plan import Observed, Options, Plan, plan
 
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 T0 = format_time(NOW - timedelta(seconds=60))

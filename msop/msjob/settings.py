@@ -1,0 +1,29 @@
+"""How the MSJob controller runs: its settings, one typed value with a default per field.
+
+Light on purpose (no runtime imports): ``msop run``'s flags take their defaults from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from msop.api import constants as c
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the MSJob controller runs."""
+
+    namespaces: Sequence[str] = ()
+    """Namespaces to watch; empty means all namespaces."""
+    max_concurrent_reconciles: int = 10
+    """Jobs reconciled at the same time (one key is never reconciled twice at once); the
+    default of ``msop run --max-concurrent-reconciles``."""
+    gang_scheduling: bool = False
+    """Create Volcano PodGroups and hold pods until their group is Inqueue."""
+    progress_port: int = c.DEFAULT_PROGRESS_PORT
+    """Port Worker 0's progress reporter serves on; 0 turns progress off."""
+    progress_interval: float = 30.0
+    """Seconds between two progress polls of one job (and so between two progress
+    writes of its status)."""
