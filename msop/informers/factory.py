@@ -45,7 +45,6 @@ class InformerFactory:
         self.options = options
         self._informers: dict[InformerKey, SharedInformer] = {}
         self._tg: asyncio.TaskGroup | None = None
-        self._started: set[InformerKey] = set()
 
     def informer_for(
         self,
@@ -88,7 +87,6 @@ class InformerFactory:
 
     def _start(self, key: InformerKey, informer: SharedInformer) -> None:
         assert self._tg is not None
-        self._started.add(key)
         self._tg.create_task(informer.run(), name=f"informer {key[0]} {key[1] or '*'}")
 
     async def run(self) -> None:
@@ -103,7 +101,6 @@ class InformerFactory:
                 await asyncio.Future()  # park until cancelled
         finally:
             self._tg = None
-            self._started.clear()
 
     def has_synced(self) -> bool:
         """True when every informer built so far has synced."""
