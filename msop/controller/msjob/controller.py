@@ -22,7 +22,7 @@ from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOw
 from msop.controller.manager import Manager
 from msop.controller.msjob import metrics
 from msop.controller.msjob.plan import Options
-from msop.controller.msjob.progress import POLLERS, ProgressPoller
+from msop.controller.msjob.progress import ProgressPoller
 from msop.controller.msjob.projection import pod_projection, service_projection
 from msop.controller.msjob.reconciler import (
     PODGROUPS,
@@ -168,6 +168,6 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     if poller is not None:
         for inf in pods:
             poller.watch(inf)
-        POLLERS.append(poller)
+        metrics.PROGRESS.add(poller)
         manager.add(poller)
     return controller
