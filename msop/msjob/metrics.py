@@ -21,12 +21,17 @@ Each counter exists under msop's name (label ``namespace``) and under the
 training-operator name (labels ``job_namespace`` and ``framework="mindspore"``), so
 existing Kubeflow dashboards keep working. ``msop_jobs`` is a gauge of the jobs in the
 cache by their current state (the type of their last condition), computed at scrape time.
+
+Training progress: ``msop_progress_polls_total{result}`` counts the progress poller's
+polls, and ``msop_job_progress_ratio{namespace,name}`` is the fraction done that each
+running job last reported, computed at scrape time from the pollers registered in
+:data:`PROGRESS` (so a series lives only as long as its job's Worker 0 runs).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
@@ -128,3 +133,51 @@ class JobStateCollector(Collector):
 
 JOB_STATES = JobStateCollector()
 REGISTRY.register(JOB_STATES)
+
+
+#: Results of a progress poll, the ``result`` label of ``msop_progress_polls_total``.
+POLL_RESULTS = ("report", "unchanged", "empty", "unreachable", "rejected", "invalid")
+POLLS = Counter(
+    "msop_progress_polls",
+    "Progress polls of Worker 0 pods, by result: report (a new report was stored), "
+    "unchanged (same seq as before), empty (no report yet), unreachable (no answer, refused "
+    "or timed out), rejected (the answer names another pod), invalid (not a version-1 "
+    "report).",
+    ["result"],
+    registry=REGISTRY,
+)
+for _result in POLL_RESULTS:
+    POLLS.labels(_result)
+
+
+class Reports(Protocol):
+    def reports(self) -> Iterable[tuple[str, Mapping[str, Any]]]: ...
+
+
+class ProgressCollector(Collector):
+    """``msop_job_progress_ratio{namespace,name}`` from the registered progress pollers."""
+
+    def __init__(self) -> None:
+        self._sources: list[Reports] = []
+
+    def add(self, source: Reports) -> None:
+        self._sources.append(source)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "msop_job_progress_ratio",
+            "Fraction of training done (0-1) that Worker 0 last reported, for each running "
+            "MSJob that reports progress.",
+            labels=["namespace", "name"],
+        )
+        for source in self._sources:
+            for job, progress in source.reports():
+                percent = progress.get("percentComplete")
+                if isinstance(percent, int):
+                    namespace, _, name = job.partition("/")
+                    family.add_metric([namespace, name], percent / 100)
+        yield family
+
+
+PROGRESS = ProgressCollector()
+REGISTRY.register(PROGRESS)

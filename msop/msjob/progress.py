@@ -35,40 +35,23 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from typing import Protocol
 
 import aiohttp
 import structlog
-from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from msop.api import constants as c
 from msop.api import progress as progress_api
 from msop.informers.informer import SharedInformer, final_state
 from msop.kube.objects import JSON, format_time
-from msop.metrics import REGISTRY
 from msop.msjob import desired
+from msop.msjob.metrics import POLLS
 from msop.msjob.plan import slot_of
 
 log = structlog.get_logger("msop.msjob.progress")
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).
 FIRST_POLL_DELAY = 5.0
-#: Results of a poll, the ``result`` label of ``msop_progress_polls_total``.
-RESULTS = ("report", "unchanged", "empty", "unreachable", "rejected", "invalid")
-
-POLLS = Counter(
-    "msop_progress_polls",
-    "Progress polls of Worker 0 pods, by result: report (a new report was stored), "
-    "unchanged (same seq as before), empty (no report yet), unreachable (no answer, refused "
-    "or timed out), rejected (the answer names another pod), invalid (not a version-1 "
-    "report).",
-    ["result"],
-    registry=REGISTRY,
-)
-for _result in RESULTS:
-    POLLS.labels(_result)
 
 
 class Fetch(Protocol):
@@ -160,7 +143,7 @@ class ProgressPoller:
     def __len__(self) -> int:
         return len(self._targets)
 
-    def reports(self) -> Iterator[tuple[str, JSON]]:
+    def reports(self) -> Iterator[tuple[str, JSON]]:  # msop_job_progress_ratio
         """(job key, progress) of every job with a stored report."""
         yield from list(self._progress.items())
 
@@ -319,34 +302,3 @@ def _session_fetch(session: aiohttp.ClientSession) -> Fetch:
             return resp.status, await resp.content.read(limit)
 
     return fetch
-
-
-class ProgressCollector(Collector):
-    """``msop_job_progress_ratio{namespace,name}``: the reported fraction done (0-1) of each
-    job whose Worker 0 runs and has reported, so the series live only as long as the
-    training does (one per running, reporting job)."""
-
-    def __init__(self, pollers: list[ProgressPoller]) -> None:
-        self.pollers = pollers
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        family = GaugeMetricFamily(
-            "msop_job_progress_ratio",
-            "Fraction of training done (0-1) that Worker 0 last reported, for each running "
-            "MSJob that reports progress.",
-            labels=["namespace", "name"],
-        )
-        for poller in self.pollers:
-            for job, progress in poller.reports():
-                percent = progress.get("percentComplete")
-                if isinstance(percent, int):
-                    namespace, _, name = job.partition("/")
-                    family.add_metric([namespace, name], percent / 100)
-        yield family
-
-    def describe(self) -> list[Any]:
-        return []
-
-
-POLLERS: list[ProgressPoller] = []
-REGISTRY.register(ProgressCollector(POLLERS))

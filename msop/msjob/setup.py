@@ -25,7 +25,7 @@ from msop.informers.store import Transform
 from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
 from msop.msjob import metrics
 from msop.msjob.plan import Options
-from msop.msjob.progress import POLLERS, ProgressPoller
+from msop.msjob.progress import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
 from msop.msjob.settings import Settings
@@ -143,6 +143,6 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     if poller is not None:
         for inf in pods:
             poller.watch(inf)
-        POLLERS.append(poller)
+        metrics.PROGRESS.add(poller)
         manager.add(poller)
     return controller

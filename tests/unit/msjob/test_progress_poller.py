@@ -13,10 +13,9 @@ from aiohttp import web
 
 from msop.metrics import REGISTRY
 from msop.msjob import desired
+from msop.msjob.metrics import POLLS, ProgressCollector
 from msop.msjob.progress import (
     FIRST_POLL_DELAY,
-    POLLS,
-    ProgressCollector,
     ProgressPoller,
     Target,
     target_url,
@@ -243,7 +242,8 @@ async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
     p.observe(worker(uid="u2", job_name="k", ip="10.1.0.6"))
     for target in list(p._targets.values()):
         await p.poll(target)
-    collector = ProgressCollector([p])
+    collector = ProgressCollector()
+    collector.add(p)
     [family] = list(collector.collect())
     assert {(s.labels["namespace"], s.labels["name"]): s.value for s in family.samples} == {
         ("ns", "j"): 0.45,
