@@ -548,7 +548,7 @@ def test_lower_case_keys_are_refused_with_the_reason(cluster: LocalCluster, name
 def test_printer_columns(cluster: LocalCluster, namespace: str) -> None:
     _apply(cluster, namespace, _job("printed"), check=True)
     header = cluster.kubectl("get", "msjobs", "-n", namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "STATE", "WORKERS", "AGE"]
+    assert header == ["NAME", "STATE", "WORKERS", "PROGRESS", "AGE"]
 
     status = {
         "status": {
@@ -558,8 +558,13 @@ def test_printer_columns(cluster: LocalCluster, namespace: str) -> None:
             ],
             "replicaStatuses": {"Worker": {"active": 2, "selector": "a=b"}},
             "workers": "2/2",
+            "progress": {
+                "percentComplete": 45, "step": 90, "totalSteps": 200,
+                "metrics": [{"name": "loss", "value": "0.0213"}],
+                "lastReportTime": "2026-01-01T00:00:00Z",
+            },
         }
-    }
+    }  # fmt: skip
     cluster.kubectl(
         "patch",
         "-n",
@@ -572,7 +577,7 @@ def test_printer_columns(cluster: LocalCluster, namespace: str) -> None:
         json.dumps(status),
     )
     row = cluster.kubectl("get", "msj", "printed", "-n", namespace).stdout.splitlines()[1].split()
-    assert row[:3] == ["printed", "Running", "2/2"]
+    assert row[:4] == ["printed", "Running", "2/2", "45"]
     # The category and the short name find it too.
     assert "printed" in cluster.kubectl("get", "mindspore", "-n", namespace).stdout
     scale = json.loads(
