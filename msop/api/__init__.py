@@ -23,7 +23,7 @@ from msop.api.types import (
     RunPolicy,
     SchedulingPolicy,
 )
-from msop.api.validation import FieldError, validate, validate_admission, validate_update
+from msop.api.validation import FieldError, validate, validate_admission
 
 __all__ = [
     "Condition",
@@ -45,5 +45,4 @@ __all__ = [
     "set_condition",
     "validate",
     "validate_admission",
-    "validate_update",
 ]

@@ -194,40 +194,6 @@ def _validate(job: Any, *, strict: bool) -> list[FieldError]:
     return errors
 
 
-def validate_update(old: Any, new: Any) -> list[FieldError]:
-    """Check the immutability rules of an update from `old` to `new` (both raw or defaulted).
-
-    Only the transition rules: `spec.runPolicy.managedBy` and `spec.runPolicy.schedulingPolicy.
-    queue` may not be added, changed or removed. Call `validate(new)` for everything else.
-    """
-    errors: list[FieldError] = []
-    if _lookup(old, "spec", "runPolicy", "managedBy") != _lookup(
-        new, "spec", "runPolicy", "managedBy"
-    ):
-        errors.append(FieldError("spec.runPolicy.managedBy", MSG_MANAGED_BY_IMMUTABLE))
-    if _lookup(old, "spec", "runPolicy", "schedulingPolicy", "queue") != _lookup(
-        new, "spec", "runPolicy", "schedulingPolicy", "queue"
-    ):
-        errors.append(FieldError("spec.runPolicy.schedulingPolicy.queue", MSG_QUEUE_IMMUTABLE))
-    return errors
-
-
-class _Missing:
-    def __repr__(self) -> str:
-        return "<missing>"
-
-
-_MISSING = _Missing()
-
-
-def _lookup(obj: Any, *keys: str) -> Any:
-    for key in keys:
-        if not isinstance(obj, Mapping) or key not in obj:
-            return _MISSING
-        obj = obj[key]
-    return obj
-
-
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 

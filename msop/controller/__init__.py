@@ -1,7 +1,7 @@
 """msop.controller: the generic controller runtime (controller-runtime's ideas, on asyncio).
 
 One concept per module: :mod:`.workqueue` (+ :mod:`.ratelimiter`, :mod:`.clock`),
-:mod:`.reconcile` (Request/Result/Reconciler), :mod:`.handler` and :mod:`.predicate`
+:mod:`.reconcile` (Request/Result/Reconciler), :mod:`.handler`
 (event -> key), :mod:`.controller` (workers), :mod:`.leaderelection`, :mod:`.events`,
 :mod:`.expectations`, :mod:`.health` (HTTP endpoints), :mod:`.manager` and
 :mod:`.metrics`. Nothing here knows any particular kind; ``msop.msjob`` is one
@@ -25,15 +25,6 @@ from msop.controller.leaderelection import (
     LeaderElector,
 )
 from msop.controller.manager import Manager, Runnable
-from msop.controller.predicate import (
-    AnnotationChangedPredicate,
-    Funcs,
-    GenerationChangedPredicate,
-    LabelChangedPredicate,
-    LabelSelectorPredicate,
-    Predicate,
-    ResourceVersionChangedPredicate,
-)
 from msop.controller.ratelimiter import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -54,7 +45,6 @@ __all__ = [
     "DEFAULT_EXPECTED_ERRORS",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
-    "AnnotationChangedPredicate",
     "BucketRateLimiter",
     "Clock",
     "Controller",
@@ -66,23 +56,17 @@ __all__ = [
     "EventSource",
     "Expectations",
     "FakeClock",
-    "Funcs",
-    "GenerationChangedPredicate",
     "ItemExponentialFailureRateLimiter",
-    "LabelChangedPredicate",
-    "LabelSelectorPredicate",
     "LeaderElectionConfig",
     "LeaderElectionLost",
     "LeaderElector",
     "Manager",
     "MaxOfRateLimiter",
     "MonotonicClock",
-    "Predicate",
     "QueueStatistics",
     "RateLimiter",
     "Reconciler",
     "Request",
-    "ResourceVersionChangedPredicate",
     "Result",
     "Runnable",
     "ShutDown",

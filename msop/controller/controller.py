@@ -3,10 +3,10 @@
 ``Controller(name, reconciler)`` follows controller-runtime's controller:
 
 * :meth:`Controller.watch` connects an informer (any :class:`EventSource`) through a
-  :class:`~.handler.EventHandler` and optional :class:`~.predicate.Predicate` filters to the
-  queue. Handlers are registered when :meth:`Controller.run` starts (a late registration
-  replays the informer's cache as initial-list adds, at low priority) and removed when it
-  stops, so a replica that is not the leader queues nothing.
+  :class:`~.handler.EventHandler` to the queue. Handlers are registered when
+  :meth:`Controller.run` starts (a late registration replays the informer's cache as
+  initial-list adds, at low priority) and removed when it stops, so a replica that is not
+  the leader queues nothing.
 * :meth:`Controller.run` starts ``max_concurrent_reconciles`` workers. A key is never
   reconciled by two workers at once (the queue guarantees it).
 * Outcomes (see :mod:`.reconcile`): success -> ``forget``; ``requeue_after`` -> ``forget`` +
@@ -38,7 +38,6 @@ import structlog
 from msop.controller import metrics
 from msop.controller.clock import Clock, MonotonicClock
 from msop.controller.handler import EventHandler, Obj
-from msop.controller.predicate import Predicate
 from msop.controller.ratelimiter import RateLimiter
 from msop.controller.reconcile import Reconciler, Request, Result, TerminalError
 from msop.controller.workqueue import ShutDown, WorkQueue
@@ -69,48 +68,41 @@ class EventSource(Protocol):
 
 
 class _Watch:
-    """One (source, handler, predicates) triple, adapted to informer callbacks."""
+    """One (source, handler) pair, adapted to informer callbacks."""
 
     def __init__(
         self,
         controller: Controller,
         source: EventSource,
         handler: EventHandler,
-        predicates: tuple[Predicate, ...],
     ) -> None:
         self.controller = controller
         self.source = source
         self.handler = handler
-        self.predicates = predicates
         self.registration: Any = None
 
     def _guard(self, kind: str, fn: Callable[[], None]) -> None:
         try:
             fn()
         except Exception:
-            self.controller.log.exception(
-                "event handler or predicate failed; event dropped", event=kind
-            )
+            self.controller.log.exception("event handler failed; event dropped", event=kind)
 
     def on_add(self, obj: dict[str, Any], initial: bool) -> None:
         def go() -> None:
-            if all(p.create(obj) for p in self.predicates):
-                self.handler.create(obj, self.controller.queue, initial=initial)
+            self.handler.create(obj, self.controller.queue, initial=initial)
 
         self._guard("create", go)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         def go() -> None:
-            if all(p.update(old, new) for p in self.predicates):
-                self.handler.update(old, new, self.controller.queue)
+            self.handler.update(old, new, self.controller.queue)
 
         self._guard("update", go)
 
     def on_delete(self, obj: Any) -> None:
         def go() -> None:
             state: Obj = final_state(obj)
-            if all(p.delete(state) for p in self.predicates):
-                self.handler.delete(state, self.controller.queue)
+            self.handler.delete(state, self.controller.queue)
 
         self._guard("delete", go)
 
@@ -171,14 +163,14 @@ class Controller:
         """How many workers are reconciling right now."""
         return self._active
 
-    def watch(self, source: EventSource, handler: EventHandler, *predicates: Predicate) -> None:
-        """Map ``source``'s events through ``predicates`` and ``handler`` into the queue.
+    def watch(self, source: EventSource, handler: EventHandler) -> None:
+        """Map ``source``'s events through ``handler`` into the queue.
 
         Takes effect when :meth:`run` starts; must be called before. Raises RuntimeError after.
         """
         if self._started:
             raise RuntimeError("watch() must be called before run()")
-        self._watches.append(_Watch(self, source, handler, predicates))
+        self._watches.append(_Watch(self, source, handler))
 
     async def run(self) -> None:
         """Register the watches, run the workers until cancelled, then stop gracefully.

@@ -10,10 +10,11 @@ Contract:
 * ``satisfied(key)`` is True when nothing is recorded for ``key``, when every expected
   creation and deletion was observed, or when the record is older than ``ttl`` (default 5
   minutes; a lost watch event must not block a key forever).
-* ``expect_creations`` / ``expect_deletions`` *replace* the record for that direction.
-  The ``*_of`` variants track names, so observing the same object twice or an unrelated one
-  does not count ("I created pod x; wait until the cache shows x").
-* Observations for keys without a record are ignored. Counts never go below zero.
+* ``expect_creations_of`` / ``expect_deletions_of`` *replace* the record for that
+  direction with a set of object names: observing the same object twice, or an unrelated
+  one, does not count ("I created pod x; wait until the cache shows x"). Kubernetes'
+  count-based variant is not offered: a count cannot tell a stranger from our own object.
+* Observations for keys without a record, or of names not expected, are ignored.
 * The TTL runs from when expectations were set; observations do not extend it.
 
 Records live in a ``cachetools.TTLCache`` with an injectable ``timer``; nothing raises.
@@ -35,13 +36,8 @@ EXPECTATIONS_TTL = 300.0
 
 @dataclass
 class _Record:
-    adds: int = 0
-    dels: int = 0
-    add_names: set[str] = field(default_factory=set)
-    del_names: set[str] = field(default_factory=set)
-
-    def fulfilled(self) -> bool:
-        return self.adds <= 0 and self.dels <= 0
+    adds: set[str] = field(default_factory=set)
+    dels: set[str] = field(default_factory=set)
 
 
 class Expectations:
@@ -63,64 +59,35 @@ class Expectations:
             self._records[key] = rec
         return rec
 
-    def expect_creations(self, key: str, count: int) -> None:
-        """Expect ``count`` more creations for ``key`` (replaces earlier creation counts)."""
-        rec = self._record(key)
-        rec.adds, rec.add_names = count, set()
-
-    def expect_deletions(self, key: str, count: int) -> None:
-        """Expect ``count`` more deletions for ``key`` (replaces earlier deletion counts)."""
-        rec = self._record(key)
-        rec.dels, rec.del_names = count, set()
-
     def expect_creations_of(self, key: str, names: Iterable[str]) -> None:
-        """Expect exactly these object names to be created (observed by name)."""
-        rec = self._record(key)
-        rec.add_names = set(names)
-        rec.adds = len(rec.add_names)
+        """Expect exactly these object names to be created."""
+        self._record(key).adds = set(names)
 
     def expect_deletions_of(self, key: str, names: Iterable[str]) -> None:
-        """Expect exactly these object names to be deleted (observed by name)."""
-        rec = self._record(key)
-        rec.del_names = set(names)
-        rec.dels = len(rec.del_names)
+        """Expect exactly these object names to be deleted."""
+        self._record(key).dels = set(names)
 
-    def creation_observed(self, key: str, name: str | None = None) -> None:
-        """One creation for ``key`` reached the cache.
-
-        When names are tracked, only a still-expected ``name`` counts.
-        """
+    def creation_observed(self, key: str, name: str) -> None:
+        """Object ``name`` of ``key`` reached the cache (counts only if expected)."""
         rec = self._records.get(key)
-        if rec is None:
-            return
-        if rec.add_names:
-            if name in rec.add_names:
-                rec.add_names.discard(name)
-                rec.adds = len(rec.add_names)
-        elif rec.adds > 0:
-            rec.adds -= 1
+        if rec is not None:
+            rec.adds.discard(name)
 
-    def deletion_observed(self, key: str, name: str | None = None) -> None:
-        """One deletion for ``key`` reached the cache (by ``name`` when names are tracked)."""
+    def deletion_observed(self, key: str, name: str) -> None:
+        """Object ``name`` of ``key`` left the cache (counts only if expected)."""
         rec = self._records.get(key)
-        if rec is None:
-            return
-        if rec.del_names:
-            if name in rec.del_names:
-                rec.del_names.discard(name)
-                rec.dels = len(rec.del_names)
-        elif rec.dels > 0:
-            rec.dels -= 1
+        if rec is not None:
+            rec.dels.discard(name)
 
     def satisfied(self, key: str) -> bool:
         """True when ``key`` may act on the cache again (see the module docstring)."""
         rec = self._records.get(key)
-        return rec is None or rec.fulfilled()
+        return rec is None or not (rec.adds or rec.dels)
 
     def pending(self, key: str) -> tuple[int, int]:
         """Return the (creations, deletions) still expected for ``key`` (0, 0 if none)."""
         rec = self._records.get(key)
-        return (0, 0) if rec is None else (max(rec.adds, 0), max(rec.dels, 0))
+        return (0, 0) if rec is None else (len(rec.adds), len(rec.dels))
 
     def delete_expectations(self, key: str) -> None:
         """Forget ``key`` (e.g. its owner was deleted)."""

@@ -4,7 +4,7 @@ Stages, one module each: :mod:`~msop.informers.reflector` (list, then watch; rel
 410; stuck-watch restart; backoff) -> :mod:`~msop.informers.store` (the cache with
 indexes) -> :mod:`~msop.informers.informer` (event handlers) ->
 :mod:`~msop.informers.factory` (one shared informer per scope). Handlers get
-``on_add(obj, is_initial_list)``, ``on_update(old, new)`` (``old is new`` on resync) and
+``on_add(obj, is_initial_list)``, ``on_update(old, new)`` and
 ``on_delete(obj_or_DeletedFinalStateUnknown)``. Cached objects are read-only.
 """
 
@@ -17,7 +17,6 @@ from msop.informers.informer import (
     SharedInformer,
     UpdateHandler,
     final_state,
-    is_resync,
 )
 from msop.informers.lister import Lister, MultiNamespaceLister, matches_labels
 from msop.informers.reflector import (
@@ -78,7 +77,6 @@ __all__ = [
     "default_transform",
     "final_state",
     "intern_strings",
-    "is_resync",
     "key_of",
     "make_transform",
     "matches_labels",

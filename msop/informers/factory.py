@@ -29,19 +29,16 @@ InformerKey = tuple[Resource, str | None, str | None, str | None]
 class InformerFactory:
     """Builds and runs shared informers; see the module docstring.
 
-    ``default_resync`` (seconds or None) is the resync period of every informer built
-    here; ``options`` tunes every reflector (stall bound, backoff, page size).
+    ``options`` tunes every reflector (stall bound, backoff, page size).
     """
 
     def __init__(
         self,
         client: KubeClient,
         *,
-        default_resync: float | None = None,
         options: ReflectorOptions | None = None,
     ) -> None:
         self.client = client
-        self.default_resync = default_resync
         self.options = options
         self._informers: dict[InformerKey, SharedInformer] = {}
         self._tg: asyncio.TaskGroup | None = None
@@ -73,7 +70,6 @@ class InformerFactory:
             label_selector=key[2],
             field_selector=key[3],
             transform=wanted,
-            resync_period=self.default_resync,
             options=self.options,
         )
         self._informers[key] = informer

@@ -11,8 +11,8 @@ after the store already reflects the change:
 - ``on_add(obj, is_initial_list)`` - ``is_initial_list`` is True for objects of the
   first list (and for the replay of the cache to a handler registered late), False for
   objects created later. Queues use it to put a restart's backlog at low priority.
-- ``on_update(old, new)`` - ``old is new`` exactly when this is a periodic resync replay
-  (see :func:`is_resync`), not a change.
+- ``on_update(old, new)`` - the object changed (or a relist found it with another
+  resourceVersion).
 - ``on_delete(obj)`` - ``obj`` is the final state from the watch event, or a
   :class:`~msop.informers.reflector.DeletedFinalStateUnknown` when the delete was only
   noticed by a relist (use :func:`final_state` to get a dict either way).
@@ -51,7 +51,6 @@ __all__ = [
     "SharedInformer",
     "UpdateHandler",
     "final_state",
-    "is_resync",
 ]
 
 log = structlog.get_logger("msop.informers.informer")
@@ -59,14 +58,9 @@ log = structlog.get_logger("msop.informers.informer")
 AddHandler = Callable[[Obj, bool], None]
 """``on_add(obj, is_initial_list)``."""
 UpdateHandler = Callable[[Obj, Obj], None]
-"""``on_update(old, new)``; ``old is new`` on a resync."""
+"""``on_update(old, new)``."""
 DeleteHandler = Callable[[Obj | DeletedFinalStateUnknown], None]
 """``on_delete(obj_or_tombstone)``."""
-
-
-def is_resync(old: Obj, new: Obj) -> bool:
-    """True when an update notification is a periodic resync replay (nothing changed)."""
-    return old is new
 
 
 def final_state(obj: Obj | DeletedFinalStateUnknown) -> Obj:
@@ -109,8 +103,9 @@ class SharedInformer:
 
     ``namespace=None`` watches all namespaces. ``label_selector`` / ``field_selector``
     scope the cache server-side. ``transform=None`` keeps objects unchanged;
-    the default is :data:`~msop.informers.store.default_transform`. ``resync_period``
-    (seconds) replays the whole cache to ``on_update(obj, obj)`` periodically.
+    the default is :data:`~msop.informers.store.default_transform`. There is no
+    periodic resync: the only controller re-reads on events and requeues itself when a
+    deadline is due (controller-runtime's 10-hour resync has no job here).
     """
 
     def __init__(
@@ -122,7 +117,6 @@ class SharedInformer:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = default_transform,
-        resync_period: float | None = None,
         indexers: Mapping[str, IndexFunc] | None = None,
         options: ReflectorOptions | None = None,
     ) -> None:
@@ -131,7 +125,6 @@ class SharedInformer:
         self.label_selector = label_selector
         self.field_selector = field_selector
         self.transform = transform
-        self.resync_period = resync_period
         self.store = Store(indexers)
         """The cache. Read-only for consumers; the informer is its only writer."""
         self.reflector = Reflector(
@@ -252,24 +245,14 @@ class SharedInformer:
     # -- lifecycle --------------------------------------------------------------------
 
     async def run(self) -> None:
-        """List, watch and resync until cancelled. RuntimeError if already running."""
+        """List and watch until cancelled. RuntimeError if already running."""
         if self._running:
             raise RuntimeError(f"informer for {self.resource} is already running")
         self._running = True
         try:
-            async with asyncio.TaskGroup() as tg:
-                tg.create_task(self.reflector.run(), name=f"reflector {self.resource}")
-                if self.resync_period:
-                    tg.create_task(self._resync(self.resync_period), name=f"resync {self.resource}")
+            await self.reflector.run()
         finally:
             self._running = False
-
-    async def _resync(self, period: float) -> None:
-        while True:
-            await asyncio.sleep(period)
-            if self._synced.is_set():
-                for obj in self.store.list():
-                    self._notify_update(obj, obj)
 
     def has_synced(self) -> bool:
         """True once the first list has been stored and announced."""

@@ -16,7 +16,6 @@ from msop.informers import (
     ReflectorOptions,
     SharedInformer,
     final_state,
-    is_resync,
 )
 from msop.kube import CONFIGMAPS, ApiError, KubeClient, is_not_found
 from msop.metrics import REGISTRY
@@ -61,7 +60,7 @@ class Recorder:
     def __init__(self, informer: SharedInformer) -> None:
         self.seen: dict[str, dict[str, Any]] = {}
         self.deleted: set[str] = set()
-        self.log: list[tuple[str, str, Any]] = []
+        self.log: list[tuple[Any, ...]] = []
         informer.add_event_handler(self.on_add, self.on_update, self.on_delete)
 
     @staticmethod
@@ -75,7 +74,7 @@ class Recorder:
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         self.seen[self.key(new)] = new
-        self.log.append(("update", new["metadata"]["name"], is_resync(old, new)))
+        self.log.append(("update", new["metadata"]["name"]))
 
     def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
         last = final_state(obj)
@@ -120,7 +119,7 @@ async def test_informer_lists_watches_and_converges(client: KubeClient, namespac
         await eventually(
             lambda: (informer.store.get(f"{namespace}/x") or {}).get("data") == {"a": "2"}
         )
-        assert ("update", "x", False) in rec.log
+        assert ("update", "x") in rec.log
         assert rec.seen[f"{namespace}/x"]["data"] == {"a": "2"}
 
         await client.delete(CONFIGMAPS, "x", namespace, uid_precondition=created["metadata"]["uid"])
@@ -217,15 +216,6 @@ async def test_stuck_watch_is_restarted_and_cache_still_converges(
         assert informer.statistics().lists == 1  # stalls re-watch; they do not relist
 
 
-async def test_resync_replays_cache_as_updates(client: KubeClient, namespace: str) -> None:
-    await client.create(CONFIGMAPS, cm("r", namespace))
-    factory = InformerFactory(client, default_resync=0.3)
-    informer = factory.informer_for(CONFIGMAPS, namespace)
-    rec = Recorder(informer)
-    async with running(factory):
-        await eventually(lambda: ("update", "r", True) in rec.log, 5)
-
-
 async def test_watch_metrics_count_requests(client: KubeClient, namespace: str) -> None:
     before = (
         REGISTRY.get_sample_value(
@@ -283,7 +273,7 @@ async def test_relist_after_410_emits_tombstones_for_vanished_objects(
         gone.release.set()
         await eventually(lambda: informer.statistics().lists == 2)
         assert ("delete", "vanishes", True) in rec.log  # DeletedFinalStateUnknown
-        assert ("update", "stays", False) in rec.log
+        assert ("update", "stays") in rec.log
         assert ("add", "appears", False) in rec.log  # a relist add is not "initial"
         assert informer.statistics().watch_restarts["expired"] == 1
         # and the watch that follows the relist works

@@ -1,4 +1,4 @@
-"""validate / validate_update: a table of invalid MSJobs, each with the path it must report."""
+"""validate: a table of invalid MSJobs, each with the path it must report."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from msjob_factory import container, job, replica
 
-from msop.api import FieldError, apply_defaults, validate, validate_update
+from msop.api import FieldError, apply_defaults, validate
 from msop.api import validation as v
 
 Job = dict[str, Any]
@@ -314,62 +314,6 @@ def test_garbage_gives_errors_not_exceptions(garbage: Any) -> None:
 
 def test_field_error_str() -> None:
     assert str(FieldError("spec", "required")) == "spec: required"
-
-
-def _with_run_policy(run_policy: Job) -> Job:
-    obj = _valid()
-    obj["spec"]["runPolicy"] = run_policy
-    return obj
-
-
-SP = "schedulingPolicy"
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "paths"),
-    [
-        ({}, {}, []),
-        ({"managedBy": "a"}, {"managedBy": "a"}, []),
-        ({"managedBy": "a", "suspend": True}, {"managedBy": "a", "suspend": False}, []),
-        ({"managedBy": "a"}, {"managedBy": "b"}, ["spec.runPolicy.managedBy"]),
-        ({}, {"managedBy": "b"}, ["spec.runPolicy.managedBy"]),
-        ({"managedBy": "a"}, {}, ["spec.runPolicy.managedBy"]),
-        ({SP: {"queue": "q"}}, {SP: {"queue": "q", "minAvailable": 2}}, []),
-        ({SP: {"queue": "q"}}, {SP: {"queue": "r"}}, ["spec.runPolicy.schedulingPolicy.queue"]),
-        ({}, {SP: {"queue": "r"}}, ["spec.runPolicy.schedulingPolicy.queue"]),
-        ({SP: {"queue": "q"}}, {}, ["spec.runPolicy.schedulingPolicy.queue"]),
-        (
-            {"managedBy": "a", SP: {"queue": "q"}},
-            {"managedBy": "b", SP: {"queue": "r"}},
-            ["spec.runPolicy.managedBy", "spec.runPolicy.schedulingPolicy.queue"],
-        ),
-    ],
-    ids=[
-        "nothing",
-        "same-managed-by",
-        "other-field-changes",
-        "managed-by-changed",
-        "managed-by-added",
-        "managed-by-removed",
-        "same-queue",
-        "queue-changed",
-        "queue-added",
-        "queue-removed",
-        "both-changed",
-    ],
-)
-def test_validate_update(old: Job, new: Job, paths: list[str]) -> None:
-    errors = validate_update(_with_run_policy(old), _with_run_policy(new))
-    assert [e.path for e in errors] == paths
-    assert all("immutable" in e.message for e in errors)
-
-
-@pytest.mark.parametrize("garbage", [None, 1, {"spec": 3}, {"spec": {"runPolicy": "x"}}])
-def test_validate_update_garbage(garbage: Any) -> None:
-    assert validate_update(garbage, garbage) == []
-    assert validate_update(garbage, _with_run_policy({"managedBy": "a"})) == [
-        FieldError("spec.runPolicy.managedBy", v.MSG_MANAGED_BY_IMMUTABLE)
-    ]
 
 
 def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> None:

@@ -9,7 +9,7 @@ from msop.kube import CONFIGMAPS, PODS, KubeClient
 
 
 def factory() -> InformerFactory:
-    return InformerFactory(KubeClient.__new__(KubeClient), default_resync=30)
+    return InformerFactory(KubeClient.__new__(KubeClient))
 
 
 def test_same_scope_same_informer() -> None:
@@ -19,7 +19,6 @@ def test_same_scope_same_informer() -> None:
     assert f.informer_for(PODS, "ns") is not a
     assert f.informer_for(PODS) is not f.informer_for(PODS, "ns")
     assert f.informer_for(CONFIGMAPS, "ns") is not f.informer_for(PODS, "ns")
-    assert a.resync_period == 30
     assert len(f.informers()) == 4
 
 

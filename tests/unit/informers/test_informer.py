@@ -12,7 +12,6 @@ from msop.informers import (
     MultiNamespaceLister,
     SharedInformer,
     final_state,
-    is_resync,
 )
 from msop.kube import CONFIGMAPS, KubeClient
 
@@ -25,9 +24,8 @@ class Recorder:
         self.events.append(("add", obj["metadata"]["name"], initial))
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
-        kind = "resync" if is_resync(old, new) else "update"
         self.events.append(
-            (kind, old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
+            ("update", old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
         )
 
     def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
@@ -77,19 +75,15 @@ def test_relist_emits_tombstones_and_updates_not_initial_adds() -> None:
     ]
 
 
-def test_late_handler_gets_replay_as_initial_and_resync_shape() -> None:
+def test_late_handler_gets_replay_as_initial() -> None:
     inf = informer()
     inf.replace([cm("x", "1")], "1")
     rec = Recorder()
     reg = inf.add_event_handler(rec.on_add, rec.on_update)
     assert rec.events == [("add", "x", True)]
-    obj = inf.store.get("a/x")
-    assert obj is not None
-    inf._notify_update(obj, obj)  # what the resync loop does
-    assert rec.events[-1] == ("resync", "1", "1")
     inf.remove_event_handler(reg)
     inf.watch_event("ADDED", cm("z", "2"))
-    assert len(rec.events) == 2
+    assert len(rec.events) == 1  # removed: no more events
 
 
 def test_handler_exceptions_are_swallowed_and_counted() -> None:

@@ -1,25 +1,14 @@
-"""Event handlers (event -> keys, priorities) and predicates."""
+"""Event handlers (event -> keys, priorities)."""
 
 from __future__ import annotations
 
 from typing import Any
-
-import pytest
 
 from msop.controller.handler import (
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
     EnqueueRequestsFromMapFunc,
     group_of,
-)
-from msop.controller.predicate import (
-    Funcs,
-    GenerationChangedPredicate,
-    LabelSelectorPredicate,
-    ResourceVersionChangedPredicate,
-    all_of,
-    any_of,
-    negate,
 )
 from msop.controller.reconcile import Request
 from msop.controller.workqueue import PRIORITY_LOW, PRIORITY_NORMAL
@@ -106,53 +95,3 @@ def test_map_func_and_group_of() -> None:
     EnqueueRequestsFromMapFunc(lambda o: [Request("x", "1"), Request("y", "2")]).delete(obj("a"), q)
     assert [r for r, _ in q.added] == [Request("x", "1"), Request("y", "2")]
     assert (group_of("v1"), group_of("apps/v1")) == ("", "apps")
-
-
-def test_generation_changed() -> None:
-    p = GenerationChangedPredicate()
-    assert not p.update(obj("a", "1", generation=1), obj("a", "2", generation=1))
-    assert p.update(obj("a", "1", generation=1), obj("a", "2", generation=2))
-    assert p.update(obj("a", "1"), obj("a", "2"))
-    assert p.create(obj("a")) and p.delete(obj("a"))
-
-
-def test_resource_version_changed_drops_resync() -> None:
-    p = ResourceVersionChangedPredicate()
-    o = obj("a")
-    assert not p.update(o, o)
-    assert p.update(o, obj("a", "2"))
-
-
-def test_label_selector_predicate() -> None:
-    sel = {
-        "matchLabels": {"app": "x"},
-        "matchExpressions": [
-            {"key": "tier", "operator": "In", "values": ["a", "b"]},
-            {"key": "skip", "operator": "DoesNotExist"},
-        ],
-    }
-    p = LabelSelectorPredicate(sel)
-    assert p.create(obj("a", labels={"app": "x", "tier": "a"}))
-    assert not p.create(obj("a", labels={"app": "x", "tier": "c"}))
-    assert not p.delete(obj("a", labels={"app": "x", "tier": "a", "skip": ""}))
-    assert p.update(obj("a"), obj("a", labels={"app": "x", "tier": "b"}))
-    assert LabelSelectorPredicate({}).create(obj("a"))
-    not_in = LabelSelectorPredicate(
-        {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["x"]}]}
-    )
-    assert not_in.create(obj("a")) and not not_in.create(obj("a", labels={"t": "x"}))
-    exists = LabelSelectorPredicate({"matchExpressions": [{"key": "t", "operator": "Exists"}]})
-    assert exists.create(obj("a", labels={"t": ""})) and not exists.create(obj("a"))
-    with pytest.raises(ValueError):
-        LabelSelectorPredicate({"matchExpressions": [{"key": "t", "operator": "Gt"}]})
-
-
-def test_funcs_and_combinators() -> None:
-    only_a = Funcs(create_func=lambda o: o["metadata"]["name"] == "a")
-    assert only_a.create(obj("a")) and not only_a.create(obj("b"))
-    assert only_a.update(obj("b"), obj("b")) and only_a.delete(obj("b"))
-    only_b = Funcs(create_func=lambda o: o["metadata"]["name"] == "b")
-    assert not all_of(only_a, only_b).create(obj("a"))
-    assert any_of(only_a, only_b).create(obj("b"))
-    assert negate(only_a).create(obj("b"))
-    assert not negate(only_a).update(obj("a"), obj("a"))
