@@ -25,6 +25,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
+from msop.kube.objects import controller_ref
+
 __all__ = [
     "BY_CONTROLLER_UID",
     "BY_NAMESPACE",
@@ -77,10 +79,8 @@ def by_namespace(obj: Obj) -> builtins.list[str]:
 
 def by_controller_uid(obj: Obj) -> builtins.list[str]:
     """Index by the uid of the ownerReference with ``controller: true``, if any."""
-    for ref in obj["metadata"].get("ownerReferences") or ():
-        if ref.get("controller"):
-            return [ref["uid"]]
-    return []
+    ref = controller_ref(obj)
+    return [ref["uid"]] if ref is not None and ref.get("uid") else []
 
 
 _INTERN_MAX_LEN = 24

@@ -1,4 +1,5 @@
-"""The one alias for Kubernetes objects and their parts as plain dicts, and RFC 3339 time.
+"""The one alias for Kubernetes objects and their parts as plain dicts, RFC 3339 time, and
+the controller owner of an object.
 
 Objects are dicts exactly as the API server sends them (see DESIGN.md); ``JSON`` names
 that everywhere. Times on the wire are RFC 3339 in UTC: ``Time`` has whole seconds
@@ -7,12 +8,22 @@ that everywhere. Times on the wire are RFC 3339 in UTC: ``Time`` has whole secon
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["JSON", "format_micro_time", "format_time", "parse_time"]
+__all__ = ["JSON", "controller_ref", "format_micro_time", "format_time", "parse_time"]
 
 JSON = dict[str, Any]
+
+
+def controller_ref(obj: Any) -> JSON | None:
+    """The ownerReference of ``obj`` that has ``controller: true`` (at most one may), if any."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    for ref in (meta or {}).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return ref
+    return None
 
 
 def format_time(t: datetime) -> str:

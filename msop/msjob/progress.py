@@ -42,6 +42,7 @@ import structlog
 
 from msop.api import constants as c
 from msop.api import progress as progress_api
+from msop.api.naming import owner_job_key
 from msop.informers.informer import SharedInformer, final_state
 from msop.kube.objects import JSON, format_time
 from msop.msjob import desired
@@ -74,15 +75,6 @@ class Target:
     seq: int = 0
     in_flight: bool = False
     warned: bool = False
-
-
-def job_key_of(pod: JSON) -> str | None:
-    """``namespace/name`` of the MSJob that controls ``pod``, if one does."""
-    meta = pod.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == c.KIND:
-            return f"{meta.get('namespace', '')}/{ref.get('name', '')}"
-    return None
 
 
 def target_url(pod: JSON) -> str | None:
@@ -160,7 +152,7 @@ class ProgressPoller:
         """Add, update or drop the target for ``pod`` after a cache event."""
         meta = pod.get("metadata") or {}
         key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        url, job = target_url(pod), job_key_of(pod)
+        url, job = target_url(pod), owner_job_key(pod)
         if url is None or job is None:
             self.forget(pod)
             return

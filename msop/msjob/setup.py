@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 from msop.api import constants as c
+from msop.api.naming import owner_job_key
 from msop.api.resources import MSJOBS
 from msop.controller.controller import Controller
 from msop.controller.expectations import Expectations
@@ -37,14 +38,6 @@ CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
 RETRY_MAX_DELAY = 60.0
 
 
-def _owner_key(obj: Obj) -> str | None:
-    meta = obj.get("metadata") or {}
-    for ref in meta.get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == c.KIND:
-            return f"{meta.get('namespace', '')}/{ref.get('name', '')}"
-    return None
-
-
 def _observe(informer: SharedInformer, expectations: Expectations, key_of: str) -> None:
     """Lower expectations as our own creates and deletes reach this cache."""
 
@@ -52,13 +45,13 @@ def _observe(informer: SharedInformer, expectations: Expectations, key_of: str) 
         return pods_key(job_key) if key_of == "pods" else services_key(job_key)
 
     def on_add(obj: Obj, initial: bool) -> None:
-        key = _owner_key(obj)
+        key = owner_job_key(obj)
         if key:
             expectations.creation_observed(exp_key(key), obj["metadata"]["name"])
 
     def on_delete(obj: object) -> None:
         o = final_state(obj)  # type: ignore[arg-type]
-        key = _owner_key(o)
+        key = owner_job_key(o)
         if key:
             expectations.deletion_observed(exp_key(key), o["metadata"]["name"])
 
