@@ -17,7 +17,7 @@ Contract:
 * Observations for keys without a record, or of names not expected, are ignored.
 * The TTL runs from when expectations were set; observations do not extend it.
 
-Records live in a ``cachetools.TTLCache`` with an injectable ``timer``; nothing raises.
+Records live in a ``cachetools.TTLCache`` with an injectable ``clock``; nothing raises.
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ class Expectations:
         self,
         ttl: float = EXPECTATIONS_TTL,
         *,
-        timer: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = time.monotonic,
         maxsize: int = 1_000_000,
     ) -> None:
-        self._records: TTLCache[str, _Record] = TTLCache(maxsize=maxsize, ttl=ttl, timer=timer)
+        self._records: TTLCache[str, _Record] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
 
     def _record(self, key: str) -> _Record:
         rec = self._records.get(key)

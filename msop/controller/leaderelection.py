@@ -31,6 +31,7 @@ import random
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -100,9 +101,20 @@ def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
 class LeaderElector:
     """Campaigns for one Lease; see the module docstring for the contract."""
 
-    def __init__(self, client: KubeClient, config: LeaderElectionConfig) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        config: LeaderElectionConfig,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        """``clock``: monotonic seconds (renew deadline, expiry of an observed Lease);
+        ``now``: wall-clock seconds, for the times written into the Lease."""
         self.client = client
         self.config = config
+        self._clock = clock
+        self._now = now
         self._leader = asyncio.Event()
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
@@ -156,11 +168,11 @@ class LeaderElector:
 
     async def _renew_loop(self) -> None:
         cfg = self.config
-        last_renew = time.monotonic()
+        last_renew = self._clock()
         while True:
             await asyncio.sleep(cfg.retry_period)
             while True:
-                remaining = last_renew + cfg.renew_deadline - time.monotonic()
+                remaining = last_renew + cfg.renew_deadline - self._clock()
                 if remaining <= 0:
                     self._log.error("failed to renew lease within the renew deadline")
                     raise LeaderElectionLost(
@@ -171,7 +183,7 @@ class LeaderElector:
                 except TimeoutError:
                     ok = False
                 if ok:
-                    last_renew = time.monotonic()
+                    last_renew = self._clock()
                     break
                 if self._observed and self._observed[0] not in ("", cfg.identity):
                     self._log.error("lease taken over by another holder", holder=self._observed[0])
@@ -209,7 +221,7 @@ class LeaderElector:
                     "apiVersion": LEASES.api_version,
                     "kind": "Lease",
                     "metadata": {"name": cfg.name, "namespace": cfg.namespace},
-                    "spec": self._spec(None, time.time()),
+                    "spec": self._spec(None, self._now()),
                 }
                 created = await self.client.create(LEASES, body, cfg.namespace)
                 self._observe(created)
@@ -218,11 +230,11 @@ class LeaderElector:
             if record != self._observed:
                 self._observe(lease)
             holder = record[0]
-            expired = self._observed_at + cfg.lease_duration <= time.monotonic()
+            expired = self._observed_at + cfg.lease_duration <= self._clock()
             if holder and holder != cfg.identity and not expired:
                 return False
             updated = dict(lease)
-            updated["spec"] = self._spec(lease, time.time())
+            updated["spec"] = self._spec(lease, self._now())
             result = await self.client.replace(LEASES, updated)
             self._observe(result)
             return True
@@ -235,7 +247,7 @@ class LeaderElector:
 
     def _observe(self, lease: dict[str, Any]) -> None:
         self._observed = _record(lease)
-        self._observed_at = time.monotonic()
+        self._observed_at = self._clock()
 
     async def _release(self) -> None:
         cfg = self.config
@@ -244,7 +256,7 @@ class LeaderElector:
             spec = lease.get("spec") or {}
             if spec.get("holderIdentity") != cfg.identity:
                 return
-            now = _micro_time(time.time())
+            now = _micro_time(self._now())
             lease["spec"] = {
                 "holderIdentity": "",
                 "leaseDurationSeconds": 1,

@@ -236,8 +236,10 @@ class Reflector:
         field_selector: str | None = None,
         options: ReflectorOptions | None = None,
         list_transform: Transform | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
+        self._clock = clock
         self.resource = resource
         self.sink = sink
         # Applied to listed objects page by page: the parsed pages of a long list are
@@ -255,7 +257,7 @@ class Reflector:
 
     async def run(self) -> None:
         """List and watch until cancelled."""
-        backoff = Backoff(self.options)
+        backoff = Backoff(self.options, clock=self._clock)
         need_list = True
         previous: _Reason | None = None
         while True:
@@ -309,7 +311,7 @@ class Reflector:
     async def _watch(self) -> tuple[_Reason, bool]:
         """One watch stream; returns (restart reason, whether a relist is needed)."""
         o = self.options
-        started = time.monotonic()
+        started = self._clock()
         received = 0
         self.stats.watches += 1
         stream = self.client.watch(
@@ -348,7 +350,7 @@ class Reflector:
         except Exception as e:
             self._error("watch event could not be applied", e)
             return "error", True
-        if received == 0 and time.monotonic() - started < o.min_healthy_watch:
+        if received == 0 and self._clock() - started < o.min_healthy_watch:
             self._error("watch closed at once", RuntimeError("empty watch"))
             return "error", False
         return "closed", False

@@ -110,7 +110,7 @@ class ProgressPoller:
         concurrency: int = 32,
         fetch: Fetch | None = None,
         clock: Callable[[], float] = time.monotonic,
-        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rand: Callable[[], float] = random.random,
         tick: float = 1.0,
     ) -> None:
@@ -119,7 +119,7 @@ class ProgressPoller:
         self.timeout = timeout
         self.concurrency = concurrency
         self.clock = clock
-        self.wall = wall
+        self.now = now
         self.rand = rand
         self.tick = min(tick, interval)
         self._fetch = fetch
@@ -256,7 +256,7 @@ class ProgressPoller:
         if self._targets.get(target_key(target)) is not target:
             return "unchanged"  # the pod went away while we asked
         target.seq = report.seq
-        taken = self.wall() - timedelta(seconds=report.age)
+        taken = self.now() - timedelta(seconds=report.age)
         progress = progress_api.to_status(report, format_time(taken))
         if progress != self._progress.get(target.job):
             self._progress[target.job] = progress

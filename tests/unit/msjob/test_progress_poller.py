@@ -69,7 +69,7 @@ def poller(fetch: Any, clock: Clock | None = None) -> tuple[ProgressPoller, list
     enqueued: list[str] = []
     p = ProgressPoller(
         lambda ns, name: enqueued.append(f"{ns}/{name}"), interval=30.0, fetch=fetch,
-        clock=clock or Clock(), wall=lambda: WALL, rand=lambda: 0.5,
+        clock=clock or Clock(), now=lambda: WALL, rand=lambda: 0.5,
     )  # fmt: skip
     return p, enqueued
 
@@ -219,7 +219,7 @@ async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
     enqueued: list[str] = []
     clock = Clock()
     p = ProgressPoller(lambda ns, name: enqueued.append(name), interval=1.0, tick=0.01,
-                       clock=clock, wall=lambda: WALL)  # fmt: skip
+                       clock=clock, now=lambda: WALL)  # fmt: skip
     p.observe(worker(ip="127.0.0.1", port=port))
     clock.t += FIRST_POLL_DELAY
     task = asyncio.create_task(p.run())
