@@ -18,16 +18,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from msop.controller import (
     Controller,
-    EnqueueRequestForObject,
     EnqueueRequestForOwner,
+    EnqueueRequestsFromMapFunc,
     EventRecorder,
-    LabelSelectorPredicate,
     LeaderElectionConfig,
     LeaderElectionLost,
     Manager,
     Request,
     Result,
 )
+from msop.controller.handler import request_for
 from msop.informers import SharedInformer
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists
@@ -107,10 +107,11 @@ def toy_manager(
     cms = mgr.informers.informer_for(CONFIGMAPS, namespace=namespace)
     reconciler = CopyReconciler(client, cms, mgr.event_recorder(f"toy-{name}"))
     ctrl = Controller(name, reconciler, max_concurrent_reconciles=2)
-    not_a_copy = LabelSelectorPredicate(
-        {"matchExpressions": [{"key": COPY_OF, "operator": "DoesNotExist"}]}
+    # A source ConfigMap enqueues itself; a copy (labelled) enqueues its owner instead.
+    not_a_copy = EnqueueRequestsFromMapFunc(
+        lambda o: [] if COPY_OF in (o["metadata"].get("labels") or {}) else [request_for(o)]
     )
-    ctrl.watch(cms, EnqueueRequestForObject(), not_a_copy)
+    ctrl.watch(cms, not_a_copy)
     ctrl.watch(cms, EnqueueRequestForOwner("v1", "ConfigMap"))
     mgr.add(ctrl)
     return mgr, reconciler
