@@ -29,7 +29,9 @@ above it are pure.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import itertools
+import json
 import re
 import resource
 import time
@@ -138,31 +140,66 @@ def write_stats(
     t0: float,
     t1: float,
     interval: float,
-    polls_by_pod: dict[str, list[float]],
+    answers_by_pod: dict[str, list[float]],
 ) -> JSON:
-    """The status writes of MSJobs within ``[t0, t1]``: how many, per job-interval (from
-    each job's gaps, as for polls), and the delay from the poll that brought the report
-    to the write (the last request to the job's Worker 0 before the write)."""
-    inside = [w for w in writes if t0 <= w.time <= t1 and w.resource == STATUS_RESOURCE]
-    by_job: defaultdict[str, list[float]] = defaultdict(list)
-    for w in inside:
-        by_job[w.name].append(w.time)
+    """The status writes of MSJobs within ``[t0, t1]`` against the reports the jobs'
+    reporters sent (``answers_by_pod``: when each report went out):
+
+    - ``count``, ``per_second``, and ``per_job_interval`` from each job's gaps (as for
+      polls, exact whatever the phase of the job relative to the window);
+    - ``per_report``: for each report sent within the window, the status writes of its
+      job after it and before the job's next report (wherever they fall), on average;
+    - ``unprompted``: writes within the window with no new report of the job since the
+      job's previous status write (anything but a progress write would be one);
+    - ``poll_to_write_s``: from the report to the write that followed it.
+    """
+    status = sorted(
+        (w for w in writes if w.resource == STATUS_RESOURCE and w.verb in WRITE_VERBS),
+        key=lambda w: w.time,
+    )
+    all_by_job: defaultdict[str, list[float]] = defaultdict(list)
+    for w in status:
+        all_by_job[w.name].append(w.time)
+    inside = [w for w in status if t0 <= w.time <= t1]
     gaps: list[float] = []
     delays: list[float] = []
-    for job, times in by_job.items():
+    unprompted = 0
+    reports = matched = 0
+    jobs_written = 0
+    most = 0
+    for job, times in all_by_job.items():
+        answers = sorted(answers_by_pod.get(object_name(job, c.WORKER, 0), []))
+        in_window = [t for t in times if t0 <= t <= t1]
+        if in_window:
+            jobs_written += 1
+            most = max(most, len(in_window))
         gaps += gaps_between(times, t0, t1)
-        polls = sorted(polls_by_pod.get(object_name(job, c.WORKER, 0), []))
-        for t in times:
-            before = [p for p in polls if p <= t]
-            if before:
-                delays.append(t - before[-1])
+        for i, t in enumerate(times):
+            if not t0 <= t <= t1:
+                continue
+            k = bisect.bisect_right(answers, t)
+            if k:
+                delays.append(t - answers[k - 1])
+            previous = times[i - 1] if i else float("-inf")
+            if not k or answers[k - 1] <= previous:
+                unprompted += 1
+        for k, a in enumerate(answers):
+            if not t0 <= a <= t1:
+                continue
+            reports += 1
+            following = answers[k + 1] if k + 1 < len(answers) else float("inf")
+            lo, hi = bisect.bisect_right(times, a), bisect.bisect_left(times, following)
+            matched += hi - lo
     seconds = max(t1 - t0, 1e-9)
     out: JSON = {
         "count": len(inside),
         "failed": sum(1 for w in inside if w.code >= 400),
-        "jobs_written": len(by_job),
+        "jobs_written": jobs_written,
         "per_second": len(inside) / seconds,
-        "most_for_one_job": max((len(t) for t in by_job.values()), default=0),
+        "most_for_one_job": most,
+        "reports_sent": reports,
+        "per_report": matched / reports if reports else None,
+        "unprompted": unprompted,
         "gap_s": summarize(gaps),
         "poll_to_write_s": summarize(delays),
     }
@@ -211,12 +248,19 @@ def analyse_window(
     interval: float,
     groups: dict[str, list[str]],
     polls_by_pod: dict[str, list[float]],
+    answers_by_pod: dict[str, list[float]],
     writes: list[Request],
     samples: list[tuple[float, float, int]],
 ) -> JSON:
     """Everything measured between two snapshots. ``groups``: name -> the Worker 0 pods
     that behaved so during the window (``answering``, ``refused``, ``silent``);
-    ``samples``: (time, workqueue depth, RSS bytes) readings taken during the run."""
+    ``polls_by_pod``/``answers_by_pod``: when each reporter was asked / sent a report;
+    ``samples``: (time, workqueue depth, RSS bytes) readings taken during the run.
+
+    A refused connection never reaches the bench, so the polls of the jobs that do not
+    answer (``down_polls_per_job_interval``) come from the operator's ``unreachable``
+    count: exact in total, but counted over a window whose edges may cut a job's polls
+    either side."""
     t0, t1 = start.wall, end.wall
     seconds = t1 - t0
     job_intervals = jobs * seconds / interval
@@ -226,7 +270,8 @@ def analyse_window(
         for r, v in metric_by_label(end.metrics, "msop_progress_polls_total", "result").items()
     }
     polls_total = sum(polls.values())
-    status = write_stats(writes, t0, t1, interval, polls_by_pod)
+    status = write_stats(writes, t0, t1, interval, answers_by_pod)
+    down = sum(len(pods) for name, pods in groups.items() if name != "answering")
     others, leases = other_writes(writes, t0, t1)
     qd_n = _delta(end.metrics, start.metrics, "workqueue_queue_duration_seconds_count")
     qd_s = _delta(end.metrics, start.metrics, "workqueue_queue_duration_seconds_sum")
@@ -236,6 +281,8 @@ def analyse_window(
     reports = polls.get("report", 0.0)
     reconciles = _delta(end.metrics, start.metrics, "controller_runtime_reconcile_total")
     return {
+        "start": t0,
+        "end": t1,
         "seconds": seconds,
         "job_intervals": job_intervals,
         "operator_cpu_s": cpu,
@@ -251,11 +298,14 @@ def analyse_window(
         "polls_by_result": polls,
         "polls": polls_total,
         "polls_per_job_interval": polls_total / job_intervals,
+        "down_polls_per_job_interval": (
+            polls.get("unreachable", 0.0) / (down * seconds / interval) if down else None
+        ),
         "by_group": {
             name: poll_stats(polls_by_pod, pods, t0, t1, interval) for name, pods in groups.items()
         },
         "status_writes": status,
-        "status_writes_per_report": status["count"] / reports if reports else None,
+        "status_writes_per_report": status["per_report"],
         "other_writes": others,
         "other_writes_total": sum(others.values()),
         "lease_writes": leases,
@@ -293,6 +343,7 @@ def judge_fields(
         ),
         "status_writes_per_job_interval": steady["status_writes"].get("per_job_interval"),
         "status_writes_per_report": steady["status_writes_per_report"],
+        "unprompted_status_writes": steady["status_writes"]["unprompted"],
         "other_writes": steady["other_writes_total"],
         "cpu_ms_per_job_interval": steady["operator_cpu_ms_per_job_interval"],
         "rss_growth_mib": steady["rss_growth_mib"],
@@ -307,8 +358,7 @@ def judge_fields(
             continue
         base = steady["operator_cpu_per_s"]
         out[f"cpu_{label}_over_steady"] = window["operator_cpu_per_s"] / base if base else None
-        down = window["by_group"].get(label, {})
-        out[f"{label}_polls_per_job_interval"] = down.get("per_job_interval")
+        out[f"{label}_polls_per_job_interval"] = window["down_polls_per_job_interval"]
         up = window["by_group"].get("answering", {})
         gap = up.get("longest_gap_s")
         out[f"{label}_answering_longest_gap_over_pace"] = gap / pace if gap else None
@@ -442,10 +492,15 @@ async def run(
     (log_dir / "audit-operator-progress.jsonl").write_text("".join(lines))
     writes = [r for r in requests_of(lines, OPERATOR_USER_AGENT_PREFIX) if r.verb in WRITE_VERBS]
     polls_by_pod = {name: rep.requests for name, rep in reporters.by_pod.items()}
+    answers_by_pod = {name: rep.answers for name, rep in reporters.by_pod.items()}
+    (log_dir / "progress-polls.json").write_text(
+        json.dumps({"requests": polls_by_pod, "answers": answers_by_pod})
+    )
 
     def window(start: str, end: str, groups: dict[str, list[str]]) -> JSON:
         return analyse_window(snaps[start], snaps[end], jobs=jobs, interval=interval,
-                              groups=groups, polls_by_pod=polls_by_pod, writes=writes,
+                              groups=groups, polls_by_pod=polls_by_pod,
+                              answers_by_pod=answers_by_pod, writes=writes,
                               samples=samples)  # fmt: skip
 
     windows: JSON = {"steady": window("steady_start", "steady_end",

@@ -37,6 +37,7 @@ PROGRESS_TARGETS = (
               1 / 0.9),
     _progress("status writes per job-interval", "status_writes_per_job_interval", 1.02),
     _progress("status writes per new report", "status_writes_per_report", 1.01),
+    _progress("status writes without a new report", "unprompted_status_writes", 0, exact=True),
     _progress("other writes in the window (Leases aside)", "other_writes", 0, exact=True),
     _progress("operator CPU per job-interval", "cpu_ms_per_job_interval", 5.0, "ms"),
     _progress("RSS growth over the steady window", "rss_growth_mib", 8.0, "MiB"),
@@ -198,22 +199,22 @@ def _render_progress(pr: JSON | None) -> list[str]:
     lines.append("")
     rows = []
     for label, w in pr["windows"].items():
-        sw = w["status_writes"]
-        down = "refused" if "refused" in w["by_group"] else "silent"
+        sw, wq = w["status_writes"], w.get("workqueue") or {}
         polls = ", ".join(f"{k} {int(v):,}" for k, v in sorted(w["polls_by_result"].items()) if v)
         rows.append([
             label, w["seconds"], w["operator_cpu_per_s"], w["operator_cpu_ms_per_job_interval"],
             w.get("operator_cpu_ms_per_poll"), polls or "-", _polls(w, "answering"),
-            _polls(w, down), sw["per_second"], sw.get("per_job_interval"),
-            w.get("status_writes_per_report"), (sw.get("poll_to_write_s") or {}).get("p99"),
-            w["other_writes_total"], (w.get("workqueue") or {}).get("queue_wait_mean_s"),
-            (w.get("workqueue") or {}).get("depth_max"),
+            w.get("down_polls_per_job_interval"), sw["per_second"], sw.get("per_job_interval"),
+            w.get("status_writes_per_report"), sw.get("unprompted"),
+            (sw.get("poll_to_write_s") or {}).get("p99"), w["other_writes_total"],
+            wq.get("queue_wait_mean_s"), wq.get("depth_max"),
             f"{_fmt(w['rss_mib_start'])} → {_fmt(w['rss_mib_end'])}", w["bench_cpu_per_s"],
         ])  # fmt: skip
     lines += _table(
         ["window", "s", "operator CPU (cores)", "CPU ms/job-interval", "CPU ms/poll", "polls",
          "polls/job-interval (answering)", "polls/job-interval (down)", "status writes/s",
-         "status writes/job-interval", "writes/report", "poll→write p99 s", "other writes",
+         "status writes/job-interval", "writes/report", "writes without report",
+         "report→write p99 s", "other writes",
          "queue wait mean s", "queue depth max", "RSS MiB", "bench CPU (cores)"],
         rows,
     )  # fmt: skip

@@ -78,19 +78,31 @@ def _w(t: float, name: str, resource: str = STATUS_RESOURCE, verb: str = "patch"
 
 
 def test_write_stats_and_other_writes() -> None:
-    polls = {"j1-worker-0": [9.0, 39.0], "j2-worker-0": [20.0]}
-    writes = [_w(10.0, "j1"), _w(40.5, "j1"), _w(21.0, "j2", code=409), _w(200.0, "j2"),
-              _w(15.0, "lease", LEASE_RESOURCE, "update"), _w(16.0, "j1-worker-0", "pods",
-              "create"), _w(17.0, "x", "pods", "get")]  # fmt: skip
-    s = write_stats(writes, 0.0, 60.0, 30.0, polls)
-    assert s["count"] == 3 and s["failed"] == 1 and s["jobs_written"] == 2
-    assert s["per_second"] == pytest.approx(3 / 60)
+    answers = {"j1-worker-0": [9.0, 39.0, 59.9], "j2-worker-0": [20.0]}
+    writes = [_w(10.0, "j1"), _w(40.5, "j1"), _w(60.1, "j1"), _w(21.0, "j2", code=409),
+              _w(50.0, "j2"), _w(15.0, "lease", LEASE_RESOURCE, "update"),
+              _w(16.0, "j1-worker-0", "pods", "create"), _w(17.0, "x", "pods", "get")]  # fmt: skip
+    s = write_stats(writes, 0.0, 60.0, 30.0, answers)
+    assert s["count"] == 4 and s["failed"] == 1 and s["jobs_written"] == 2
+    assert s["per_second"] == pytest.approx(4 / 60)
     assert s["most_for_one_job"] == 2
-    assert s["per_job_interval"] == pytest.approx(30 / 30.5)
-    assert s["poll_to_write_s"]["max"] == pytest.approx(1.5)
-    assert s["poll_to_write_s"]["count"] == 3
+    assert s["gap_s"]["count"] == 2  # j1: 10 -> 40.5; j2: 21 -> 50
+    # the report at 59.9 is matched by the write just after the window; j2's report at 20
+    # is followed by two writes (21 and the unprompted one at 50)
+    assert s["reports_sent"] == 4 and s["per_report"] == pytest.approx(5 / 4)
+    assert s["unprompted"] == 1  # j2's second write has no report since its first
+    assert s["poll_to_write_s"]["count"] == 4
+    assert s["poll_to_write_s"]["max"] == pytest.approx(30.0)
     others, leases = other_writes(writes, 0.0, 60.0)
     assert others == {"create pods": 1} and leases == 1
+
+
+def test_two_writes_for_one_report_count_twice() -> None:
+    answers = {"j1-worker-0": [10.0, 40.0]}
+    writes = [_w(10.1, "j1"), _w(10.2, "j1"), _w(40.1, "j1")]
+    s = write_stats(writes, 0.0, 60.0, 30.0, answers)
+    assert s["per_report"] == pytest.approx(1.5)
+    assert s["unprompted"] == 1
 
 
 def _snap(wall: float, cpu: float, rss_mib: float, polls: dict[str, float],
@@ -111,7 +123,8 @@ def _window(cpu: float, jobs: int = 2) -> JSON:
     writes = [_w(t + 0.1, p.removesuffix("-worker-0")) for p, ts in polls.items() for t in ts]
     return analyse_window(
         start, end, jobs=jobs, interval=30.0, groups={"answering": sorted(polls)},
-        polls_by_pod=polls, writes=writes, samples=[(30.0, 2.0, 60 * 2**20)],
+        polls_by_pod=polls, answers_by_pod=polls, writes=writes,
+        samples=[(30.0, 2.0, 60 * 2**20)],
     )  # fmt: skip
 
 
@@ -130,6 +143,8 @@ def test_analyse_window() -> None:
     assert w["workqueue"]["depth_max"] == 2.0
     assert w["progress_series_end"] == 2
     assert w["other_writes_total"] == 0
+    assert w["status_writes"]["unprompted"] == 0
+    assert w["down_polls_per_job_interval"] is None
 
 
 def test_settle_seconds_cover_the_back_off() -> None:
@@ -141,7 +156,7 @@ def test_settle_seconds_cover_the_back_off() -> None:
 def test_judged_fields_and_targets() -> None:
     steady = _window(cpu=0.6)
     refused = _window(cpu=0.3)
-    refused["by_group"]["refused"] = {"per_job_interval": 0.9}
+    refused["down_polls_per_job_interval"] = 0.9
     fields = judge_fields(steady, refused, None, jobs=2, interval=30.0)
     assert fields["cpu_refused_over_steady"] == pytest.approx(0.5)
     assert fields["progress_series_per_job"] == 1.0
