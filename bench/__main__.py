@@ -47,9 +47,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[],
                    choices=("burst", *LOAD_SCENARIOS, "memory", "progress"))  # fmt: skip
-    p.add_argument("--progress-interval", type=float, default=30.0,
-                   help="the progress scenario's --progress-interval (the operator's default "
-                   "30 s is used unless another is given)")  # fmt: skip
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=30.0,
+        help="the progress scenario's --progress-interval (the operator's default "
+        "30 s is used unless another is given)",
+    )
+    p.add_argument("--progress-steady-only", action="store_true",
+                   help="progress scenario: skip the unreachable reporters' phases")  # fmt: skip
     p.add_argument("--profile", nargs="?", const="cprofile", choices=("cprofile", "py-spy"),
                    help="profile the burst operator: cprofile (the default; main thread, "
                    "logs/operator-burst.prof) or py-spy (sampled, every thread, "
@@ -144,6 +150,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 cluster,
                 jobs=_count(1000, args.scale),
                 interval=args.progress_interval,
+                unreachable=not args.progress_steady_only,
                 log_dir=logs,
                 wait_s=args.timeout,
                 concurrency=args.concurrency,

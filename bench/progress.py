@@ -396,6 +396,23 @@ async def _sampler(pid: int, metrics_url: str, out: list[tuple[float, float, int
         out.append((time.time(), depth, sample(pid).rss_bytes))
 
 
+async def _wait_quiet(metrics_url: str, wait_s: float, every: float = 2.5) -> None:
+    """Wait until the start of the jobs is behind the operator: no Event written since
+    the previous reading and at most a few jobs waiting in the workqueue (the progress
+    reports alone keep it near empty)."""
+    deadline = time.monotonic() + wait_s
+    previous = -1.0
+    while True:
+        metrics = parse_metrics(await asyncio.to_thread(_scrape, metrics_url))
+        events = metric_total(metrics, "msop_events_written_total")
+        if events == previous and metric_total(metrics, "workqueue_depth") <= 10:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the operator did not settle within {wait_s:.0f}s")
+        previous = events
+        await asyncio.sleep(every)
+
+
 async def run(
     cluster: LocalCluster,
     jobs: int,
@@ -432,6 +449,8 @@ async def run(
             ]
             await asyncio.sleep(1)
             idle = sample(pid)
+            snaps["startup_start"] = await _snapshot(pid, op.metrics_url)
+            sampler = tg.create_task(_sampler(pid, op.metrics_url, samples))
             t0 = time.monotonic()
 
             async def create(name: str) -> None:
@@ -458,10 +477,14 @@ async def run(
                 "a first report from every reporter", lambda: reporters.answered() >= jobs, wait_s
             )
             marks["all_reported_once_s"] = time.monotonic() - t0
-            marks["jobs_running"] = len(conds.first["Running"])
-            sampler = tg.create_task(_sampler(pid, op.metrics_url, samples))
-
-            snaps["steady_start"] = await _snapshot(pid, op.metrics_url)
+            marks["jobs_running_at_first_reports"] = len(conds.first["Running"])
+            await wait_until(
+                "every MSJob Running", lambda: len(conds.first["Running"]) >= jobs, wait_s
+            )
+            marks["all_jobs_running_s"] = time.monotonic() - t0
+            await _wait_quiet(op.metrics_url, wait_s)
+            marks["startup_settled_s"] = time.monotonic() - t0
+            snaps["startup_end"] = snaps["steady_start"] = await _snapshot(pid, op.metrics_url)
             await asyncio.sleep(steady_intervals * interval)
             snaps["steady_end"] = await _snapshot(pid, op.metrics_url)
             print(f"progress: steady window done ({time.monotonic() - t0:.0f}s)", flush=True)
@@ -503,8 +526,10 @@ async def run(
                               answers_by_pod=answers_by_pod, writes=writes,
                               samples=samples)  # fmt: skip
 
-    windows: JSON = {"steady": window("steady_start", "steady_end",
-                                      {"answering": pods})}  # fmt: skip
+    windows: JSON = {
+        "startup": window("startup_start", "startup_end", {"answering": pods}),
+        "steady": window("steady_start", "steady_end", {"answering": pods}),
+    }
     if unreachable:
         up, down = pods[1::2], pods[::2]
         windows["refused_transition"] = window(
