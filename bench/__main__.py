@@ -67,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command(args: argparse.Namespace) -> str:
+    """How to repeat this run: ``make bench`` when only the scale was given."""
+    argv = sys.argv[1:]
+    if all(a == "--scale" or a.startswith("--scale=") or a == str(args.scale) or
+           a == f"{args.scale:g}" for a in argv):  # fmt: skip
+        return "make bench" + (f" BENCH_SCALE={args.scale:g}" if args.scale != 1 else "")
+    return "python -m bench " + shlex.join(argv)
+
+
 def _count(base: int, scale: float) -> int:
     return max(1, round(base * scale))
 
@@ -76,7 +85,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     logs = out / "logs"
     report: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
-        "command": "make bench" + (f" BENCH_SCALE={args.scale:g}" if args.scale != 1 else ""),
+        "command": _command(args),
         "argv": sys.argv[1:],
         "scale": args.scale,
         "environment": {"machine": machine()},

@@ -194,7 +194,7 @@ def _render_progress(pr: JSON | None) -> list[str]:
         f"first create; every reporter had answered once at {_fmt(pr.get('all_reported_once_s'))}"
         f" s (when {_fmt(pr.get('jobs_running_at_first_reports'))} jobs had their Running "
         f"condition); all jobs Running at {_fmt(pr.get('all_jobs_running_s'))} s; the start "
-        f"behind the operator (no Event written, queue near empty) at "
+        f"behind the operator (no Event written for 2.5 s) at "
         f"{_fmt(pr.get('startup_settled_s'))} s, when the steady window opens. RSS idle "
         f"{_fmt(pr.get('operator_rss_mib_idle'))} MiB, with every job running "
         f"{_fmt(pr.get('operator_rss_mib_all_running'))} MiB. A job-interval is one job over "
