@@ -40,7 +40,7 @@ PROGRESS_TARGETS = (
     _progress("status writes without a new report", "unprompted_status_writes", 0, exact=True),
     _progress("other writes in the window (Leases aside)", "other_writes", 0, exact=True),
     _progress("operator CPU per job-interval", "cpu_ms_per_job_interval", 5.0, "ms"),
-    _progress("RSS growth over the steady window", "rss_growth_mib", 8.0, "MiB"),
+    _progress("RSS growth over the steady window", "rss_growth_mib", 4.0, "MiB"),
     _progress("msop_job_progress_ratio series per job", "progress_series_per_job", 1.0,
               exact=True),
     _progress("CPU, half refusing / all answering", "cpu_refused_over_steady", 1.0, "x"),
