@@ -298,3 +298,22 @@ async def test_reporters_against_the_real_poller() -> None:
         session_run.cancel()
         await asyncio.gather(session_run, return_exceptions=True)
         await reporters.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--scale", "1"], "make bench"),
+        (["--scale", "0.1"], "make bench BENCH_SCALE=0.1"),
+        (["--scale", "1", "--skip", "burst", "--progress-interval", "10"],
+         "python -m bench --scale 1 --skip burst --progress-interval 10"),
+    ],
+)  # fmt: skip
+def test_report_names_the_command(
+    monkeypatch: pytest.MonkeyPatch, argv: list[str], expected: str
+) -> None:
+    from bench.__main__ import _command, _parser
+
+    monkeypatch.setattr("sys.argv", ["python -m bench", *argv])
+    assert _command(_parser().parse_args(argv)) == expected
+    assert "progress" in _parser().parse_args(["--skip", "progress"]).skip
