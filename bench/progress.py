@@ -11,8 +11,10 @@ own CPU is reported beside it.
 Phases, each measured over a window that starts and ends with a snapshot (operator CPU
 and RSS, its ``/metrics``):
 
-1. ``steady``: all reporters answer; the window opens once every reporter has answered
-   once, and lasts ``steady_intervals`` poll intervals.
+0. ``startup``: from the first create until every job is Running, every reporter has
+   answered once and the operator has written no Event for a while.
+1. ``steady``: all reporters answer; the window opens where ``startup`` ends and lasts
+   ``steady_intervals`` poll intervals.
 2. ``refused_transition`` and ``refused``: the reporters of half the jobs close their
    sockets (connection refused). The poller retries them after 5, 10, 20 s, then once
    per interval; ``refused_transition`` covers that back-off, ``refused`` the steady
