@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import burst, memory
+from bench import burst, memory, progress
 from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
 from bench.pyspy import write_summary
@@ -46,7 +46,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--operator-args", default=DEFAULT_OPERATOR_ARGS,
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[],
-                   choices=("burst", *LOAD_SCENARIOS, "memory"))  # fmt: skip
+                   choices=("burst", *LOAD_SCENARIOS, "memory", "progress"))  # fmt: skip
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=30.0,
+        help="the progress scenario's --progress-interval (the operator's default "
+        "30 s is used unless another is given)",
+    )
+    p.add_argument("--progress-steady-only", action="store_true",
+                   help="progress scenario: skip the unreachable reporters' phases")  # fmt: skip
     p.add_argument("--profile", nargs="?", const="cprofile", choices=("cprofile", "py-spy"),
                    help="profile the burst operator: cprofile (the default; main thread, "
                    "logs/operator-burst.prof) or py-spy (sampled, every thread, "
@@ -58,6 +67,15 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _command(args: argparse.Namespace) -> str:
+    """How to repeat this run: ``make bench`` when only the scale was given."""
+    argv = sys.argv[1:]
+    if all(a == "--scale" or a.startswith("--scale=") or a == str(args.scale) or
+           a == f"{args.scale:g}" for a in argv):  # fmt: skip
+        return "make bench" + (f" BENCH_SCALE={args.scale:g}" if args.scale != 1 else "")
+    return "python -m bench " + shlex.join(argv)
+
+
 def _count(base: int, scale: float) -> int:
     return max(1, round(base * scale))
 
@@ -67,7 +85,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     logs = out / "logs"
     report: dict[str, Any] = {
         "started": started.isoformat(timespec="seconds"),
-        "command": "make bench" + (f" BENCH_SCALE={args.scale:g}" if args.scale != 1 else ""),
+        "command": _command(args),
         "argv": sys.argv[1:],
         "scale": args.scale,
         "environment": {"machine": machine()},
@@ -129,6 +147,24 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 cluster, jobs=_count(2000, args.scale), concurrency=args.concurrency, log_dir=logs
             )
             print(f"memory: done ({time.monotonic() - t0:.0f}s)", flush=True)
+        finally:
+            cluster.stop()
+    if "progress" not in args.skip:
+        cluster = start_cluster(f"msop-bench-progress-{tag}", nodes=4)
+        try:
+            versions.setdefault("kubernetes", server_version(cluster))
+            versions.setdefault("kwok", kwok_version(cluster))
+            print(f"progress: cluster up ({time.monotonic() - t0:.0f}s)", flush=True)
+            report["progress"] = await progress.run(
+                cluster,
+                jobs=_count(1000, args.scale),
+                interval=args.progress_interval,
+                unreachable=not args.progress_steady_only,
+                log_dir=logs,
+                wait_s=args.timeout,
+                concurrency=args.concurrency,
+            )
+            print(f"progress: done ({time.monotonic() - t0:.0f}s)", flush=True)
         finally:
             cluster.stop()
     report["environment"]["versions"] = versions

@@ -88,6 +88,52 @@ def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCount
     return counts
 
 
+@dataclass(frozen=True)
+class Request:
+    """One completed request: when the API server received it (seconds since the epoch),
+    its verb, resource (as in :class:`RequestCounts`), object name and HTTP code."""
+
+    time: float
+    verb: str
+    resource: str
+    name: str
+    code: int
+
+
+def _epoch(stamp: object) -> float | None:
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def requests_of(lines: Iterable[str], user_agent_prefix: str) -> list[Request]:
+    """The completed requests whose User-Agent starts with ``user_agent_prefix``, in log
+    order, each with the time the API server received it."""
+    out: list[Request] = []
+    for line in lines:
+        if user_agent_prefix not in line:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if not str(event.get("userAgent", "")).startswith(user_agent_prefix):
+            continue
+        if event.get("stage") not in ("ResponseComplete", "Panic"):
+            continue
+        t = _epoch(event.get("requestReceivedTimestamp"))
+        if t is None:
+            continue
+        ref = event.get("objectRef") or {}
+        code = (event.get("responseStatus") or {}).get("code", 0)
+        out.append(
+            Request(t, str(event.get("verb", "")), _resource(ref), str(ref.get("name", "")),
+                    int(code) if isinstance(code, int) else 0)
+        )  # fmt: skip
+    return out
+
+
 def count_file(path: Path, user_agent_prefix: str, keep: Path | None = None) -> RequestCounts:
     """Count from the log at ``path``; with ``keep``, also copy the lines that mention
     ``user_agent_prefix`` there (the client's own audit trail, for a closer look)."""

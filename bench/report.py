@@ -22,6 +22,35 @@ class Target:
     exact: bool = False
 
 
+def _progress(name: str, key: str, limit: float, unit: str = "", exact: bool = False) -> Target:
+    return Target(f"progress: {name}", ("progress", "judged", key), limit, unit, exact)
+
+
+#: Issue 16's budget for N reporting jobs polled every interval (the ``progress``
+#: scenario; the worst case, a new report at every poll). "Per job-interval" means per
+#: job and per poll interval. Polls and writes are judged on their mean rate, from the
+#: gaps between two polls (writes) of one job, with 2 % for the sampling noise of the
+#: poller's jitter (0.9-1.1 intervals); the shortest gap may be 0.9 interval.
+PROGRESS_TARGETS = (
+    _progress("polls per job-interval", "polls_per_job_interval", 1.02),
+    _progress("polls per job-interval, shortest gap", "polls_per_job_interval_at_shortest_gap",
+              1 / 0.9),
+    _progress("status writes per job-interval", "status_writes_per_job_interval", 1.02),
+    _progress("status writes per new report", "status_writes_per_report", 1.01),
+    _progress("status writes without a new report", "unprompted_status_writes", 0, exact=True),
+    _progress("other writes in the window (Leases aside)", "other_writes", 0, exact=True),
+    _progress("operator CPU per job-interval", "cpu_ms_per_job_interval", 5.0, "ms"),
+    _progress("RSS growth over the steady window", "rss_growth_mib", 4.0, "MiB"),
+    _progress("msop_job_progress_ratio series per job", "progress_series_per_job", 1.0,
+              exact=True),
+    _progress("CPU, half refusing / all answering", "cpu_refused_over_steady", 1.0, "x"),
+    _progress("polls per refusing job-interval", "refused_polls_per_job_interval", 1.02),
+    _progress("CPU, half silent / all answering", "cpu_silent_over_steady", 1.0, "x"),
+    _progress("polls per silent job-interval", "silent_polls_per_job_interval", 1.02),
+    _progress("longest poll gap of an answering job while half are silent / pace",
+              "silent_answering_longest_gap_over_pace", 1.0, "x"),
+)  # fmt: skip
+
 TARGETS = (
     Target("burst p99 job latency", ("burst", "operator", "job_latency_s", "p99"), 2.0, "s"),
     Target("operator / raw-create time", ("burst", "ratio_operator_to_raw"), 1.3, "x"),
@@ -31,6 +60,7 @@ TARGETS = (
     Target(
         "CPU per job lifecycle", ("burst", "operator", "operator_cpu_ms_per_lifecycle"), 20.0, "ms"
     ),
+    *PROGRESS_TARGETS,
 )
 
 
@@ -143,6 +173,65 @@ def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
 def _server(row: JSON) -> list[Any]:
     s = row.get("server_s") or {}
     return [s.get("p50"), s.get("p99")]
+
+
+def _polls(w: JSON, group: str) -> Any:
+    g = (w.get("by_group") or {}).get(group) or {}
+    return g.get("per_job_interval")
+
+
+def _render_progress(pr: JSON | None) -> list[str]:
+    """The ``progress`` scenario (issue 16): one row per measured window."""
+    if not pr:
+        return []
+    interval = pr["interval_s"]
+    lines = ["", "## Training progress: N reporting jobs (issue 16)", ""]
+    lines.append(
+        f"{pr['jobs']:,} MSJobs of 1 Worker (no Scheduler), each Worker 0 answered by a "
+        f"simulated reporter with a new report at every poll (so every poll is worth a "
+        f"status write); operator flags `{' '.join(pr['operator_args'])}`, poll interval "
+        f"{_fmt(interval, 0)} s. All pods running {_fmt(pr.get('all_listening_s'))} s after the "
+        f"first create; every reporter had answered once at {_fmt(pr.get('all_reported_once_s'))}"
+        f" s (when {_fmt(pr.get('jobs_running_at_first_reports'))} jobs had their Running "
+        f"condition); all jobs Running at {_fmt(pr.get('all_jobs_running_s'))} s; the start "
+        f"behind the operator (no Event written for 2.5 s) at "
+        f"{_fmt(pr.get('startup_settled_s'))} s, when the steady window opens. RSS idle "
+        f"{_fmt(pr.get('operator_rss_mib_idle'))} MiB, with every job running "
+        f"{_fmt(pr.get('operator_rss_mib_all_running'))} MiB. A job-interval is one job over "
+        f"one poll interval. Down: the half of the reporters that refuse or stay silent."
+    )
+    lines.append("")
+    rows = []
+    for label, w in pr["windows"].items():
+        sw, wq = w["status_writes"], w.get("workqueue") or {}
+        polls = ", ".join(f"{k} {int(v):,}" for k, v in sorted(w["polls_by_result"].items()) if v)
+        rows.append([
+            label, w["seconds"], w["operator_cpu_per_s"], w["operator_cpu_ms_per_job_interval"],
+            w.get("operator_cpu_ms_per_poll"), polls or "-", _polls(w, "answering"),
+            w.get("down_polls_per_job_interval"), sw["per_second"], sw.get("per_job_interval"),
+            w.get("status_writes_per_report"), sw.get("unprompted"),
+            (sw.get("poll_to_write_s") or {}).get("p99"), w["other_writes_total"],
+            wq.get("queue_wait_mean_s"), wq.get("depth_max"),
+            f"{_fmt(w['rss_mib_start'])} → {_fmt(w['rss_mib_end'])}", w["bench_cpu_per_s"],
+        ])  # fmt: skip
+    lines += _table(
+        ["window", "s", "operator CPU (cores)", "CPU ms/job-interval", "CPU ms/poll", "polls",
+         "polls/job-interval (answering)", "polls/job-interval (down)", "status writes/s",
+         "status writes/job-interval", "writes/report", "writes without report",
+         "report→write p99 s", "other writes",
+         "queue wait mean s", "queue depth max", "RSS MiB", "bench CPU (cores)"],
+        rows,
+    )  # fmt: skip
+    steady = pr["windows"].get("steady") or {}
+    lines.append("")
+    lines.append(
+        f"Steady window: {steady.get('lease_writes', 0)} Lease writes beside the status writes; "
+        f"msop_job_progress_ratio had {steady.get('progress_series_end')} series at its end; "
+        f"reconciles per report {_fmt(steady.get('reconciles_per_report'))}. SIGTERM to exit "
+        f"{_fmt((pr.get('shutdown') or {}).get('sigterm_to_exit_s'))} s "
+        f"(exit {(pr.get('shutdown') or {}).get('exit_code')})."
+    )
+    return lines
 
 
 def render_markdown(report: JSON) -> str:
@@ -268,6 +357,8 @@ def render_markdown(report: JSON) -> str:
             f"Reconciles per job: {_fmt(op.get('reconciles_per_job'))} "
             f"(by result: {op.get('reconciles')})."
         )
+
+    lines += _render_progress(report.get("progress"))
 
     mem = report.get("memory")
     if mem:

@@ -51,13 +51,15 @@ def msjob(
     ps: int = 1,
     workers: int = 4,
     scheduler_name: str | None = None,
+    scheduler: bool = True,
 ) -> JSON:
-    """An MSJob with 1 Scheduler, ``ps`` PS and ``workers`` Workers.
+    """An MSJob with 1 Scheduler (none without ``scheduler``), ``ps`` PS and ``workers``
+    Workers.
 
     ``cleanPodPolicy: None`` keeps finished pods, so a lifecycle has no deletes and its
     minimum writes are exactly the creates plus one status write per transition.
     """
-    specs: JSON = {"Scheduler": {"replicas": 1, "restartPolicy": "Never"}}
+    specs: JSON = {"Scheduler": {"replicas": 1, "restartPolicy": "Never"}} if scheduler else {}
     if ps:
         specs["PS"] = {"replicas": ps, "restartPolicy": "Never"}
     specs["Worker"] = {"replicas": workers, "restartPolicy": "Never"}
