@@ -52,17 +52,17 @@ from bench.observe import ConditionTimes, wait_until, watch_forever
 from bench.reporters import Reporters, raise_fd_limit
 from bench.stats import summarize
 from msop.api import constants as c
+from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
-from msop.controller.msjob.desired import object_name
-from msop.controller.msjob.progress import FIRST_POLL_DELAY
 from msop.kube import PODS
+from msop.msjob.progress import FIRST_POLL_DELAY
 from msop.testing import LocalCluster
 
 JSON = dict[str, Any]
 NAMESPACE = "bench-progress"
 STATUS_RESOURCE = f"msjobs.{c.GROUP}/status"
 LEASE_RESOURCE = "leases.coordination.k8s.io"
-#: The poller's defaults (msop.controller.msjob.progress): jitter of the interval, and
+#: The poller's defaults (msop.msjob.progress): jitter of the interval, and
 #: the timeout of one poll.
 JITTER = 0.1
 POLL_TIMEOUT_S = 2.0

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from msop.api import constants as c
-from msop.controller.msjob import desired
-from msop.controller.msjob.plan import slot_of
+from msop.msjob import desired
+from msop.msjob.plan import slot_of
 
 JSON = dict[str, Any]
 MAX_REQUEST_BYTES = 8192

@@ -28,8 +28,8 @@ from bench.progress import (
 from bench.report import judge, render_markdown
 from bench.reporters import Reporter, Reporters, report_body, response_for, worker0_address
 from msop.api import progress as progress_api
-from msop.controller.msjob import desired
-from msop.controller.msjob.progress import ProgressPoller
+from msop.msjob import desired
+from msop.msjob.progress import ProgressPoller
 from tests.unit.msjob.test_plan import job
 
 JSON = dict[str, Any]
