@@ -111,6 +111,7 @@ async def run_operator(args: argparse.Namespace) -> int:
                 gang_scheduling=args.enable_gang_scheduling,
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,
+                progress_writes_per_second=args.kube_api_qps / 2,
             ),
         )
         log.info(

@@ -16,7 +16,13 @@ Why pull. The operator asks; pods never call it. So:
   (default 30 s), with up to ``concurrency`` requests in flight and a ``timeout`` each;
   every target has at most one request in flight, so 1,000 jobs cost 1,000 small GETs per
   interval and a bounded number of tasks and sockets, never a backlog. A target that
-  does not answer is asked again after 5, 10, 20 s, then once per interval.
+  does not answer is asked again after 5, 10, 20 s, then once per interval; such
+  targets hold at most half the slots, so silent pods never starve answering ones.
+- **Progress never outruns its budget or delays the real work.** Reports are taken at
+  most ``max_reports_per_second`` over all jobs (``msop run``: half of
+  ``--kube-api-qps``, the status writes' budget): with more jobs than that allows at the
+  interval, the interval stretches. A job with a new report is enqueued at low priority,
+  behind every pod event and spec change.
 - **One status write per new report, at most one per interval.** A report is stored
   only when its ``seq`` is new; the job is then enqueued and the planner (not this
   module) puts it in ``status.progress``. The last report of a process reaches the
@@ -30,6 +36,7 @@ report (under 2 KiB) per such job; both go when the pod stops running.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
@@ -113,9 +120,11 @@ class ProgressPoller:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         rand: Callable[[], float] = random.random,
         tick: float = 1.0,
+        max_reports_per_second: float | None = None,
     ) -> None:
         self.enqueue = enqueue
         self.interval = interval
+        self.max_rate = max_reports_per_second
         self.timeout = timeout
         self.concurrency = concurrency
         self.clock = clock
@@ -187,7 +196,7 @@ class ProgressPoller:
                 timeout=aiohttp.ClientTimeout(total=self.timeout),
             )
             self._fetch = _session_fetch(own_session)
-        semaphore = asyncio.Semaphore(self.concurrency)
+        semaphore = self.slots()
         try:
             while True:
                 self.poll_due(semaphore)
@@ -199,7 +208,15 @@ class ProgressPoller:
             if own_session is not None:
                 await own_session.close()
 
-    def poll_due(self, semaphore: asyncio.Semaphore) -> int:
+    def slots(self) -> Slots:
+        """The request slots: ``concurrency`` in all, at most half of them for targets
+        that have not answered last time (each may hold its slot for the whole timeout),
+        so that silent pods never starve the ones that answer."""
+        return Slots(
+            asyncio.Semaphore(self.concurrency), asyncio.Semaphore(max(1, self.concurrency // 2))
+        )
+
+    def poll_due(self, semaphore: Slots) -> int:
         """Start a poll of every due target that has none in flight; return how many."""
         now = self.clock()
         started = 0
@@ -213,9 +230,12 @@ class ProgressPoller:
             started += 1
         return started
 
-    async def _poll(self, target: Target, semaphore: asyncio.Semaphore) -> None:
+    async def _poll(self, target: Target, slots: Slots) -> None:
         try:
-            async with semaphore:
+            async with contextlib.AsyncExitStack() as stack:
+                if target.failures:
+                    await stack.enter_async_context(slots.failing)
+                await stack.enter_async_context(slots.all)
                 result = await self.poll(target)
         except asyncio.CancelledError:
             raise
@@ -273,15 +293,28 @@ class ProgressPoller:
     def _schedule(self, target: Target, result: str, *, ok: bool = False) -> str:
         """Set when ``target`` is asked next: an interval after an answer (with 10 %
         jitter, so that jobs started together do not stay in step), sooner while it has
-        not answered yet."""
+        not answered yet. With more targets than ``max_reports_per_second`` allows at that
+        interval, the interval stretches: reports (and so status writes) never outrun the
+        budget they are given."""
         if ok:
             target.failures = 0
             wait = self.interval
+            if self.max_rate:
+                wait = max(wait, len(self._targets) / self.max_rate)
         else:
             target.failures += 1
             wait = min(self.interval, FIRST_POLL_DELAY * 2 ** (target.failures - 1))
         target.due = self.clock() + wait * (0.9 + 0.2 * self.rand())
         return result
+
+
+@dataclass(frozen=True)
+class Slots:
+    """Request slots: ``all`` bounds every poll in flight, ``failing`` those of targets
+    that did not answer last time (taken first, then one of ``all``)."""
+
+    all: asyncio.Semaphore
+    failing: asyncio.Semaphore
 
 
 def target_key(target: Target) -> str:

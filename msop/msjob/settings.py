@@ -27,3 +27,8 @@ class Settings:
     progress_interval: float = 30.0
     """Seconds between two progress polls of one job (and so between two progress
     writes of its status)."""
+    progress_writes_per_second: float = 25.0
+    """Progress reports taken per second at most, over all jobs (each may cost a status
+    write): ``msop run`` gives half of ``--kube-api-qps``, the status budget, so that
+    progress never holds up a condition. More jobs than that allows at
+    ``progress_interval`` are polled less often."""

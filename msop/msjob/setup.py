@@ -20,6 +20,7 @@ from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOw
 from msop.controller.manager import Manager
 from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.controller.reconcile import Request
+from msop.controller.workqueue import PRIORITY_LOW
 from msop.informers.informer import SharedInformer, final_state
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import Transform
@@ -86,8 +87,11 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     poller: ProgressPoller | None = None
     if settings.progress_port:
         poller = ProgressPoller(
-            lambda ns, name: controller.queue.add(Request(ns, name)),
+            # Low priority: a progress write never delays creating pods or reporting a
+            # condition (the queue serves normal-priority keys first).
+            lambda ns, name: controller.queue.add(Request(ns, name), priority=PRIORITY_LOW),
             interval=settings.progress_interval,
+            max_reports_per_second=settings.progress_writes_per_second,
         )
     reconciler = MSJobReconciler(
         manager.client,

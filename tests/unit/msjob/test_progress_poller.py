@@ -137,7 +137,7 @@ async def test_no_report_is_counted_by_result_and_stores_nothing(
     before = POLLS.labels(result)._value.get()
     target = only_target(p)
     target.in_flight = True
-    await p._poll(target, asyncio.Semaphore(1))
+    await p._poll(target, p.slots())
     assert POLLS.labels(result)._value.get() == before + 1
     assert p.get("ns/j") is None and enqueued == [] and not target.in_flight
 
@@ -191,7 +191,8 @@ async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() 
     for i in range(10):
         p.observe(worker(ip=f"10.1.0.{i}", uid=f"u{i}", job_name=f"j{i}"))
     clock.t += FIRST_POLL_DELAY
-    semaphore = asyncio.Semaphore(3)
+    p.concurrency = 3
+    semaphore = p.slots()
     assert p.poll_due(semaphore) == 10
     await asyncio.sleep(0.05)
     assert p.poll_due(semaphore) == 0  # all in flight: not asked twice
@@ -199,6 +200,52 @@ async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() 
     release.set()
     await asyncio.gather(*p._tasks)
     assert peak == 3 and not any(t.in_flight for t in p._targets.values())
+
+
+async def test_targets_that_did_not_answer_get_at_most_half_the_slots() -> None:
+    clock = Clock()
+    release = asyncio.Event()
+    running: dict[str, int] = {"silent": 0, "answering": 0}
+    peak: dict[str, int] = {"silent": 0, "answering": 0}
+
+    async def fetch(url: str, limit: int) -> tuple[int, bytes]:
+        kind = "silent" if "10.2." in url else "answering"
+        running[kind] += 1
+        peak[kind] = max(peak[kind], running[kind])
+        await release.wait()
+        running[kind] -= 1
+        return 204, b""
+
+    p, _ = poller(fetch, clock)
+    p.concurrency = 4
+    for i in range(6):
+        p.observe(worker(ip=f"10.2.0.{i}", uid=f"s{i}", job_name=f"silent{i}"))
+        p.observe(worker(ip=f"10.1.0.{i}", uid=f"a{i}", job_name=f"answering{i}"))
+    for target in p._targets.values():
+        target.failures = 1 if "10.2." in target.url else 0
+    clock.t += FIRST_POLL_DELAY
+    p.poll_due(p.slots())
+    await asyncio.sleep(0.05)
+    assert peak["silent"] <= 2 and peak["silent"] + peak["answering"] == 4, peak
+    release.set()
+    await asyncio.gather(*p._tasks)
+
+
+async def test_the_interval_stretches_when_reports_would_outrun_their_budget() -> None:
+    clock = Clock()
+    p, _ = poller(Answers(*[(200, report(uid=f"u{i}", name=f"j{i}-worker-0")) for i in range(2)]),
+                  clock)  # fmt: skip
+    p.max_rate = 0.05  # 2 targets at 0.05 reports/s: one report per 40 s each, not per 30 s
+    for i in range(2):
+        p.observe(worker(ip=f"10.1.0.{i}", uid=f"u{i}", job_name=f"j{i}"))
+    for target in list(p._targets.values()):
+        assert await p.poll(target) == "report"
+        assert target.due - clock.t == 40.0  # rand 0.5: no jitter
+    p.max_rate = 1.0
+    target = next(iter(p._targets.values()))
+    p._fetch = Answers((200, report(uid=target.uid, name=target.pod, seq=2)))
+    await p.poll(target)
+    assert target.due - clock.t == 30.0  # within budget: the interval
 
 
 async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
