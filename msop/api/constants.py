@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Final
 
+from msop.integrations import progress as _wire
+
 # --- resource identity -------------------------------------------------------------------------
 GROUP: Final = "mindspore.gitee.com"
 VERSION: Final = "v1"
@@ -51,10 +53,11 @@ ENV_NODE_ID: Final = "MS_NODE_ID"
 
 # Training progress (README "Training progress"): what the operator injects into the
 # ``mindspore`` container of Worker 0 so that msop.integrations reporters serve progress.
-ENV_PROGRESS_PORT: Final = "MSOP_PROGRESS_PORT"
-ENV_POD_NAME: Final = "MSOP_POD_NAME"
-ENV_POD_UID: Final = "MSOP_POD_UID"
-ENV_PROGRESS_FILE: Final = "MSOP_PROGRESS_FILE"
+# The names are the reporter's own (msop.integrations.progress, stdlib only).
+ENV_PROGRESS_PORT: Final = _wire.ENV_PORT
+ENV_POD_NAME: Final = _wire.ENV_POD_NAME
+ENV_POD_UID: Final = _wire.ENV_POD_UID
+ENV_PROGRESS_FILE: Final = _wire.ENV_FILE
 DEFAULT_PROGRESS_PORT: Final = 28080
 DEFAULT_TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 ROLE_BY_TYPE: Final[dict[str, str]] = {

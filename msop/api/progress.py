@@ -26,14 +26,17 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from msop.integrations import progress as wire
 from msop.kube.objects import JSON
 
-WIRE_VERSION = 1
+# The wire format's limits are the reporter's (one definition, in the stdlib-only module
+# that training images install).
+WIRE_VERSION = wire.WIRE_VERSION
 #: Largest report body read from a pod (a well-formed one is under 2 KiB).
 MAX_REPORT_BYTES = 16 * 1024
-MAX_METRICS = 8
-MAX_METRIC_VALUE = 64
-METRIC_NAME = re.compile(r"^[A-Za-z0-9_./-]{1,63}$")
+MAX_METRICS = wire.MAX_METRICS
+MAX_METRIC_VALUE = wire.MAX_METRIC_VALUE
+METRIC_NAME = re.compile(rf"^[A-Za-z0-9_./-]{{1,{wire.MAX_METRIC_NAME}}}$")
 #: Larger counts are not training steps but garbage (and exceed a JSON number's precision).
 MAX_COUNT = 2**53 - 1
 #: A year: larger estimates are noise, not information.
