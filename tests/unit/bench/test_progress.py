@@ -317,3 +317,11 @@ def test_report_names_the_command(
     monkeypatch.setattr("sys.argv", ["python -m bench", *argv])
     assert _command(_parser().parse_args(argv)) == expected
     assert "progress" in _parser().parse_args(["--skip", "progress"]).skip
+
+
+def test_the_interval_the_operator_keeps_stretches_past_half_the_qps() -> None:
+    from bench.progress import effective_interval
+
+    assert effective_interval(30, 500) == 30  # 500 / 25 = 20 s: the flag's interval
+    assert effective_interval(30, 1000) == 40  # 1,000 jobs at 25 reports/s
+    assert effective_interval(10, 1000, qps=200) == 10
