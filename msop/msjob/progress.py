@@ -296,14 +296,15 @@ class ProgressPoller:
         not answered yet. With more targets than ``max_reports_per_second`` allows at that
         interval, the interval stretches: reports (and so status writes) never outrun the
         budget they are given."""
+        pace = self.interval
+        if self.max_rate:
+            pace = max(pace, len(self._targets) / self.max_rate)
         if ok:
             target.failures = 0
-            wait = self.interval
-            if self.max_rate:
-                wait = max(wait, len(self._targets) / self.max_rate)
+            wait = pace
         else:
             target.failures += 1
-            wait = min(self.interval, FIRST_POLL_DELAY * 2 ** (target.failures - 1))
+            wait = min(pace, FIRST_POLL_DELAY * 2 ** (target.failures - 1))
         target.due = self.clock() + wait * (0.9 + 0.2 * self.rand())
         return result
 

@@ -241,8 +241,14 @@ async def test_the_interval_stretches_when_reports_would_outrun_their_budget() -
     for target in list(p._targets.values()):
         assert await p.poll(target) == "report"
         assert target.due - clock.t == 40.0  # rand 0.5: no jitter
-    p.max_rate = 1.0
     target = next(iter(p._targets.values()))
+    p._fetch = Answers(*[ConnectionRefusedError() for _ in range(5)])
+    waits = []
+    for _ in range(5):
+        await p.poll(target)
+        waits.append(target.due - clock.t)
+    assert waits == [5.0, 10.0, 20.0, 40.0, 40.0]  # retries too keep to the stretched pace
+    p.max_rate = 1.0
     p._fetch = Answers((200, report(uid=target.uid, name=target.pod, seq=2)))
     await p.poll(target)
     assert target.due - clock.t == 30.0  # within budget: the interval
