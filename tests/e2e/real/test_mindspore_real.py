@@ -45,6 +45,7 @@ from tests.e2e.msjobs import (
     wait_condition,
     wait_for,
 )
+from tests.e2e.real.joblogs import JobLogs
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[3]
@@ -58,6 +59,13 @@ def checkpoints(namespace: str) -> Iterator[Path]:
     path = Path("/var/lib/msop-e2e") / namespace
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def logs(installed: RealCluster, namespace: str) -> Iterator[JobLogs]:
+    """The job's pod logs, followed from the start: a timed-out wait shows their tails."""
+    with JobLogs(installed, namespace, NAME) as followed:
+        yield followed
 
 
 def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
@@ -114,17 +122,21 @@ def kill_training_process(cluster: RealCluster, ns: str, pod: str) -> None:
     subprocess.run(["kill", "-KILL", str(pid)], check=True)
 
 
-def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int) -> None:
+def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int, logs: JobLogs) -> None:
     wait_for(f"{pod} past epoch {epoch}", lambda: last_epoch(cluster, ns, pod) >= epoch,
-             timeout=180, interval=1)  # fmt: skip
+             timeout=180, interval=1, details=logs.tail)  # fmt: skip
 
 
 def test_trains_to_success(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0")
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
@@ -149,12 +161,16 @@ def test_trains_to_success(
 
 
 def test_killed_worker_restarts_the_cluster_which_resumes(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
     victim = f"{NAME}-worker-1"
-    wait_training(cluster, namespace, victim, 3)
+    wait_training(cluster, namespace, victim, 3, logs)
     before = job_pods(cluster, namespace, NAME)
     kill_training_process(cluster, namespace, victim)
 
@@ -166,9 +182,10 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
             and c
         ),
         timeout=60,
+        details=logs.tail,
     )
     assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     status = job["status"]
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
@@ -192,14 +209,18 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
 
 
 def test_script_error_fails_the_job(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     # Rank 0 cannot write its first checkpoint (a read-only mount): a Python error, exit 1.
     launch(
         cluster, namespace, images, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
     )
-    job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240)
+    job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240, details=logs.tail)
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "MSJobFailed", failed
     assert "exited with code 1 (Error)" in failed["message"], failed
@@ -213,13 +234,17 @@ def test_script_error_fails_the_job(
 
 
 def test_scale_of_a_running_job_restarts_it_with_the_new_size(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
-    wait_training(cluster, namespace, f"{NAME}-worker-0", 2)
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 2, logs)
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
@@ -237,7 +262,11 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
 
 
 def test_ps_mode_forms_a_cluster(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     config_map, job = mindspore_example(cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
@@ -245,7 +274,7 @@ def test_ps_mode_forms_a_cluster(
     specs = job["spec"]["msReplicaSpecs"]
     specs["PS"] = json.loads(json.dumps(specs["Scheduler"]))
     apply(cluster, namespace, config_map, job)
-    wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+    wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
     ps = f"{NAME}-ps-0"
