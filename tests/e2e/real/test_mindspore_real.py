@@ -18,7 +18,8 @@ checkpoint directory of its own, and the length of the run.
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
-  the parameter server registers and the job Succeeds.
+  the parameter server registers and serves until the training ends (the job Succeeds
+  while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
 """
 
 from __future__ import annotations
@@ -111,15 +112,16 @@ def exit_codes(pods: dict[str, JSON]) -> dict[str, int | None]:
     return out
 
 
-def kill_training_process(cluster: RealCluster, ns: str, pod: str) -> None:
-    """SIGKILL the container's main process from the host (the kernel ignores a SIGKILL
-    that a container sends to its own PID 1), as the OOM killer would."""
+def kill_training_process(cluster: RealCluster, ns: str, pod: str, sig: str = "KILL") -> None:
+    """Send ``sig`` to the container's main process from the host, as the OOM killer
+    (KILL) or the kubelet stopping a container (TERM) does. (The kernel ignores a SIGKILL
+    that a container sends to its own PID 1.)"""
     obj = get(cluster, ns, "pod", pod)
     assert obj is not None
     cid = obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     tasks = cluster.ctr("tasks", "ls").stdout.splitlines()
     pid = next(int(line.split()[1]) for line in tasks if line.startswith(cid))
-    subprocess.run(["kill", "-KILL", str(pid)], check=True)
+    subprocess.run(["kill", f"-{sig}", str(pid)], check=True)
 
 
 def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int, logs: JobLogs) -> None:
@@ -273,19 +275,39 @@ def test_ps_mode_forms_a_cluster(
                               EPOCHS="5")  # fmt: skip
     specs = job["spec"]["msReplicaSpecs"]
     specs["PS"] = json.loads(json.dumps(specs["Scheduler"]))
+    # Keep the pods that still run when the job ends (the PS and the Scheduler, which
+    # cleanPodPolicy Running would delete), to stop them here and read their exit codes.
+    job["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
     apply(cluster, namespace, config_map, job)
     wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
-    ps = f"{NAME}-ps-0"
+    ps, scheduler = f"{NAME}-ps-0", f"{NAME}-scheduler-0"
     assert env_of(pods[ps])["MS_ROLE"] == "MS_PSERVER"
     assert {env_of(p)["MS_SERVER_NUM"] for p in pods.values()} == {"1"}
     # init() returns in a parameter server only once it has registered with the Scheduler.
     assert {"event": "joined", "role": "MS_PSERVER"}.items() <= records(cluster, namespace, ps)[
         -1
     ].items()
-    assert exit_codes({n: p for n, p in pods.items() if "-scheduler-" not in n}) == {
-        ps: 0,
+    # The Workers trained to the end while the PS served: it is still in the cluster, and
+    # so is the Scheduler, which waits for every member to leave.
+    assert exit_codes(pods) == {
+        ps: None,
+        scheduler: None,
         f"{NAME}-worker-0": 0,
         f"{NAME}-worker-1": 0,
     }
+
+    # The job's end: stop the PS as the kubelet does when msop deletes its pod. It leaves
+    # the cluster and exits 0, and then the Scheduler, the last member, exits 0 too.
+    kill_training_process(cluster, namespace, ps, "TERM")
+
+    def ended() -> dict[str, int | None] | None:
+        codes = exit_codes(job_pods(cluster, namespace, NAME))
+        return codes if None not in codes.values() else None
+
+    codes = wait_for("the PS and the Scheduler to exit", ended, timeout=60, interval=1,
+                     details=logs.tail)  # fmt: skip
+    assert codes == dict.fromkeys(pods, 0), codes
+    assert records(cluster, namespace, ps)[-1].items() >= {
+        "event": "stopped", "signal": "SIGTERM"}.items()  # fmt: skip
