@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -86,6 +87,26 @@ class Checkpoints:
         os.replace(meta, self.latest)
 
 
+def serve_until_stopped(role: str) -> int:
+    """A parameter server's part once it has joined: stay in the cluster until stopped.
+
+    It must not leave while the training runs: once the cluster has formed, each Worker's
+    ``init()`` asks the Scheduler for every member's host name, which it only answers
+    while every member is still registered. A member gone by then makes that ``init()``
+    fail ("Failed to AllGather host's hash name due to timeout", exit 1, about 200 s
+    later). MindSpore 2.10 gives a server no way to learn that the Workers are done, so
+    it serves until SIGTERM (the kubelet's, when msop deletes the pod at the job's end,
+    cleanPodPolicy Running) or SIGINT, then leaves the cluster and exits 0.
+    """
+    stop: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    while not stop:
+        time.sleep(1)  # the handlers run in this thread, between the sleeps
+    log(event="stopped", role=role, signal=signal.Signals(stop[0]).name)
+    return 0
+
+
 def main() -> int:
     args = parse_args()
     import mindspore as ms
@@ -98,12 +119,12 @@ def main() -> int:
     role = os.environ.get("MS_ROLE", "")
     log(event="start", role=role, node=os.environ.get("MS_NODE_ID"),
         workers=os.environ.get("MS_WORKER_NUM"))  # fmt: skip
-    # The Scheduler and a parameter server serve the cluster inside init() and exit when
-    # every worker has left; only workers return from it.
+    # The Scheduler serves the cluster inside init() and exits there once every other
+    # member has left. A parameter server returns from it once registered.
     init()
     if role != "MS_WORKER":
         log(event="joined", role=role)
-        return 0
+        return serve_until_stopped(role)
     rank, size = get_rank(), get_group_size()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True)
     ms.set_seed(1)

@@ -644,29 +644,29 @@ def _make_cgroup(name: str) -> None:
                 (path / knob).write_text((hierarchy / knob).read_text())
 
 
+def _cgroup_dirs(root: Path) -> list[Path]:
+    """``root`` and every cgroup under it, deepest first (``root`` last). A cgroup that
+    goes away during the walk, as the kubelet removes those of ending containers, is
+    skipped (``os.walk`` ignores the directories it cannot list)."""
+    return [Path(d) for d, _, _ in os.walk(root, topdown=False)]
+
+
 def _kill_cgroup_tree(name: str) -> None:
     """SIGKILL every process in the cgroup ``name`` of every hierarchy, then remove the
     cgroups, deepest first: the pods' processes outlive containerd's shims."""
     roots = [h / name for h in _hierarchies()]
     for _ in range(3):
         for root in roots:
-            if not root.is_dir():
-                continue
-            for procs in root.rglob("cgroup.procs"):
+            for cgroup in _cgroup_dirs(root):
                 with contextlib.suppress(OSError, ValueError):
-                    for pid in procs.read_text().split():
+                    for pid in (cgroup / "cgroup.procs").read_text().split():
                         with contextlib.suppress(ProcessLookupError):
                             os.kill(int(pid), signal.SIGKILL)
         time.sleep(0.2)
     for root in roots:
-        if root.is_dir():
-            for d in sorted(
-                (p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)
-            ):
-                with contextlib.suppress(OSError):
-                    d.rmdir()
+        for cgroup in _cgroup_dirs(root):
             with contextlib.suppress(OSError):
-                root.rmdir()
+                cgroup.rmdir()
 
 
 def _unmount_under(path: Path) -> None:

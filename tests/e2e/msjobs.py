@@ -61,8 +61,19 @@ def is_true(job: JSON | None, type_: str) -> bool:
     return c is not None and c.get("status") == "True"
 
 
-def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, interval: float = 0.2) -> Any:
-    """Poll ``fn`` until it returns something truthy; AssertionError with ``what`` otherwise."""
+Details = Callable[[], str]
+"""What else a timed-out wait should tell, e.g. the job's pod logs (tests/e2e/real/joblogs.py)."""
+
+
+def wait_for(
+    what: str,
+    fn: Callable[[], Any],
+    timeout: float = 60,
+    interval: float = 0.2,
+    details: Details | None = None,
+) -> Any:
+    """Poll ``fn`` until it returns something truthy; AssertionError with ``what`` (and
+    ``details()``) otherwise."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -70,11 +81,17 @@ def wait_for(what: str, fn: Callable[[], Any], timeout: float = 60, interval: fl
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+    more = f"\n{details()}" if details else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r}){more}")
 
 
 def wait_condition(
-    cluster: LocalCluster, ns: str, name: str, type_: str, timeout: float = 60
+    cluster: LocalCluster,
+    ns: str,
+    name: str,
+    type_: str,
+    timeout: float = 60,
+    details: Details | None = None,
 ) -> JSON:
     def check() -> JSON | None:
         job = get(cluster, ns, "msjob", name)
@@ -84,9 +101,10 @@ def wait_condition(
         job: JSON = wait_for(f"MSJob {ns}/{name} {type_}", check, timeout)
     except AssertionError:
         job_now = get(cluster, ns, "msjob", name)
+        more = f"\n{details()}" if details else ""
         raise AssertionError(
             f"MSJob {ns}/{name} never {type_}; status: "
-            f"{json.dumps((job_now or {}).get('status'), indent=1)}"
+            f"{json.dumps((job_now or {}).get('status'), indent=1)}{more}"
         ) from None
     return job
 

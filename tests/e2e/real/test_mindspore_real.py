@@ -18,7 +18,8 @@ checkpoint directory of its own, and the length of the run.
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
-  the parameter server registers and the job Succeeds.
+  the parameter server registers and serves until the training ends (the job Succeeds
+  while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
 """
 
 from __future__ import annotations
@@ -26,8 +27,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from msop.testing.examples import MINDSPORE_JOB as NAME
 from msop.testing.examples import mindspore_example
@@ -41,11 +45,19 @@ from tests.e2e.msjobs import (
     wait_condition,
     wait_for,
 )
+from tests.e2e.real.joblogs import JobLogs
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[3]
 CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
                "MS_NODE_ID")  # fmt: skip
+
+
+@pytest.fixture
+def logs(installed: RealCluster, namespace: str) -> Iterator[JobLogs]:
+    """The job's pod logs, followed from the start: a timed-out wait shows their tails."""
+    with JobLogs(installed, namespace, NAME) as followed:
+        yield followed
 
 
 def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
@@ -91,28 +103,33 @@ def exit_codes(pods: dict[str, JSON]) -> dict[str, int | None]:
     return out
 
 
-def kill_training_process(cluster: RealCluster, ns: str, pod: str) -> None:
-    """SIGKILL the container's main process from the host (the kernel ignores a SIGKILL
-    that a container sends to its own PID 1), as the OOM killer would."""
+def kill_training_process(cluster: RealCluster, ns: str, pod: str, sig: str = "KILL") -> None:
+    """Send ``sig`` to the container's main process from the host, as the OOM killer
+    (KILL) or the kubelet stopping a container (TERM) does. (The kernel ignores a SIGKILL
+    that a container sends to its own PID 1.)"""
     obj = get(cluster, ns, "pod", pod)
     assert obj is not None
     cid = obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
     tasks = cluster.ctr("tasks", "ls").stdout.splitlines()
     pid = next(int(line.split()[1]) for line in tasks if line.startswith(cid))
-    subprocess.run(["kill", "-KILL", str(pid)], check=True)
+    subprocess.run(["kill", f"-{sig}", str(pid)], check=True)
 
 
-def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int) -> None:
+def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int, logs: JobLogs) -> None:
     wait_for(f"{pod} past epoch {epoch}", lambda: last_epoch(cluster, ns, pod) >= epoch,
-             timeout=180, interval=1)  # fmt: skip
+             timeout=180, interval=1, details=logs.tail)  # fmt: skip
 
 
 def test_trains_to_success(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0")
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
@@ -137,12 +154,16 @@ def test_trains_to_success(
 
 
 def test_killed_worker_restarts_the_cluster_which_resumes(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
     victim = f"{NAME}-worker-1"
-    wait_training(cluster, namespace, victim, 3)
+    wait_training(cluster, namespace, victim, 3, logs)
     before = job_pods(cluster, namespace, NAME)
     kill_training_process(cluster, namespace, victim)
 
@@ -154,9 +175,10 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
             and c
         ),
         timeout=60,
+        details=logs.tail,
     )
     assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     status = job["status"]
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
@@ -180,14 +202,18 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
 
 
 def test_script_error_fails_the_job(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     # Rank 0 cannot write its first checkpoint (a read-only mount): a Python error, exit 1.
     launch(
         cluster, namespace, images, checkpoints, STEP_DELAY="0", CHECKPOINT_DIR="/opt/train/ckpt"
     )
-    job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240)
+    job = wait_condition(cluster, namespace, NAME, "Failed", timeout=240, details=logs.tail)
     failed = condition(job, "Failed")
     assert failed is not None and failed["reason"] == "MSJobFailed", failed
     assert "exited with code 1 (Error)" in failed["message"], failed
@@ -201,13 +227,17 @@ def test_script_error_fails_the_job(
 
 
 def test_scale_of_a_running_job_restarts_it_with_the_new_size(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
-    wait_training(cluster, namespace, f"{NAME}-worker-0", 2)
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 2, logs)
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
-    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
@@ -225,26 +255,50 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
 
 
 def test_ps_mode_forms_a_cluster(
-    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
 ) -> None:
     cluster = installed
     config_map, job = mindspore_example(cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
                               EPOCHS="5")  # fmt: skip
     specs = job["spec"]["msReplicaSpecs"]
     specs["PS"] = json.loads(json.dumps(specs["Scheduler"]))
+    # Keep the pods that still run when the job ends (the PS and the Scheduler, which
+    # cleanPodPolicy Running would delete), to stop them here and read their exit codes.
+    job["spec"]["runPolicy"]["cleanPodPolicy"] = "None"
     apply(cluster, namespace, config_map, job)
-    wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240)
+    wait_condition(cluster, namespace, NAME, "Succeeded", timeout=240, details=logs.tail)
 
     pods = job_pods(cluster, namespace, NAME)
-    ps = f"{NAME}-ps-0"
+    ps, scheduler = f"{NAME}-ps-0", f"{NAME}-scheduler-0"
     assert env_of(pods[ps])["MS_ROLE"] == "MS_PSERVER"
     assert {env_of(p)["MS_SERVER_NUM"] for p in pods.values()} == {"1"}
     # init() returns in a parameter server only once it has registered with the Scheduler.
     assert {"event": "joined", "role": "MS_PSERVER"}.items() <= records(cluster, namespace, ps)[
         -1
     ].items()
-    assert exit_codes({n: p for n, p in pods.items() if "-scheduler-" not in n}) == {
-        ps: 0,
+    # The Workers trained to the end while the PS served: it is still in the cluster, and
+    # so is the Scheduler, which waits for every member to leave.
+    assert exit_codes(pods) == {
+        ps: None,
+        scheduler: None,
         f"{NAME}-worker-0": 0,
         f"{NAME}-worker-1": 0,
     }
+
+    # The job's end: stop the PS as the kubelet does when msop deletes its pod. It leaves
+    # the cluster and exits 0, and then the Scheduler, the last member, exits 0 too.
+    kill_training_process(cluster, namespace, ps, "TERM")
+
+    def ended() -> dict[str, int | None] | None:
+        codes = exit_codes(job_pods(cluster, namespace, NAME))
+        return codes if None not in codes.values() else None
+
+    codes = wait_for("the PS and the Scheduler to exit", ended, timeout=60, interval=1,
+                     details=logs.tail)  # fmt: skip
+    assert codes == dict.fromkeys(pods, 0), codes
+    assert records(cluster, namespace, ps)[-1].items() >= {
+        "event": "stopped", "signal": "SIGTERM"}.items()  # fmt: skip
