@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from bench.stats import summarize
 
@@ -65,9 +66,9 @@ def _resource(obj_ref: dict[str, object]) -> str:
     return f"{res}/{sub}" if sub else res
 
 
-def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCounts:
-    """Count the requests whose User-Agent starts with ``user_agent_prefix``."""
-    counts = RequestCounts()
+def completed_events(lines: Iterable[str], user_agent_prefix: str) -> Iterator[dict[str, Any]]:
+    """The audit events of completed requests whose User-Agent starts with
+    ``user_agent_prefix``, in log order."""
     for line in lines:
         if user_agent_prefix not in line:
             continue  # cheap pre-filter; the log holds every client's requests
@@ -75,10 +76,18 @@ def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCount
             event = json.loads(line)
         except ValueError:
             continue
+        if not isinstance(event, dict):
+            continue
         if not str(event.get("userAgent", "")).startswith(user_agent_prefix):
             continue
-        if event.get("stage") not in ("ResponseComplete", "Panic"):
-            continue
+        if event.get("stage") in ("ResponseComplete", "Panic"):
+            yield event
+
+
+def count_requests(lines: Iterable[str], user_agent_prefix: str) -> RequestCounts:
+    """Count the requests whose User-Agent starts with ``user_agent_prefix``."""
+    counts = RequestCounts()
+    for event in completed_events(lines, user_agent_prefix):
         ref = event.get("objectRef") or {}
         key = (str(event.get("verb", "")), _resource(ref))
         counts.by_verb_resource[key] += 1
@@ -111,17 +120,7 @@ def requests_of(lines: Iterable[str], user_agent_prefix: str) -> list[Request]:
     """The completed requests whose User-Agent starts with ``user_agent_prefix``, in log
     order, each with the time the API server received it."""
     out: list[Request] = []
-    for line in lines:
-        if user_agent_prefix not in line:
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not str(event.get("userAgent", "")).startswith(user_agent_prefix):
-            continue
-        if event.get("stage") not in ("ResponseComplete", "Panic"):
-            continue
+    for event in completed_events(lines, user_agent_prefix):
         t = _epoch(event.get("requestReceivedTimestamp"))
         if t is None:
             continue
