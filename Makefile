@@ -53,7 +53,7 @@ fmt: venv ## apply ruff's formatting and autofixes
 	$(BIN)/ruff check --fix .
 
 .PHONY: unit
-unit: venv ## pure unit tests (no cluster)
+unit: venv prometheus ## pure unit tests (no cluster; promtool checks the alert rules)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 .PHONY: e2e
@@ -75,6 +75,11 @@ e2e-real: venv realnode-deps ## end-to-end tests on a real kubelet node (root; b
 
 .PHONY: test
 test: lint unit e2e ## everything CI runs: lint, unit and e2e tests
+
+FRESH_GOALS ?= test
+.PHONY: test-fresh
+test-fresh: ## `make $(FRESH_GOALS)` from a fresh clone of HEAD in a clean Debian root, as a newcomer (root)
+	@hack/test-fresh.sh $(FRESH_GOALS)
 
 BENCH_SCALE ?= 1
 BENCH_ARGS  ?=
@@ -104,5 +109,5 @@ hadolint: venv $(BIN)/hadolint-$(HADOLINT_VERSION) ## lint the Dockerfile with h
 	$(BIN)/hadolint Dockerfile
 
 .PHONY: prometheus
-prometheus: ## make sure a prometheus binary exists (Debian package) for the e2e scrape test
-	@hack/ensure-prometheus.sh
+prometheus: ## build (or reuse) prometheus and promtool from their Go module (hack/prometheus)
+	@hack/prometheus/build.sh >/dev/null

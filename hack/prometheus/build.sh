@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
-# Build the Prometheus server of the real-node tier from its Go module and print the
-# directory holding it. Debian's `prometheus` package is built without Kubernetes service
-# discovery (kubernetes_sd_configs is not in it), and that is how users find msop, so the
-# tier builds the upstream server from the Go module proxy, pinned in go.mod.
+# Build Prometheus from its Go module and print the directory holding `prometheus` and
+# `promtool`. One source for both tools, pinned in go.mod:
+#   promtool    the rule and dashboard tests (`make unit`)
+#   prometheus  the loopback scrape test (kwok tier) and the in-cluster scrape (real tier)
+# Debian's `prometheus` package is not used: it is built without Kubernetes service
+# discovery (kubernetes_sd_configs), which is how users find msop, and a package installed
+# on the machine would hide a missing install step from CI.
 #
-# If MSOP_PROMETHEUS_BIN names a directory with a `prometheus` binary, it is used.
+# If MSOP_PROMETHEUS_BIN names a directory with both binaries, it is used.
 # Output: $MSOP_CACHE_DIR (default <repo>/.cache)/prometheus/bin-<hash of the inputs>.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 
 if [[ -n "${MSOP_PROMETHEUS_BIN:-}" ]]; then
-  [[ -x "$MSOP_PROMETHEUS_BIN/prometheus" ]] || { echo "build.sh: no prometheus in $MSOP_PROMETHEUS_BIN" >&2; exit 1; }
+  for b in prometheus promtool; do
+    [[ -x "$MSOP_PROMETHEUS_BIN/$b" ]] || { echo "build.sh: no $b in $MSOP_PROMETHEUS_BIN" >&2; exit 1; }
+  done
   echo "$MSOP_PROMETHEUS_BIN"; exit 0
 fi
 
 key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)
 out="${MSOP_CACHE_DIR:-$repo/.cache}/prometheus/bin-$key"
-if [[ -x "$out/prometheus" ]]; then echo "$out"; exit 0; fi
+if [[ -x "$out/prometheus" && -x "$out/promtool" ]]; then echo "$out"; exit 0; fi
 
 command -v go >/dev/null || { echo "build.sh: Go is required to build Prometheus" >&2; exit 1; }
 version=$(awk '$1 == "github.com/prometheus/prometheus" {print $2}' "$here/go.mod")
@@ -27,13 +32,13 @@ tmp="$out.tmp.$$"
 rm -rf "$tmp"; mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
 start=$(date +%s)
-echo "build.sh: building prometheus $release ($version) into $out" >&2
+echo "build.sh: building prometheus and promtool $release ($version) into $out" >&2
 cd "$here"
 # Only the Kubernetes service discovery is compiled in (Prometheus's own build tags):
 # the cloud SDKs of the other mechanisms would triple the cold build.
 CGO_ENABLED=0 go build -mod=readonly -trimpath -tags remove_all_sd,enable_kubernetes_sd \
   -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
-  -o "$tmp/" github.com/prometheus/prometheus/cmd/prometheus
+  -o "$tmp/" github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
 rm -rf "$out"; mv "$tmp" "$out"
 echo "build.sh: built in $(( $(date +%s) - start ))s" >&2
 echo "$out"

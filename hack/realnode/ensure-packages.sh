@@ -3,16 +3,16 @@
 #   containerd runc containernetworking-plugins iptables  the node's runtime and pod network
 #   mmdebstrap buildah                                    offline image builds (no registry)
 #   gcc libc6-dev                                         the static pause binary
-#   prometheus (hack/ensure-prometheus.sh)                the real scrape and rule tests
+#   iproute2 util-linux procps                            network namespaces, nsenter, sysctl, kill
 # Idempotent: apt is not touched when every command is already there. Needs root.
 # No packaged service is started (policy-rc.d 101): the harness starts its own processes.
 set -euo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 declare -A want=(
   [containerd]=containerd [runc]=runc [/usr/lib/cni/bridge]=containernetworking-plugins
   [iptables]=iptables [mmdebstrap]=mmdebstrap [buildah]=buildah [gcc]=gcc
   [/usr/lib/x86_64-linux-gnu/libc.a]=libc6-dev [ip]=iproute2 [nsenter]=util-linux
+  [sysctl]=procps [/usr/bin/kill]=procps
 )
 missing=()
 for cmd in "${!want[@]}"; do
@@ -32,4 +32,3 @@ if ((${#missing[@]})); then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-"$here/../ensure-prometheus.sh"

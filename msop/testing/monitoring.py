@@ -7,17 +7,17 @@
   names, taken from :data:`msop.metrics.REGISTRY` after importing every ``metrics`` module.
 - :func:`metric_names`, :func:`matchers`, :func:`grouping_labels`: the metric and
   label names a PromQL expression refers to (a lexical scan, enough for our own rules).
-- :func:`promtool`: where ``promtool`` is (``$PROMTOOL``, else ``PATH``).
+- :func:`prometheus_tools`: the directory of ``prometheus`` and ``promtool``, built from
+  their Go module by ``hack/prometheus/build.sh`` (cached; ``make prometheus``).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-import os
 import pkgutil
 import re
-import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -40,7 +40,7 @@ __all__ = [
     "matchers",
     "metric_names",
     "panel_exprs",
-    "promtool",
+    "prometheus_tools",
 ]
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -255,6 +255,19 @@ def grouping_labels(expr: str) -> set[str]:
     }
 
 
-def promtool() -> str | None:
-    """The ``promtool`` to use: ``$PROMTOOL`` if set, else the one on ``PATH``."""
-    return os.environ.get("PROMTOOL") or shutil.which("promtool")
+def prometheus_tools() -> Path:
+    """The directory holding ``prometheus`` and ``promtool``: ``hack/prometheus/build.sh``
+    prints it, building both from their Go module on first use (minutes) and answering at
+    once afterwards; ``$MSOP_PROMETHEUS_BIN`` overrides it. The tools on ``PATH`` are never
+    used, so a package installed on the machine cannot hide a missing install step.
+
+    Raises ``RuntimeError`` with the build's output when the build fails."""
+    proc = subprocess.run(
+        [str(_REPO / "hack" / "prometheus" / "build.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"hack/prometheus/build.sh failed:\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])

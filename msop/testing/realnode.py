@@ -46,6 +46,7 @@ from typing import IO
 
 from msop.testing.cluster import ClusterStartError, LocalCluster
 from msop.testing.images import Image, ImageBuilder, ImageBuildError
+from msop.testing.monitoring import prometheus_tools
 from msop.testing.netns import NETNS_DIR, NetNamespace
 from msop.testing.process import terminate
 
@@ -584,7 +585,10 @@ def prepare(repo: Path, cache: Path) -> Prepared:
     step([str(repo / "hack/realnode/ensure-packages.sh")], "installing the node's packages")
     bin_dir = step([str(repo / "hack/cluster/build.sh")], "building the control plane")
     node_dir = step([str(repo / "hack/cluster/build.sh"), "node"], "building kubelet")
-    prom_dir = step([str(repo / "hack/prometheus/build.sh")], "building Prometheus")
+    try:
+        prom_dir = prometheus_tools()
+    except RuntimeError as e:
+        raise ClusterStartError(f"building Prometheus failed: {e}") from e
     builder = ImageBuilder(cache, repo)
     try:
         python = builder.python_base()
@@ -593,7 +597,7 @@ def prepare(repo: Path, cache: Path) -> Prepared:
         )
     except ImageBuildError as e:
         raise ClusterStartError(f"building the real tier's images failed:\n{e}") from e
-    return Prepared(Path(bin_dir), Path(node_dir), Path(prom_dir) / "prometheus", images)
+    return Prepared(Path(bin_dir), Path(node_dir), prom_dir / "prometheus", images)
 
 
 def write_overlay(directory: Path, image_ref: str, base: Path) -> Path:

