@@ -88,8 +88,8 @@ with urllib.request.urlopen(url, timeout=300) as resp:
 with zipfile.ZipFile(data) as z:
     for info in z.infolist():
         # golang.org/toolchain@v0.0.1-goX.linux-amd64/<path> -> /usr/local/go/<path>
-        rel = info.filename.split("/", 1)[1]
-        if not rel or info.is_dir():
+        prefix, _, rel = info.filename.partition(".linux-amd64/")
+        if not prefix.startswith("golang.org/toolchain@") or not rel or info.is_dir():
             continue
         path = os.path.join(dest, "go", rel)
         os.makedirs(os.path.dirname(path), exist_ok=True)
