@@ -16,7 +16,8 @@
 #   /etc/resolv.conf                                           name resolution
 #   /etc/ssl/certs (read-only) and the TLS/proxy variables     the machine's own network path
 #     of the environment                                       to the registries
-# A tmpfs is mounted on /run and /tmp. Everything runs in a mount namespace of its own, so
+# The root is bound onto itself (a mount point, as on a machine), and a tmpfs is mounted on
+# /run and /tmp. Everything runs in a mount namespace of its own, so
 # those mounts (and the harness's network-namespace mounts) go away with it.
 #
 # Needs root. MSOP_FRESH_DIR (default /var/tmp/msop-fresh) holds the root and the log of the
@@ -120,6 +121,9 @@ say "running make ${goals[*]} in the root (log: $log)"
 set +e
 unshare --mount --propagation private bash -euo pipefail -c '
   root=$1; shift
+  # The root must be a mount point: buildah (through containers/storage) remounts "/" as
+  # private before it unpacks a layer, which fails with EINVAL on a plain directory.
+  mount --bind "$root" "$root"
   mount --rbind /proc "$root/proc"
   mount --rbind /sys "$root/sys"
   mount --rbind /dev "$root/dev"
