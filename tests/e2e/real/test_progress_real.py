@@ -62,9 +62,13 @@ def loss(progress: JSON) -> float:
 
 
 def operator_logs(cluster: RealCluster) -> str:
+    """Every operator replica's log: ``kubectl logs deployment/...`` reads one pod of the
+    two, which need not be the leader that polls."""
     return cluster.kubectl(
-        "logs", "-n", OPERATOR_NAMESPACE, f"deployment/{DEPLOYMENT}", "--tail=-1", check=False
-    ).stdout
+        "logs", "-n", OPERATOR_NAMESPACE, "--tail=-1", "--prefix",
+        "-l", "app.kubernetes.io/name=msop,app.kubernetes.io/component=controller-manager",
+        check=False,
+    ).stdout  # fmt: skip
 
 
 def test_progress_rises_to_100_while_the_loss_falls(
