@@ -7,6 +7,7 @@ target refuses, and exits 0 on SIGTERM.
 
 from __future__ import annotations
 
+import errno
 import signal
 import socket
 import subprocess
@@ -76,7 +77,18 @@ def test_a_refused_target_closes_the_client_connection() -> None:
         closed_port = s.getsockname()[1]  # nothing listens here once the socket closes
     proc, port = start_relay(closed_port)
     try:
-        assert roundtrip(port, b"anyone?") == b""
+        # The relay may close the connection before the client has even sent: then the
+        # client's send or half-close fails as on any closed connection, instead of reading
+        # an EOF. Either way nothing comes back.
+        try:
+            answer = roundtrip(port, b"anyone?")
+        except (BrokenPipeError, ConnectionResetError):
+            answer = b""
+        except OSError as exc:
+            if exc.errno != errno.ENOTCONN:
+                raise
+            answer = b""
+        assert answer == b""
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
