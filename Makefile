@@ -15,7 +15,7 @@ help: ## list the targets
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,docs]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 .PHONY: venv
