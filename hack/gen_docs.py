@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from markdown.extensions.toc import slugify as toc_slugify
@@ -43,6 +43,7 @@ import msop
 from msop import __version__
 from msop.api import constants as c
 from msop.cli import flags
+from msop.informers import reflector
 from msop.metrics import REGISTRY, register_process_metrics
 from msop.msjob import metrics as job_metrics
 
@@ -488,6 +489,7 @@ LABEL_VALUES: dict[tuple[str, str], tuple[str, ...]] = {
     ("msop_events_written_total", "action"): ("create", "patch"),
     ("msop_events_dropped_total", "reason"): ("queue_full", "shutdown", "write_failed"),
     ("msop_progress_polls_total", "result"): job_metrics.POLL_RESULTS,
+    ("informer_watch_restarts_total", "reason"): get_args(reflector._Reason),
     ("msop_jobs", "state"): (*c.CONDITION_TYPES, "None"),
     **{
         (name, "framework"): (job_metrics.FRAMEWORK,)
