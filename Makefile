@@ -48,7 +48,7 @@ generate-docs: venv ## regenerate docs/reference/{msjob-api,flags,metrics}.md fr
 
 .PHONY: docs
 docs: venv ## serve the documentation site on http://127.0.0.1:8000 (live reload)
-	$(BIN)/mkdocs serve -a 127.0.0.1:8000
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 .PHONY: lint
 lint: venv hadolint ## ruff, mypy --strict, hadolint; docs: generated pages fresh, links and anchors resolve
@@ -56,7 +56,7 @@ lint: venv hadolint ## ruff, mypy --strict, hadolint; docs: generated pages fres
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict msop hack/gen_docs.py
 	$(BIN)/python hack/gen_docs.py --check
-	$(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 .PHONY: fmt
 fmt: venv ## apply ruff's formatting and autofixes
