@@ -81,7 +81,7 @@ def _code(text: str) -> str:
     Python-Markdown then shows the backslash: code with a pipe is written as HTML."""
     if "|" not in text and "`" not in text:
         return f"`{text}`"
-    return "<code>" + html.escape(text, quote=False).replace("|", "&#124;") + "</code>"
+    return "<code>" + html.escape(text, quote=False).replace("|", "&vert;") + "</code>"
 
 
 # --- the MSJob API, from the CRD -------------------------------------------------------------
