@@ -15,7 +15,7 @@ help: ## list the targets
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev,docs]'
 	@rm -f $(VENV)/.installed-*; touch $@
 
 .PHONY: venv
@@ -38,14 +38,25 @@ cluster-gomod: ## regenerate hack/cluster/go.mod from versions.env through the m
 	cd hack/cluster && $(PYTHON) gen_gomod.py
 
 .PHONY: generate
-generate: venv ## regenerate the CRD from the Kubernetes OpenAPI schema (hack/gen_crd.py)
+generate: venv ## regenerate the CRD from the Kubernetes OpenAPI schema (hack/gen_crd.py), then the docs
 	$(BIN)/python hack/gen_crd.py
+	$(BIN)/python hack/gen_docs.py
+
+.PHONY: generate-docs
+generate-docs: venv ## regenerate docs/reference/{msjob-api,flags,metrics}.md from the CRD, the flags and the metrics
+	$(BIN)/python hack/gen_docs.py
+
+.PHONY: docs
+docs: venv ## serve the documentation site on http://127.0.0.1:8000 (live reload)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 .PHONY: lint
-lint: venv hadolint ## ruff (lint + format check), mypy --strict and hadolint
+lint: venv hadolint ## ruff, mypy --strict, hadolint; docs: generated pages fresh, links and anchors resolve
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict msop
+	$(BIN)/mypy --strict msop hack/gen_docs.py
+	$(BIN)/python hack/gen_docs.py --check
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
 .PHONY: fmt
 fmt: venv ## apply ruff's formatting and autofixes

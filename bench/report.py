@@ -77,7 +77,7 @@ class Goal:
 
 
 #: Issue 17's goals. "issue" figures come from the issue's side-by-side bench (N jobs of
-#: 6 pods, raw baseline at 16 in flight); "make bench" figures from the README's run of
+#: 6 pods, raw baseline at 16 in flight); "make bench" figures from the run of
 #: 2026-11-22 (bench/results/20261122T102123Z).
 ISSUE17_GOALS = (
     Goal("events dropped, N=500, default flags", ("load", "defaults", "operator",

@@ -24,8 +24,8 @@ a sane input can hit: the API server treats those errors as "blocking", skips ev
 and adds a line `<nil>: Invalid value: null: some validation rules were not checked ...`.
 They are CEL rules (`has(...)`, with `fieldPath` and `reason`) or patterns instead.
 
-Usage: `python hack/gen_crd.py` writes the file; `--check` exits 1 if the committed file is stale;
-`--readme` prints the markdown reference of the spec and status fields.
+Usage: `python hack/gen_crd.py` writes the file; `--check` exits 1 if the committed file is stale.
+hack/gen_docs.py turns the result into docs/reference/msjob-api.md.
 `build_crd(openapi)` and `generate()` return the CRD as a dict without writing anything.
 """
 
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -266,7 +265,7 @@ def _container_rules(containers: dict[str, Any]) -> None:
 
 def template_rules(template: dict[str, Any]) -> None:
     """What the API server would refuse in the pods made from this template (the cheap and
-    common cases; a create it still refuses fails the job once, see the README)."""
+    common cases; a create it still refuses fails the job once: docs/reference/validation.md)."""
     meta = template["properties"]["metadata"]["properties"]
     _string_map_rules(meta["labels"], values=True)
     _string_map_rules(meta["annotations"], values=False)
@@ -699,91 +698,11 @@ def render(crd: dict[str, Any]) -> str:
     return HEADER + yaml.safe_dump(crd, sort_keys=False, width=100)
 
 
-# Defaults as the README states them (the schema carries none: msop.api.defaults applies them).
-README_DEFAULTS = {
-    "spec.runPolicy.cleanPodPolicy": f"`{c.DEFAULT_CLEAN_POD_POLICY}`",
-    "spec.runPolicy.ttlSecondsAfterFinished": "unset: never deleted",
-    "spec.runPolicy.activeDeadlineSeconds": "unset: no deadline",
-    "spec.runPolicy.backoffLimit": "unset: no limit",
-    "spec.runPolicy.schedulingPolicy.minAvailable": "all replicas",
-    "spec.runPolicy.suspend": "`false`",
-    "spec.runPolicy.managedBy": "unset: msop",
-    "spec.successPolicy": '`""`',
-    "spec.enableDynamicWorker": "`false`",
-    "spec.restartScope": "`Job` with a Scheduler (not elastic), else `Pod`",
-    "spec.msReplicaSpecs": "required",
-    "spec.msReplicaSpecs.<type>.replicas": f"`{c.DEFAULT_REPLICAS}`",
-    "spec.msReplicaSpecs.<type>.restartPolicy": f"`{c.DEFAULT_RESTART_POLICY}`",
-    "spec.msReplicaSpecs.<type>.template": "required",
-}
-
-
-def _pattern_choices(pattern: Any) -> list[str] | None:
-    """The values of a pattern made by `validation.enum_pattern`, else None."""
-    if not isinstance(pattern, str):
-        return None
-    match = re.fullmatch(r"\^\(([A-Za-z|]*)\)\$", pattern)
-    return match.group(1).split("|") if match else None
-
-
-def readme_reference(crd: dict[str, Any]) -> str:
-    """Markdown tables of the spec and status fields, from the schema descriptions."""
-    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
-    lines: list[str] = []
-
-    def kind_of(prop: dict[str, Any]) -> str:
-        choices = prop.get("enum") or _pattern_choices(prop.get("pattern"))
-        if choices:
-            return " \\| ".join(f"`{x}`" if x else '`""`' for x in choices)
-        kind = str(prop.get("type", "quantity"))
-        if "format" in prop:
-            kind = {"date-time": "time (RFC 3339)"}.get(prop["format"], kind)
-        if "minimum" in prop:
-            kind += f" >= {prop['minimum']}"
-        if "maxLength" in prop:
-            kind += f", at most {prop['maxLength']} chars"
-        if "additionalProperties" in prop:
-            kind = "map"
-        return kind
-
-    def walk(schema: dict[str, Any], path: str) -> None:
-        if path.endswith(".template"):
-            return
-        props = schema.get("properties")
-        if props is None and isinstance(schema.get("additionalProperties"), dict):
-            props = schema["additionalProperties"].get("properties")
-            path = f"{path}.<type>" if "ReplicaSpecs" in path or "Statuses" in path else path
-        if props is None and schema.get("type") == "array":
-            props = schema["items"].get("properties")
-            path = f"{path}[]"
-        for name, prop in (props or {}).items():
-            full = f"{path}.{name}"
-            default = README_DEFAULTS.get(full, "")
-            description = prop.get("description", "").replace("|", "\\|")
-            lines.append(f"| `{full}` | {kind_of(prop)} | {default} | {description} |")
-            walk(prop, full)
-
-    for part in ("spec", "status"):
-        lines += [
-            "",
-            f"#### `{part}`",
-            "",
-            "| field | type | default | meaning |",
-            "|---|---|---|---|",
-        ]
-        walk(root[part], part)
-    return "\n".join(lines).strip() + "\n"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the file is stale")
-    parser.add_argument("--readme", action="store_true", help="print the field reference")
     args = parser.parse_args()
     crd = generate()
-    if args.readme:
-        sys.stdout.write(readme_reference(crd))
-        return 0
     text = render(crd)
     if args.check:
         if not CRD_PATH.is_file() or CRD_PATH.read_text() != text:

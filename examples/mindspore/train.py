@@ -5,10 +5,10 @@ the cluster inside ``init()``; each Worker trains on its shard of the data and t
 gradients are averaged across Workers by AllReduce. All cluster settings come from the
 ``MS_*`` variables msop puts in each pod.
 
-It is restartable, as msop expects of a MindSpore job (README, "Running MindSpore for
-real"): rank 0 writes a checkpoint at the end of every epoch (atomically, with the epoch
-in ``latest.json``), and a restarted cluster resumes after the last one. Once the last
-epoch is saved, a restart has nothing left to train and exits 0.
+It is restartable, as msop expects of a MindSpore job (docs/tasks/mindspore.md, "The
+checkpoint convention"): rank 0 writes a checkpoint at the end of every epoch (atomically,
+with the epoch in ``latest.json``), and a restarted cluster resumes after the last one.
+Once the last epoch is saved, a restart has nothing left to train and exits 0.
 
 It prints one JSON object per line (``event``: start, resume, step, epoch, done) so that
 its progress can be read from the pod logs, and reports it to msop with

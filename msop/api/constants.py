@@ -51,7 +51,7 @@ ENV_WORKER_NUM: Final = "MS_WORKER_NUM"
 ENV_SERVER_NUM: Final = "MS_SERVER_NUM"
 ENV_NODE_ID: Final = "MS_NODE_ID"
 
-# Training progress (README "Training progress"): what the operator injects into the
+# Training progress (docs/concepts/progress.md): what the operator injects into the
 # ``mindspore`` container of Worker 0 so that msop.integrations reporters serve progress.
 # The names are the reporter's own (msop.integrations.progress, stdlib only).
 ENV_PROGRESS_PORT: Final = _wire.ENV_PORT

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from msop.api import constants as c
@@ -57,6 +58,23 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+@dataclass(frozen=True)
+class EnvVar:
+    """The environment variable that also sets a flag of ``msop run``."""
+
+    name: str
+    note: str = ""
+    """Appended to the name in the flag's help, e.g. ``, comma-separated``."""
+
+    def help_suffix(self) -> str:
+        return f" [env {self.name}{self.note}]"
+
+
+#: Each flag of ``msop run`` -> its environment variable (filled by :func:`build_parser`;
+#: ``hack/gen_docs.py`` reads it for the flags reference).
+RUN_ENV: dict[str, EnvVar] = {}
+
+
 def _add_run(sub: Any) -> None:
     # Numeric defaults are the environment's strings: argparse converts and checks a
     # string default with the flag's type, so a bad variable is a one-line usage error.
@@ -67,128 +85,149 @@ def _add_run(sub: Any) -> None:
         "variable named in its help; the command line wins.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    a = run.add_argument
-    a(
-        "--kubeconfig",
-        default=_env("KUBECONFIG"),
-        help="kubeconfig file; in-cluster config when unset [env KUBECONFIG]",
-    )
+
+    def a(flag: str, env: str, help: str, fallback: str | None = None, **kwargs: Any) -> None:
+        """Add ``flag``, which the variable ``env`` also sets (its default when present)."""
+        var = EnvVar(env, ", comma-separated" if kwargs.get("action") == "append" else "")
+        RUN_ENV[flag] = var
+        if kwargs.get("action") == "store_true":
+            default: Any = _env_bool(env)
+        elif kwargs.get("action") == "append":
+            default = None  # parse_args reads the variable: repeated flags replace it
+        else:
+            default = _env(env, fallback)
+        run.add_argument(flag, default=default, help=help + var.help_suffix(), **kwargs)
+
+    a("--kubeconfig", "KUBECONFIG", "kubeconfig file; in-cluster config when unset")
     a(
         "--namespace",
+        "MSOP_NAMESPACES",
+        "namespace to watch, repeatable; all namespaces when unset",
         action="append",
         dest="namespaces",
-        default=None,
-        help="namespace to watch, repeatable; all namespaces when unset "
-        "[env MSOP_NAMESPACES, comma-separated]",
     )
     a(
         "--metrics-bind-address",
-        default=_env("MSOP_METRICS_BIND_ADDRESS", ":8080"),
-        help="address of /metrics; 0 disables it [env MSOP_METRICS_BIND_ADDRESS]",
+        "MSOP_METRICS_BIND_ADDRESS",
+        "address of /metrics; 0 disables it",
+        ":8080",
     )
     a(
         "--health-probe-bind-address",
-        default=_env("MSOP_HEALTH_PROBE_BIND_ADDRESS", ":8081"),
-        help="address of /healthz and /readyz; 0 disables it [env MSOP_HEALTH_PROBE_BIND_ADDRESS]",
+        "MSOP_HEALTH_PROBE_BIND_ADDRESS",
+        "address of /healthz and /readyz; 0 disables it",
+        ":8081",
     )
     a(
         "--leader-elect",
+        "MSOP_LEADER_ELECT",
+        "use a Lease so that only one replica reconciles",
         action="store_true",
-        default=_env_bool("MSOP_LEADER_ELECT"),
-        help="use a Lease so that only one replica reconciles [env MSOP_LEADER_ELECT]",
     )
     a(
         "--leader-election-id",
-        default=_env("MSOP_LEADER_ELECTION_ID", "msop.mindspore.gitee.com"),
-        help="name of the leader-election Lease [env MSOP_LEADER_ELECTION_ID]",
+        "MSOP_LEADER_ELECTION_ID",
+        "name of the leader-election Lease",
+        "msop.mindspore.gitee.com",
     )
     a(
         "--leader-election-namespace",
-        default=_env("MSOP_LEADER_ELECTION_NAMESPACE"),
-        help="namespace of the Lease; the pod's own namespace when unset, else 'default' "
-        "[env MSOP_LEADER_ELECTION_NAMESPACE]",
+        "MSOP_LEADER_ELECTION_NAMESPACE",
+        "namespace of the Lease; the pod's own namespace when unset, else 'default'",
     )
     a(
         "--leader-election-lease-duration",
+        "MSOP_LEADER_ELECTION_LEASE_DURATION",
+        "seconds a follower waits before taking an unrenewed Lease",
+        "15",
         type=_positive_float,
-        default=_env("MSOP_LEADER_ELECTION_LEASE_DURATION", "15"),
-        help="seconds a follower waits before taking an unrenewed Lease "
-        "[env MSOP_LEADER_ELECTION_LEASE_DURATION]",
     )
     a(
         "--leader-election-renew-deadline",
+        "MSOP_LEADER_ELECTION_RENEW_DEADLINE",
+        "seconds the leader retries renewing before it gives up",
+        "10",
         type=_positive_float,
-        default=_env("MSOP_LEADER_ELECTION_RENEW_DEADLINE", "10"),
-        help="seconds the leader retries renewing before it gives up "
-        "[env MSOP_LEADER_ELECTION_RENEW_DEADLINE]",
     )
     a(
         "--leader-election-retry-period",
+        "MSOP_LEADER_ELECTION_RETRY_PERIOD",
+        "seconds between Lease attempts",
+        "2",
         type=_positive_float,
-        default=_env("MSOP_LEADER_ELECTION_RETRY_PERIOD", "2"),
-        help="seconds between Lease attempts [env MSOP_LEADER_ELECTION_RETRY_PERIOD]",
     )
     a(
         "--max-concurrent-reconciles",
+        "MSOP_MAX_CONCURRENT_RECONCILES",
+        "MSJobs reconciled in parallel",
+        str(Settings.max_concurrent_reconciles),
         type=_positive_int,
-        default=_env("MSOP_MAX_CONCURRENT_RECONCILES", str(Settings.max_concurrent_reconciles)),
-        help="MSJobs reconciled in parallel [env MSOP_MAX_CONCURRENT_RECONCILES]",
     )
     a(
         "--enable-gang-scheduling",
+        "MSOP_ENABLE_GANG_SCHEDULING",
+        "create Volcano PodGroups and hold pods until Inqueue",
         action="store_true",
-        default=_env_bool("MSOP_ENABLE_GANG_SCHEDULING"),
-        help="create Volcano PodGroups and hold pods until Inqueue "
-        "[env MSOP_ENABLE_GANG_SCHEDULING]",
     )
     a(
         "--progress-port",
+        "MSOP_PROGRESS_PORT",
+        "port Worker 0's progress reporter (msop.integrations) is told to serve on, "
+        "and polled at; 0 turns training progress off",
+        str(c.DEFAULT_PROGRESS_PORT),
         type=_port,
-        default=_env("MSOP_PROGRESS_PORT", str(c.DEFAULT_PROGRESS_PORT)),
-        help="port Worker 0's progress reporter (msop.integrations) is told to serve on, "
-        "and polled at; 0 turns training progress off [env MSOP_PROGRESS_PORT]",
     )
     a(
         "--progress-interval",
+        "MSOP_PROGRESS_INTERVAL",
+        "seconds between two progress polls of a job, so at most one progress write "
+        "of its status per interval",
+        "30",
         type=_positive_float,
-        default=_env("MSOP_PROGRESS_INTERVAL", "30"),
-        help="seconds between two progress polls of a job, so at most one progress write "
-        "of its status per interval [env MSOP_PROGRESS_INTERVAL]",
     )
     a(
         "--kube-api-qps",
+        "MSOP_KUBE_API_QPS",
+        "client-side request rate limit",
+        "50",
         type=_positive_float,
-        default=_env("MSOP_KUBE_API_QPS", "50"),
-        help="client-side request rate limit [env MSOP_KUBE_API_QPS]",
     )
     a(
         "--kube-api-burst",
+        "MSOP_KUBE_API_BURST",
+        "client-side request burst",
+        "100",
         type=_positive_int,
-        default=_env("MSOP_KUBE_API_BURST", "100"),
-        help="client-side request burst [env MSOP_KUBE_API_BURST]",
     )
     a(
         "--graceful-shutdown-timeout",
+        "MSOP_GRACEFUL_SHUTDOWN_TIMEOUT",
+        "seconds in-flight reconciles get on SIGTERM",
+        "30",
         type=_positive_float,
-        default=_env("MSOP_GRACEFUL_SHUTDOWN_TIMEOUT", "30"),
-        help="seconds in-flight reconciles get on SIGTERM [env MSOP_GRACEFUL_SHUTDOWN_TIMEOUT]",
     )
     a(
         "--watch-stall-timeout",
+        "MSOP_WATCH_STALL_TIMEOUT",
+        "seconds without any watch event or bookmark after which a watch counts as "
+        "stuck and is restarted",
+        "90",
         type=_positive_float,
-        default=_env("MSOP_WATCH_STALL_TIMEOUT", "90"),
-        help="seconds without any watch event or bookmark after which a watch counts as "
-        "stuck and is restarted [env MSOP_WATCH_STALL_TIMEOUT]",
     )
     a(
         "--log-format",
+        "MSOP_LOG_FORMAT",
+        "log line format",
+        "json",
         choices=("json", "console"),
-        default=_env("MSOP_LOG_FORMAT", "json"),
-        help="log line format [env MSOP_LOG_FORMAT]",
     )
-    a("--log-level", choices=("debug", "info", "warning", "error"),
-      default=_env("MSOP_LOG_LEVEL", "info"),
-      help="minimum log level [env MSOP_LOG_LEVEL]")  # fmt: skip
+    a(
+        "--log-level",
+        "MSOP_LOG_LEVEL",
+        "minimum log level",
+        "info",
+        choices=("debug", "info", "warning", "error"),
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -602,7 +602,7 @@ def prepare(repo: Path, cache: Path) -> Prepared:
 
 def write_overlay(directory: Path, image_ref: str, base: Path) -> Path:
     """Write a kustomize overlay of ``base`` (config/default) that sets the operator image
-    to ``image_ref``: what the README tells users to do for their registry. Returns the
+    to ``image_ref``: what docs/tasks/install.md tells users to do for their registry. Returns the
     directory, for ``kubectl apply -k``."""
     directory.mkdir(parents=True, exist_ok=True)
     name, _, tag = image_ref.rpartition(":")

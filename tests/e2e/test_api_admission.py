@@ -302,7 +302,7 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
 # see (it does not carry the PodTemplateSpec schema): the operator would fail such a job once
 # with the API server's message when it creates the pod. The type errors it reports too; for
 # them the API server skips the CEL rules and appends its own line "<nil>: Invalid value:
-# null: some validation rules were not checked ..." (README, Troubleshooting).
+# null: some validation rules were not checked ..." (docs/tasks/troubleshooting.md).
 SCHEMA_ONLY: list[tuple[str, Callable[[Job], None], str, bool]] = [
     (
         "misspelled-container-field",

@@ -269,7 +269,7 @@ def _some_created(cluster: LocalCluster, ns: str) -> bool:
 #: The issue's target is 2,000; one lifecycle (create, run, succeed, delete, GC) costs
 #: about 0.25 s here (400 took 103 s on the 2-core machine), so 2,000 take ~9 min.
 #: `make test` runs 500 (under ~3 minutes, 20 batches of 25);
-#: ``MSOP_SOAK_LIFECYCLES=2000`` runs the full soak (see the README's Reliability).
+#: ``MSOP_SOAK_LIFECYCLES=2000`` runs the full soak (docs/development/testing.md, "The soak").
 SOAK_LIFECYCLES = int(os.environ.get("MSOP_SOAK_LIFECYCLES", "500"))
 SOAK_BATCH = 25
 

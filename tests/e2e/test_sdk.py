@@ -1,6 +1,6 @@
 """The SDK on the local cluster: create, wait_for_job, events, logs and delete through
 msop.sdk with the operator running; msop render against what the operator created;
-and the README's SDK example, executed as written."""
+and the SDK example of docs/tasks/sdk.md, executed as written."""
 
 from __future__ import annotations
 
@@ -220,15 +220,18 @@ def test_render_equals_what_the_operator_created(
     assert UID_PLACEHOLDER in text and CLUSTER_IP_PLACEHOLDER in text
 
 
-def _readme_example() -> str:
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("\n## SDK\n", 1)[1]
+SDK_PAGE = REPO / "docs" / "tasks" / "sdk.md"
+
+
+def _docs_example() -> str:
+    page = SDK_PAGE.read_text()
+    section = page.split("\n## The Python SDK\n", 1)[1]
     match = re.search(r"```python\n(.*?)```", section, re.S)
-    assert match, "README's SDK section has no python example"
+    assert match, "docs/tasks/sdk.md's Python SDK section has no python example"
     return match.group(1)
 
 
-def test_readme_sdk_example_runs_as_written(
+def test_docs_sdk_example_runs_as_written(
     cluster: LocalCluster,
     operator: OperatorProcess,
     namespace: str,
@@ -236,7 +239,7 @@ def test_readme_sdk_example_runs_as_written(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code = _readme_example()
+    code = _docs_example()
     monkeypatch.setenv("KUBECONFIG", cluster.kubeconfig)
     monkeypatch.setenv("MSJOB_NAMESPACE", namespace)
     name = "mnist-sdk"
@@ -267,7 +270,7 @@ def test_readme_sdk_example_runs_as_written(
 
     driver = Driver(drive)
     try:
-        exec(compile(code, "README.md#sdk", "exec"), {"__name__": "readme_example"})
+        exec(compile(code, "docs/tasks/sdk.md", "exec"), {"__name__": "docs_example"})
     finally:
         example_done.set()
     driver.join()

@@ -7,8 +7,8 @@
   tier with the step's (or the component's) output; nothing is skipped.
 - ``images``: the images imported into the node (``operator``, ``python``, ``pause``).
 - ``installed`` (session): msop installed as users install it, ``kubectl apply -k`` of an
-  overlay of config/default that sets the locally built image (README, "Install in a
-  cluster"), with the Deployment Available.
+  overlay of config/default that sets the locally built image (docs/tasks/install.md),
+  with the Deployment Available.
 - ``namespace``: a fresh namespace per test.
 
 ``MSOP_E2E_KEEP=1`` leaves the cluster running after the session and prints its
