@@ -22,7 +22,11 @@ another client. Errors are swallowed (logged once): a progress report is not wor
 training run.
 
 Outside an msop pod (no ``MSOP_PROGRESS_PORT``) the reporter is disabled: every method is a
-cheap no-op, and no thread, socket or file is created.
+cheap no-op, and no thread, socket or file is created. So is it in the processes of the pod
+that do not speak for the job: in an msrun job, msrun starts several processes in Worker 0's
+pod, all with the same environment, and only the worker of rank 0 reports (``RANK_ID``, which
+msrun sets from ``--node_rank``; never the Scheduler, ``MS_ROLE=MS_SCHED``, which msrun gives
+``RANK_ID=0`` too).
 
 This module imports only the Python standard library, and can be copied into a training
 image on its own.
@@ -64,6 +68,7 @@ __all__ = [
     "Reporter",
     "metric_name",
     "metric_value",
+    "speaks_for_the_job",
 ]
 
 log = logging.getLogger(__name__)
@@ -99,6 +104,14 @@ _MAX_POD_UID = 64
 _METRIC_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/")
 
 _JSON_SEPARATORS = (",", ":")
+
+
+def speaks_for_the_job(env: Mapping[str, str]) -> bool:
+    """False in the processes of Worker 0's pod that are not rank 0: the Scheduler and the
+    other local workers that msrun starts there (a pod of one process has no ``RANK_ID``)."""
+    if env.get("MS_ROLE") == "MS_SCHED":
+        return False
+    return env.get("RANK_ID", "0") in ("", "0")
 
 
 def metric_name(name: object) -> str | None:
@@ -241,7 +254,7 @@ class Reporter:
     ) -> None:
         env = os.environ if env is None else env
         port_text = env.get(ENV_PORT)
-        self._on = port_text is not None
+        self._on = port_text is not None and speaks_for_the_job(env)
         self._finished = False
         self._snapshot: _Snapshot | None = None
         self._server: _ProgressServer | None = None

@@ -66,6 +66,27 @@ def test_without_the_port_variable_everything_is_a_no_op(
     assert threading.active_count() == threads
 
 
+@pytest.mark.parametrize(
+    ("env", "speaks"),
+    [
+        ({}, True),  # Worker 0 of a job with a Scheduler pod: one process, no RANK_ID
+        ({"MS_ROLE": "MS_WORKER", "RANK_ID": "0", "DEVICE_ID": "0"}, True),  # msrun, rank 0
+        ({"MS_ROLE": "MS_WORKER", "RANK_ID": "1", "DEVICE_ID": "1"}, False),  # its neighbour
+        ({"MS_ROLE": "MS_SCHED", "RANK_ID": "0"}, False),  # msrun's Scheduler, also RANK_ID 0
+    ],
+)
+def test_in_an_msrun_pod_only_rank_0_reports(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], speaks: bool
+) -> None:
+    monkeypatch.setattr(progress, "_listen", lambda port: (_ for _ in ()).throw(OSError("no")))
+    target = tmp_path / "termination-log"
+    reporter = Reporter(env={"MSOP_PROGRESS_PORT": "0", "MSOP_PROGRESS_FILE": str(target), **env})
+    assert reporter.enabled is speaks
+    reporter.update(step=1, total_steps=2, force=True)
+    reporter.finish()
+    assert target.exists() is speaks
+
+
 def test_enabled_reporter_registers_finish_with_atexit_and_unregisters_it(
     monkeypatch: pytest.MonkeyPatch, make_reporter: MakeReporter
 ) -> None:
