@@ -419,6 +419,80 @@ def replica_spec_schema(template: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def msrun_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": "The Workers run msrun, MindSpore's launcher: one pod per node with "
+        "several MindSpore workers in it, the Scheduler started by msrun in Worker 0's pod. "
+        "msop gives each Worker pod MS_WORKER_NUM (the workers of the whole job), "
+        "MS_LOCAL_WORKER, MS_NODE_RANK (the pod's index), MS_SCHED_HOST (Worker 0's own IP "
+        "there, elsewhere the ClusterIP of the Service <job>-worker-0) and MS_SCHED_PORT, "
+        "which `python -m msop.integrations.msrun train.py` passes to msrun. Such a job has "
+        "no Scheduler or PS replicas.",
+        "properties": {
+            "localWorkers": _int(
+                "MindSpore workers per Worker pod (msrun --local_worker_num). Default: one per "
+                "accelerator (huawei.com/Ascend*, nvidia.com/gpu, amd.com/gpu) in the limits of "
+                "the Worker template's mindspore container; required without one.",
+                minimum=1,
+            ),
+            "masterPort": {
+                **_int(
+                    "Port of the Scheduler that msrun starts in Worker 0's pod, and of the "
+                    f"Service in front of it (msrun --master_port; default "
+                    f"{c.DEFAULT_MSRUN_MASTER_PORT}).",
+                    minimum=v.MSRUN_PORT_MIN,
+                ),
+                "maximum": v.PORT_MAX,
+            },
+        },
+    }
+
+
+def msrun_rules() -> list[dict[str, Any]]:
+    """The spec-level rules of `spec.msrun` (validation._validate_msrun)."""
+    msrun = "!has(self.msrun) || "
+    specs = "self.msReplicaSpecs"
+    main = (
+        f"'{c.WORKER}' in {specs} && has({specs}.{c.WORKER}.template) && "
+        f"has({specs}.{c.WORKER}.template.spec) && "
+        f"{specs}.{c.WORKER}.template.spec.containers.exists(ct, "
+        f"ct.name == '{c.DEFAULT_CONTAINER_NAME}' && has(ct.resources) && "
+        "has(ct.resources.limits) && ct.resources.limits.exists(k, "
+        + " || ".join(
+            [f"k.startsWith('{p}')" for p in c.ACCELERATOR_RESOURCE_PREFIXES]
+            + [f"k == '{r}'" for r in c.ACCELERATOR_RESOURCES]
+        )
+        + "))"
+    )
+    return [
+        *(
+            _cel(
+                f"{msrun}!has({specs}) || !('{t}' in {specs})",
+                v.MSG_MSRUN_WORKERS_ONLY,
+                f".msReplicaSpecs['{t}']",
+            )
+            for t in (c.SCHEDULER, c.PS)
+        ),
+        _cel(
+            f"{msrun}!has(self.enableDynamicWorker) || !self.enableDynamicWorker",
+            v.MSG_MSRUN_NOT_ELASTIC,
+            ".enableDynamicWorker",
+        ),
+        _cel(
+            f"{msrun}!has(self.restartScope) || self.restartScope != '{c.RESTART_SCOPE_POD}'",
+            v.MSG_MSRUN_RESTART_SCOPE,
+            ".restartScope",
+        ),
+        _cel(
+            f"{msrun}has(self.msrun.localWorkers) || !has({specs}) || ({main})",
+            v.MSG_MSRUN_LOCAL_WORKERS,
+            ".msrun.localWorkers",
+            REQUIRED,
+        ),
+    ]
+
+
 def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
     types = "[" + ", ".join(f"'{t}'" for t in c.REPLICA_TYPES) + "]"
     sched, worker = c.SCHEDULER, c.WORKER
@@ -455,9 +529,10 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "MS_* values; the job resumes from its checkpoint) or Pod (the failed pod "
                 "alone). Job also makes a scale of a running job restart every pod with the "
                 "new MS_WORKER_NUM. Default: Job when the job has a Scheduler and "
-                "enableDynamicWorker is false, else Pod.",
+                "enableDynamicWorker is false, or has msrun; else Pod.",
                 pattern=v.enum_pattern(c.RESTART_SCOPES),
             ),
+            "msrun": msrun_schema(),
             "msReplicaSpecs": {
                 "type": "object",
                 "description": "Replica type (Scheduler, PS or Worker, spelled so; Worker is "
@@ -488,6 +563,7 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 v.MSG_QUEUE_IMMUTABLE,
                 ".runPolicy.schedulingPolicy.queue",
             ),
+            *msrun_rules(),
         ],
     }
 

@@ -98,7 +98,9 @@ OPERATOR_DEFAULTS = {
     "spec.runPolicy.managedBy": "unset: msop",
     "spec.successPolicy": '`""`',
     "spec.enableDynamicWorker": "`false`",
-    "spec.restartScope": "`Job` with a Scheduler (not elastic), else `Pod`",
+    "spec.restartScope": "`Job` with a Scheduler (not elastic) or `msrun`, else `Pod`",
+    "spec.msrun.localWorkers": "one per accelerator",
+    "spec.msrun.masterPort": f"`{c.DEFAULT_MSRUN_MASTER_PORT}`",
     "spec.msReplicaSpecs.<type>.restartPolicy": f"`{c.DEFAULT_RESTART_POLICY}`",
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from msop.integrations import msrun as _msrun
 from msop.integrations import progress as _wire
 
 # --- resource identity -------------------------------------------------------------------------
@@ -50,6 +51,17 @@ ENV_SCHED_PORT: Final = "MS_SCHED_PORT"
 ENV_WORKER_NUM: Final = "MS_WORKER_NUM"
 ENV_SERVER_NUM: Final = "MS_SERVER_NUM"
 ENV_NODE_ID: Final = "MS_NODE_ID"
+
+# msrun jobs (spec.msrun): what msrun needs besides MS_SCHED_HOST/PORT and MS_WORKER_NUM (all
+# workers of the job), with the names of Huawei's Ascend operator; the launcher reads them.
+ENV_NODE_RANK: Final = _msrun.ENV_NODE_RANK
+ENV_LOCAL_WORKER: Final = _msrun.ENV_LOCAL_WORKER
+ENV_TERMINATION_FILE: Final = _msrun.ENV_TERMINATION_FILE
+DEFAULT_MSRUN_MASTER_PORT: Final = 8118
+# Device resources that count the local workers of an msrun pod when spec.msrun.localWorkers
+# is unset: one worker per device of the mindspore container's limits.
+ACCELERATOR_RESOURCE_PREFIXES: Final[tuple[str, ...]] = ("huawei.com/Ascend",)
+ACCELERATOR_RESOURCES: Final[tuple[str, ...]] = ("nvidia.com/gpu", "amd.com/gpu")
 
 # Training progress (docs/concepts/progress.md): what the operator injects into the
 # ``mindspore`` container of Worker 0 so that msop.integrations reporters serve progress.

@@ -21,8 +21,8 @@ def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
       both entries are kept for `validate` to report);
     - each replica spec gets `replicas: 1` and `restartPolicy: Never` when unset;
     - `spec.runPolicy.cleanPodPolicy` defaults to `Running`, `spec.successPolicy` to `""`;
-    - `spec.restartScope` defaults to `Job` for a job with a Scheduler that is not elastic,
-      else `Pod` (`default_restart_scope`);
+    - `spec.restartScope` defaults to `Job` for a job with a Scheduler that is not elastic
+      and for an msrun job, else `Pod` (`default_restart_scope`);
     - the `mindspore` container of every template gets a `msjob-port` (2222/TCP) port unless it
       already has a port of that name, or already exposes 2222/TCP under another name (adding
       a second 2222/TCP would make the pod invalid).
@@ -58,13 +58,16 @@ def apply_defaults(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def default_restart_scope(spec: dict[str, Any]) -> str:
-    """``Job`` for a MindSpore cluster (a Scheduler replica, and not elastic), else ``Pod``.
+    """``Job`` for a MindSpore cluster (a Scheduler replica and not elastic, or
+    ``spec.msrun``), else ``Pod``.
 
     The processes of one MindSpore cluster cannot take back a member that restarts alone:
     the Scheduler rejects it as a repeated registration, or the ring collectives of its
     peers fail. Jobs without a Scheduler run independent processes, and elastic jobs
     (``enableDynamicWorker``) are built to lose workers, so they keep ms-operator's
     per-pod restarts."""
+    if isinstance(spec.get("msrun"), dict):
+        return c.RESTART_SCOPE_JOB  # msrun's workers form one cluster too
     specs = spec.get("msReplicaSpecs")
     scheduler = None
     if isinstance(specs, dict):

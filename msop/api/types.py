@@ -219,6 +219,38 @@ class ReplicaSpecs(Mapping[str, ReplicaSpec]):
         return f"ReplicaSpecs({list(self._specs.values())!r})"
 
 
+class Msrun(_View):
+    """`spec.msrun`: the Workers run msrun, with several MindSpore workers per pod."""
+
+    __slots__ = ()
+
+    @property
+    def local_workers(self) -> int | None:
+        """As written; None means one per accelerator (`MSJob.local_workers`)."""
+        return _opt_int(self.raw.get("localWorkers"))
+
+    @property
+    def master_port(self) -> int:
+        return _int(self.raw.get("masterPort"), c.DEFAULT_MSRUN_MASTER_PORT)
+
+
+def accelerators(container: Mapping[str, Any] | None) -> int | None:
+    """The devices a container's limits ask for (Ascend NPUs, GPUs), None if it asks for none."""
+    limits = _map(_map((container or _EMPTY).get("resources")).get("limits"))
+    total: int | None = None
+    for name, value in limits.items():
+        if not isinstance(name, str) or not (
+            name in c.ACCELERATOR_RESOURCES or name.startswith(c.ACCELERATOR_RESOURCE_PREFIXES)
+        ):
+            continue
+        count = value if isinstance(value, int) and not isinstance(value, bool) else None
+        if isinstance(value, str) and value.isdigit():
+            count = int(value)
+        if count is not None and count > 0:
+            total = (total or 0) + count
+    return total
+
+
 class MSJobSpec(_View):
     """`spec` of an MSJob."""
 
@@ -245,6 +277,11 @@ class MSJobSpec(_View):
     @property
     def replica_specs(self) -> ReplicaSpecs:
         return ReplicaSpecs(self.raw.get("msReplicaSpecs"))
+
+    @property
+    def msrun(self) -> Msrun | None:
+        raw = self.raw.get("msrun")
+        return Msrun(raw) if isinstance(raw, Mapping) else None
 
 
 class Condition(_View):
@@ -402,3 +439,16 @@ class MSJob(_View):
     @property
     def run_policy(self) -> RunPolicy:
         return self.spec.run_policy
+
+    @property
+    def local_workers(self) -> int | None:
+        """MindSpore workers per Worker pod of an msrun job: `spec.msrun.localWorkers`, else
+        one per accelerator of the Worker template's mindspore container; None for a job
+        without `spec.msrun`, or when neither says (a validation error)."""
+        msrun = self.spec.msrun
+        if msrun is None:
+            return None
+        if msrun.local_workers is not None:
+            return msrun.local_workers
+        specs = self.replica_specs
+        return accelerators(specs[c.WORKER].main_container) if c.WORKER in specs else None

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from msop.api import constants as c
+from msop.api.types import ReplicaSpecs
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -98,6 +99,21 @@ MSG_PORT_NAME_LENGTH: Final = f"must be at most {PORT_NAME_MAX_LENGTH} character
 MSG_INIT_CONTAINER_NAME: Final = "init container names must differ from the names of the containers"
 MSG_MANAGED_BY_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
 MSG_QUEUE_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
+MSG_MSRUN_WORKERS_ONLY: Final = (
+    "not allowed with spec.msrun: msrun starts the Scheduler in Worker 0's pod, and runs no "
+    "parameter servers"
+)
+MSG_MSRUN_NOT_ELASTIC: Final = (
+    "must be false with spec.msrun: the workers of an msrun job form one cluster"
+)
+MSG_MSRUN_RESTART_SCOPE: Final = (
+    "must be Job with spec.msrun: a pod restarted alone cannot rejoin its cluster"
+)
+MSG_MSRUN_LOCAL_WORKERS: Final = (
+    "required unless the Worker template's mindspore container has an accelerator limit "
+    "(huawei.com/Ascend*, nvidia.com/gpu, amd.com/gpu) to count workers by"
+)
+MSRUN_PORT_MIN: Final = 1024  # msrun's own range for --master_port
 
 # Explanations of the patterns, for `validate`'s messages (the API server prints the pattern).
 _PATTERN_MESSAGES: Final[dict[str, str]] = {
@@ -125,8 +141,9 @@ _QUALIFIED_NAME = _re2(QUALIFIED_NAME_PATTERN)
 _PATTERNS: Final[dict[str, re.Pattern[str]]] = {p: _re2(p) for p in _PATTERN_MESSAGES}
 
 _SPEC_FIELDS = frozenset(
-    {"runPolicy", "successPolicy", "enableDynamicWorker", "restartScope", "msReplicaSpecs"}
+    {"runPolicy", "successPolicy", "enableDynamicWorker", "restartScope", "msReplicaSpecs", "msrun"}
 )
+_MSRUN_FIELDS = frozenset({"localWorkers", "masterPort"})
 _RUN_POLICY_FIELDS = frozenset(
     {
         "cleanPodPolicy",
@@ -266,7 +283,51 @@ def _validate_spec(spec: Mapping[str, Any], strict: bool) -> list[FieldError]:
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
     _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
     errors += _validate_replica_specs(spec.get("msReplicaSpecs"), strict)
+    if spec.get("msrun") is not None:
+        errors += _validate_msrun(spec)
     return errors
+
+
+def _validate_msrun(spec: Mapping[str, Any]) -> list[FieldError]:
+    """`spec.msrun` and what it rules out elsewhere in the spec."""
+    path = "spec.msrun"
+    msrun = spec["msrun"]
+    if not isinstance(msrun, Mapping):
+        return [FieldError(path, "must be an object")]
+    errors: list[FieldError] = []
+    _check_unknown(errors, msrun, path, _MSRUN_FIELDS)
+    _check_int(errors, msrun, "localWorkers", path, 1, INT32_MAX)
+    _check_int(errors, msrun, "masterPort", path, MSRUN_PORT_MIN, PORT_MAX)
+    specs = spec.get("msReplicaSpecs")
+    if isinstance(specs, Mapping):
+        for key in specs:
+            if isinstance(key, str) and c.canonical_replica_type(key) in (c.SCHEDULER, c.PS):
+                errors.append(FieldError(f"spec.msReplicaSpecs.{key}", MSG_MSRUN_WORKERS_ONLY))
+    if spec.get("enableDynamicWorker") is True:
+        errors.append(FieldError("spec.enableDynamicWorker", MSG_MSRUN_NOT_ELASTIC))
+    if spec.get("restartScope") == c.RESTART_SCOPE_POD:
+        errors.append(FieldError("spec.restartScope", MSG_MSRUN_RESTART_SCOPE))
+    if msrun.get("localWorkers") is None and not _has_accelerator(specs):
+        errors.append(FieldError(f"{path}.localWorkers", MSG_MSRUN_LOCAL_WORKERS))
+    return errors
+
+
+def _has_accelerator(specs: Any) -> bool:
+    """Whether the Worker template's mindspore container names an accelerator in its limits
+    (the name, as the CRD's rule checks, not the count)."""
+    if not isinstance(specs, Mapping):
+        return False
+    replica_specs = ReplicaSpecs(specs)
+    if c.WORKER not in replica_specs:
+        return False
+    main = replica_specs[c.WORKER].main_container or {}
+    resources = main.get("resources")
+    limits = resources.get("limits") if isinstance(resources, Mapping) else None
+    return isinstance(limits, Mapping) and any(
+        isinstance(k, str)
+        and (k in c.ACCELERATOR_RESOURCES or k.startswith(c.ACCELERATOR_RESOURCE_PREFIXES))
+        for k in limits
+    )
 
 
 def _validate_run_policy(run_policy: Mapping[str, Any]) -> list[FieldError]:

@@ -19,13 +19,28 @@ The ``MS_*`` environment (ms-operator's contract) goes into the container named
 - ``MS_WORKER_NUM`` / ``MS_SERVER_NUM``: Worker and PS replica counts;
 - ``MS_NODE_ID``: the pod name.
 
-Jobs without a Scheduler (standalone training) get no ``MS_*`` variables, exactly like
+A job with ``spec.msrun`` has Worker pods only, each running msrun with several local
+workers; msrun starts the Scheduler in Worker 0's pod. Its pods' ``mindspore`` container
+gets what msrun needs (the launcher ``msop.integrations.msrun`` passes it on):
+
+- ``MS_SCHED_HOST``: Worker 0's own ``status.podIP`` there (msrun starts the Scheduler only
+  where the master address is local); the ClusterIP of the Service ``<job>-worker-0``
+  elsewhere;
+- ``MS_SCHED_PORT``: ``spec.msrun.masterPort`` (default 8118);
+- ``MS_WORKER_NUM``: local workers x Worker replicas (msrun's ``--worker_num``);
+- ``MS_LOCAL_WORKER``: the local workers per pod; ``MS_NODE_RANK``: the pod's index;
+- ``MSOP_TERMINATION_FILE``: the container's termination message path, where the launcher
+  says which local worker failed and how.
+
+Jobs without a Scheduler or msrun (standalone training) get no ``MS_*`` variables, exactly like
 ms-operator: MindSpore reads ``MS_ROLE`` as "join a cluster", which a standalone script
 must not do. Operator values replace user-set variables of the same name, because the
 cluster only works if every replica agrees on them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from msop.api import constants as c
 from msop.api.copying import copy_json
@@ -44,12 +59,39 @@ def has_scheduler(job: JSON) -> bool:
     return c.SCHEDULER in specs and specs[c.SCHEDULER].replicas > 0
 
 
-def scheduler_service(job: JSON) -> JSON:
-    """The ClusterIP Service in front of Scheduler 0, exposing ``msjob-port``."""
+def is_msrun(job: JSON) -> bool:
+    return MSJob(job).spec.msrun is not None
+
+
+def rendezvous(job: JSON) -> tuple[str, int] | None:
+    """The pod the others find through the job's Service: Scheduler 0, or Worker 0 of an
+    msrun job (its msrun starts the Scheduler); None for a job without either."""
     view = MSJob(job)
-    port = view.replica_specs[c.SCHEDULER].port
-    name = object_name(view.name, c.SCHEDULER, 0)
-    labels = replica_labels(view.name, c.SCHEDULER, 0)
+    if has_scheduler(job):
+        return (c.SCHEDULER, 0)
+    if view.spec.msrun is not None and view.replica_specs.replicas(c.WORKER) > 0:
+        return (c.WORKER, 0)
+    return None
+
+
+def rendezvous_port(job: JSON) -> int:
+    view = MSJob(job)
+    msrun = view.spec.msrun
+    if msrun is not None:
+        return msrun.master_port
+    return view.replica_specs[c.SCHEDULER].port
+
+
+def scheduler_service(job: JSON) -> JSON:
+    """The ClusterIP Service in front of the rendezvous pod (:func:`rendezvous`): Scheduler
+    0 on its ``msjob-port``, or Worker 0 of an msrun job on ``spec.msrun.masterPort``."""
+    view = MSJob(job)
+    slot = rendezvous(job)
+    if slot is None:
+        raise ValueError(f"{view.name}: the job has no Scheduler and no msrun")
+    port = rendezvous_port(job)
+    name = object_name(view.name, *slot)
+    labels = replica_labels(view.name, *slot)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -89,6 +131,26 @@ def _env(view: MSJob, spec: ReplicaSpec, pod_name: str, sched_host: str | None) 
         {"name": c.ENV_WORKER_NUM, "value": str(specs.replicas(c.WORKER))},
         {"name": c.ENV_SERVER_NUM, "value": str(specs.replicas(c.PS))},
         {"name": c.ENV_NODE_ID, "value": pod_name},
+    ]
+
+
+def _msrun_env(view: MSJob, index: int, sched_host: str | None, container: JSON) -> list[JSON]:
+    local = view.local_workers or 1  # validation refuses a job that does not say
+    msrun = view.spec.msrun
+    port = msrun.master_port if msrun is not None else c.DEFAULT_MSRUN_MASTER_PORT
+    host: JSON
+    if index == 0:
+        host = {"name": c.ENV_SCHED_HOST, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    else:
+        host = {"name": c.ENV_SCHED_HOST, "value": sched_host or ""}
+    path = container.get("terminationMessagePath") or c.DEFAULT_TERMINATION_MESSAGE_PATH
+    return [
+        host,
+        {"name": c.ENV_SCHED_PORT, "value": str(port)},
+        {"name": c.ENV_WORKER_NUM, "value": str(local * view.replica_specs.replicas(c.WORKER))},
+        {"name": c.ENV_LOCAL_WORKER, "value": str(local)},
+        {"name": c.ENV_NODE_RANK, "value": str(index)},
+        {"name": c.ENV_TERMINATION_FILE, "value": str(path)},
     ]
 
 
@@ -152,8 +214,13 @@ def cluster_size_env(pod: JSON) -> dict[str, str]:
 
 
 def wanted_cluster_size_env(job: JSON) -> dict[str, str]:
-    """The ``MS_WORKER_NUM`` / ``MS_SERVER_NUM`` values of the job's pods as now sized."""
-    specs = MSJob(job).replica_specs
+    """The ``MS_WORKER_NUM`` / ``MS_SERVER_NUM`` values of the job's pods as now sized
+    (an msrun job's pods have only the first: every worker of every pod)."""
+    view = MSJob(job)
+    specs = view.replica_specs
+    if view.spec.msrun is not None:
+        local = view.local_workers or 1
+        return {c.ENV_WORKER_NUM: str(local * specs.replicas(c.WORKER))}
     return {
         c.ENV_WORKER_NUM: str(specs.replicas(c.WORKER)),
         c.ENV_SERVER_NUM: str(specs.replicas(c.PS)),
@@ -195,20 +262,14 @@ def pod(
     if has_scheduler(job):
         if replica_type != c.SCHEDULER and sched_host is None:
             raise ValueError(f"{name}: the Scheduler Service has no ClusterIP yet")
-        env = _env(view, spec, name, sched_host)
-        ours = {e["name"] for e in env}
-        for container in pod_spec.get("containers") or []:
-            if container.get("name") == c.DEFAULT_CONTAINER_NAME:
-                kept = [e for e in container.get("env") or [] if e.get("name") not in ours]
-                container["env"] = kept + env
+        _set_env(pod_spec, lambda _: _env(view, spec, name, sched_host))
+    elif view.spec.msrun is not None and replica_type == c.WORKER:
+        if index != 0 and sched_host is None:
+            raise ValueError(f"{name}: the Service of Worker 0 has no ClusterIP yet")
+        _set_env(pod_spec, lambda container: _msrun_env(view, index, sched_host, container))
 
     if progress_port and replica_type == c.WORKER and index == 0:
-        for container in pod_spec.get("containers") or []:
-            if container.get("name") == c.DEFAULT_CONTAINER_NAME:
-                env = progress_env(container, progress_port)
-                ours = {e["name"] for e in env}
-                kept = [e for e in container.get("env") or [] if e.get("name") not in ours]
-                container["env"] = kept + env
+        _set_env(pod_spec, lambda container: progress_env(container, progress_port))
 
     if gang:
         pod_spec.setdefault("schedulerName", GANG_SCHEDULER_NAME)
@@ -224,6 +285,17 @@ def pod(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _set_env(pod_spec: JSON, ours: Callable[[JSON], list[JSON]]) -> None:
+    """Put the operator's variables into the ``mindspore`` container, replacing the
+    template's of the same names (every replica must agree on them)."""
+    for container in pod_spec.get("containers") or []:
+        if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+            env = ours(container)
+            names = {e["name"] for e in env}
+            kept = [e for e in container.get("env") or [] if e.get("name") not in names]
+            container["env"] = kept + env
 
 
 def replica_slots(job: JSON) -> list[tuple[str, int]]:

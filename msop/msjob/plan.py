@@ -299,8 +299,30 @@ def _finished_at(pod: JSON) -> str:
     return times[0][1] if times else "~"
 
 
+def _service_port(svc: JSON) -> int | None:
+    ports = (svc.get("spec") or {}).get("ports") or []
+    return ports[0].get("port") if ports else None
+
+
+def termination_message(pod: JSON, code: int) -> str:
+    """The first line of the ``mindspore`` container's termination message of the run that
+    ended with ``code`` (what the msrun launcher writes: which local worker ended how), at
+    most 200 characters; "" if none, or if it is a progress report (JSON)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        if cs.get("name") != c.DEFAULT_CONTAINER_NAME:
+            continue
+        term = (cs.get("state") or {}).get("terminated") or {}
+        message = term.get("message")
+        if term.get("exitCode") == code and isinstance(message, str):
+            line = message.strip().split("\n", 1)[0].strip()
+            return "" if line.startswith("{") else line[:200]
+    return ""
+
+
 def _how_it_ended(pod: JSON) -> str:
-    """ "exited with code 137 (OOMKilled)", or the pod's reason when no container exited."""
+    """ "exited with code 137 (OOMKilled)", plus the termination message if it says why
+    ("...: msrun: local worker 1 (rank 3) was killed by signal 9 (SIGKILL)"), or the pod's
+    reason when no container exited."""
     code = exit_code(pod)
     if code is None:
         status = pod.get("status") or {}
@@ -313,7 +335,8 @@ def _how_it_ended(pod: JSON) -> str:
         if term.get("exitCode") == code and term.get("reason"):
             reason = f" ({term['reason']})"
             break
-    return f"exited with code {code}{reason}"
+    why = termination_message(pod, code)
+    return f"exited with code {code}{reason}{f': {why}' if why else ''}"
 
 
 def final_progress(pod: JSON) -> JSON | None:
@@ -796,19 +819,28 @@ class _Planner:
             self.delete_pod(pod)
 
     def sync_scheduler_service(self) -> str | None:
-        """Create the Scheduler Service if missing and delete any other; return its
-        ClusterIP once it has one (every non-Scheduler pod's ``MS_SCHED_HOST``)."""
+        """Create the Service in front of the rendezvous pod (Scheduler 0, or Worker 0 of an
+        msrun job) if missing, replace it if its port is not the job's, and delete any
+        other; return its ClusterIP once it has one (the other pods' ``MS_SCHED_HOST``)."""
         services = self.obs.services
-        if not desired.has_scheduler(self.job):
+        slot = desired.rendezvous(self.job)
+        if slot is None:
             self.plan.delete_services.extend(s for s in services if not _terminating(s))
             return None
-        want = naming.object_name(self.view.name, c.SCHEDULER, 0)
+        want = naming.object_name(self.view.name, *slot)
         svc = next((s for s in services if s["metadata"]["name"] == want), None)
+        if (
+            svc is not None
+            and not _terminating(svc)
+            and _service_port(svc) != (desired.rendezvous_port(self.job))
+        ):
+            svc = None  # deleted below; created anew once gone
         self.plan.delete_services.extend(
-            s for s in services if s["metadata"]["name"] != want and not _terminating(s)
+            s for s in services if s is not svc and not _terminating(s)
         )
         if svc is None:
-            self.plan.create_services.append(desired.scheduler_service(self.job))
+            if not any(s["metadata"]["name"] == want for s in services):
+                self.plan.create_services.append(desired.scheduler_service(self.job))
             return None
         ip = (svc.get("spec") or {}).get("clusterIP")
         return ip if ip and ip != "None" and not _terminating(svc) else None
@@ -832,10 +864,11 @@ class _Planner:
     def create_missing_pods(self, sched_host: str | None) -> None:
         """Every wanted pod that does not exist; with a Scheduler, the others wait for
         its Service's ClusterIP (the Service's creation requeues the job)."""
-        waits_for_host = desired.has_scheduler(self.job) and sched_host is None
+        rendezvous = desired.rendezvous(self.job)
+        waits_for_host = rendezvous is not None and sched_host is None
         types: set[str] = set()
         for rtype, index in desired.replica_slots(self.job):
-            if (rtype, index) in self.pods or (waits_for_host and rtype != c.SCHEDULER):
+            if (rtype, index) in self.pods or (waits_for_host and (rtype, index) != rendezvous):
                 continue
             self.plan.create_pods.append(
                 desired.pod(
