@@ -4,12 +4,13 @@
   ``create`` (validated locally first), ``get``, ``list``, ``delete``, ``wait_for_job``
   (a watch, with a progress line), ``get_logs``, ``get_events``;
 - :func:`dataparallel_job`: a complete MSJob from an image, a command and counts;
+  :func:`msrun_job`: one whose pods each run msrun with several workers;
 - :func:`render`: the pods and Services the operator would create, offline;
 - errors under :class:`MSJobError`.
 """
 
 from msop.api.resources import MSJOBS
-from msop.sdk.builder import dataparallel_job
+from msop.sdk.builder import dataparallel_job, msrun_job
 from msop.sdk.client import MSJobClient
 from msop.sdk.errors import (
     MSJobError,
@@ -38,5 +39,6 @@ __all__ = [
     "Rendered",
     "dataparallel_job",
     "format_progress",
+    "msrun_job",
     "render",
 ]

@@ -1,4 +1,5 @@
-"""Building the common MSJob without writing a PodTemplate: :func:`dataparallel_job`."""
+"""Building the common MSJobs without writing a PodTemplate: :func:`dataparallel_job`,
+:func:`msrun_job`."""
 
 from __future__ import annotations
 
@@ -80,16 +81,8 @@ def dataparallel_job(
         resources["limits"] = limits
 
     def replica(replicas: int, res: Mapping[str, Any] | None) -> JSON:
-        pod_spec: JSON = {
-            "containers": [_container(image, cmd, env, volume_mounts, res, image_pull_policy)]
-        }
-        if volumes:
-            pod_spec["volumes"] = copy.deepcopy([dict(v) for v in volumes])
-        return {
-            "replicas": replicas,
-            "restartPolicy": restart_policy,
-            "template": {"spec": pod_spec},
-        }
+        container = _container(image, cmd, env, volume_mounts, res, image_pull_policy)
+        return _replica(replicas, restart_policy, container, volumes)
 
     replica_specs: JSON = {}
     if scheduler:
@@ -99,11 +92,78 @@ def dataparallel_job(
     replica_specs[c.WORKER] = replica(workers, resources or None)
 
     spec: JSON = {"msReplicaSpecs": replica_specs}
+    spec.update(_given(successPolicy=success_policy, restartScope=restart_scope))
+    return _job(name, namespace, labels, spec, clean_pod_policy, backoff_limit)
+
+
+def msrun_job(
+    name: str,
+    image: str,
+    script: str | Sequence[str],
+    *,
+    pods: int = 1,
+    local_workers: int | None = None,
+    devices_per_pod: int = 0,
+    device_resource: str = "huawei.com/Ascend910",
+    master_port: int | None = None,
+    msrun_flags: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    volumes: Sequence[Mapping[str, Any]] = (),
+    volume_mounts: Sequence[Mapping[str, Any]] = (),
+    namespace: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    restart_policy: str = c.EXIT_CODE,
+    clean_pod_policy: str | None = None,
+    success_policy: str | None = None,
+    backoff_limit: int | None = None,
+    resources: Mapping[str, Any] | None = None,
+    image_pull_policy: str | None = None,
+) -> JSON:
+    """An MSJob dict whose ``pods`` Worker pods each run msrun with several MindSpore
+    workers (``spec.msrun``), ready for ``MSJobClient.create``.
+
+    Each pod runs ``python -m msop.integrations.msrun [msrun_flags] <script>`` (``script``
+    is the path, or the path and its arguments), which starts msrun from the variables msop
+    gives the pod. ``local_workers`` is the workers per pod; leave it None to get one per
+    device: ``devices_per_pod`` sets the ``device_resource`` limit (Ascend NPUs by default,
+    ``nvidia.com/gpu`` for GPUs). ``restart_policy`` defaults to ExitCode: the launcher
+    exits 128+N when a worker died of signal N, which restarts the job from its checkpoint,
+    while a script error fails it. The other arguments map to the same-named spec fields.
+    """
+    args = [script] if isinstance(script, str) else list(script)
+    cmd = ["python", "-m", "msop.integrations.msrun", *msrun_flags, *args]
+    res: JSON = copy.deepcopy(dict(resources or {}))
+    if devices_per_pod:
+        res["limits"] = {**(res.get("limits") or {}), device_resource: devices_per_pod}
+    container = _container(image, cmd, dict(env or {}), volume_mounts, res, image_pull_policy)
+    spec: JSON = {
+        "msrun": _given(localWorkers=local_workers, masterPort=master_port),
+        "msReplicaSpecs": {c.WORKER: _replica(pods, restart_policy, container, volumes)},
+    }
+    spec.update(_given(successPolicy=success_policy))
+    return _job(name, namespace, labels, spec, clean_pod_policy, backoff_limit)
+
+
+def _replica(
+    replicas: int, restart_policy: str, container: JSON, volumes: Sequence[Mapping[str, Any]]
+) -> JSON:
+    pod_spec: JSON = {"containers": [container]}
+    if volumes:
+        pod_spec["volumes"] = copy.deepcopy([dict(v) for v in volumes])
+    return {"replicas": replicas, "restartPolicy": restart_policy, "template": {"spec": pod_spec}}
+
+
+def _job(
+    name: str,
+    namespace: str | None,
+    labels: Mapping[str, str] | None,
+    spec: JSON,
+    clean_pod_policy: str | None,
+    backoff_limit: int | None,
+) -> JSON:
     run_policy = _given(cleanPodPolicy=clean_pod_policy, backoffLimit=backoff_limit)
     if run_policy:
         spec["runPolicy"] = run_policy
-    spec.update(_given(successPolicy=success_policy, restartScope=restart_scope))
-
     metadata: JSON = {"name": name}
     if namespace:
         metadata["namespace"] = namespace

@@ -74,13 +74,21 @@ def succeeded_status(pod: JSON, now: str | None = None) -> JSON:
     }
 
 
-def failed_status(pod: JSON, exit_code: int, reason: str = "Error") -> JSON:
-    """The status patch a kubelet sends when every container exited with ``exit_code``."""
+def failed_status(
+    pod: JSON, exit_code: int, reason: str = "Error", message: str | None = None
+) -> JSON:
+    """The status patch a kubelet sends when every container exited with ``exit_code``
+    (and, if given, the ``mindspore`` container left ``message`` as its termination
+    message)."""
+    statuses = terminated_containers(pod, exit_code, reason)
+    for cs in statuses:
+        if message is not None and cs["name"] == "mindspore":
+            cs["state"]["terminated"]["message"] = message
     return {
         "status": {
             "phase": "Failed",
             "reason": reason,
-            "containerStatuses": terminated_containers(pod, exit_code, reason),
+            "containerStatuses": statuses,
             "conditions": [{"type": "Ready", "status": "False", "reason": "PodFailed"}],
         }
     }
@@ -131,10 +139,19 @@ class KubeletStandIn:
         pod = self.get(namespace, name)
         return self._patch_status(namespace, name, succeeded_status(pod)["status"])
 
-    def fail(self, namespace: str, name: str, exit_code: int = 1, reason: str = "Error") -> JSON:
-        """Every container exits with ``exit_code``; the pod becomes Failed."""
+    def fail(
+        self,
+        namespace: str,
+        name: str,
+        exit_code: int = 1,
+        reason: str = "Error",
+        message: str | None = None,
+    ) -> JSON:
+        """Every container exits with ``exit_code``; the pod becomes Failed. ``message``:
+        the ``mindspore`` container's termination message."""
         pod = self.get(namespace, name)
-        return self._patch_status(namespace, name, failed_status(pod, exit_code, reason)["status"])
+        status = failed_status(pod, exit_code, reason, message)["status"]
+        return self._patch_status(namespace, name, status)
 
     def restart(self, namespace: str, name: str, exit_code: int = 1, times: int = 1) -> JSON:
         """Containers exited with ``exit_code`` and were restarted ``times`` times in place."""

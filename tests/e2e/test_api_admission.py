@@ -118,6 +118,12 @@ def _keys(*keys: str) -> Callable[[Job], None]:
     return mutate
 
 
+def _msrun(obj: Job) -> None:
+    """An msrun job: no Scheduler, 2 local workers per Worker pod."""
+    del _at(obj, RS)["Scheduler"]
+    obj["spec"]["msrun"] = {"localWorkers": 2}
+
+
 # Every MSJob here is refused by the CRD (schema and CEL rules) and by `validate_admission`
 # (what `msop validate` runs), naming the same field: (id, mutation of a valid job, the field,
 # a piece of the API server's message). The field is written with dots; the API server writes
@@ -183,6 +189,49 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
         lambda j: (_set("metadata.name", "a" * 48)(j), _set(f"{WORKER}.replicas", 10**8)(j)),
         "metadata.name",
         "is too long",
+    ),
+    # msrun jobs (spec.msrun): Worker pods only, a way to count the local workers
+    (
+        "msrun-with-a-scheduler",
+        _set("spec.msrun", {"localWorkers": 2}),
+        f"{RS}.Scheduler",
+        "msrun starts the Scheduler",
+    ),
+    (
+        "msrun-with-parameter-servers",
+        lambda j: (_msrun(j), _at(j, RS).update({"PS": copy.deepcopy(_at(j, WORKER))})),
+        f"{RS}.PS",
+        "no parameter servers",
+    ),
+    (
+        "msrun-without-a-count",
+        lambda j: (_msrun(j), _set("spec.msrun", {})(j)),
+        "spec.msrun.localWorkers",
+        "accelerator limit",
+    ),
+    (
+        "msrun-zero-local-workers",
+        lambda j: (_msrun(j), _set("spec.msrun", {"localWorkers": 0})(j)),
+        "spec.msrun.localWorkers",
+        "greater than or equal to 1",
+    ),
+    (
+        "msrun-privileged-master-port",
+        lambda j: (_msrun(j), _set("spec.msrun", {"localWorkers": 2, "masterPort": 80})(j)),
+        "spec.msrun.masterPort",
+        "greater than or equal to 1024",
+    ),
+    (
+        "msrun-elastic",
+        lambda j: (_msrun(j), _set("spec.enableDynamicWorker", True)(j)),
+        "spec.enableDynamicWorker",
+        "one cluster",
+    ),
+    (
+        "msrun-restart-scope-pod",
+        lambda j: (_msrun(j), _set("spec.restartScope", "Pod")(j)),
+        "spec.restartScope",
+        "rejoin",
     ),
     # the pod template: what the API server would refuse in the pods and the Service
     (

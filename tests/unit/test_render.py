@@ -35,11 +35,11 @@ def _expected(raw: dict[str, Any], namespace: str, gang: bool = False) -> list[d
     job["metadata"].update(namespace=namespace, uid=UID_PLACEHOLDER)
     if (job["spec"].get("runPolicy") or {}).get("suspend"):
         return []
-    sched = desired.has_scheduler(job)
-    services = [desired.scheduler_service(job)] if sched else []
+    first = desired.rendezvous(job)
+    services = [desired.scheduler_service(job)] if first else []
     pods = [
         desired.pod(
-            job, rt, i, sched_host=CLUSTER_IP_PLACEHOLDER if sched and rt != "Scheduler" else None,
+            job, rt, i, sched_host=CLUSTER_IP_PLACEHOLDER if first and (rt, i) != first else None,
             gang=gang, progress_port=DEFAULT_PROGRESS_PORT,
         )
         for rt, i in desired.replica_slots(job)

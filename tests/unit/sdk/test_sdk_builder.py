@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from msop.api import apply_defaults, validate
 from msop.msjob import desired
-from msop.sdk import dataparallel_job
+from msop.sdk import dataparallel_job, msrun_job
 
 
 def test_minimal_job_is_valid_and_distributed() -> None:
@@ -95,3 +95,32 @@ def test_invalid_input_is_left_for_validation() -> None:
     job = dataparallel_job("Bad_Name", "img", "x", workers=-1)
     paths = {e.path for e in validate(job)}
     assert {"metadata.name", "spec.msReplicaSpecs.Worker.replicas"} <= paths
+
+
+def test_msrun_job_counts_workers_by_device_and_runs_the_launcher() -> None:
+    job = msrun_job("llm", "mindspore:2.3", ["/code/train.py", "--epochs=3"], pods=4,
+                    devices_per_pod=8, msrun_flags=["--log_dir=/logs"])  # fmt: skip
+    assert validate(job) == []
+    assert job["spec"]["msrun"] == {}
+    assert list(job["spec"]["msReplicaSpecs"]) == ["Worker"]
+    worker = job["spec"]["msReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == 4 and worker["restartPolicy"] == "ExitCode"
+    container = worker["template"]["spec"]["containers"][0]
+    assert container["command"] == [
+        "python", "-m", "msop.integrations.msrun", "--log_dir=/logs", "/code/train.py",
+        "--epochs=3",
+    ]  # fmt: skip
+    assert container["resources"] == {"limits": {"huawei.com/Ascend910": 8}}
+    pod = desired.pod(apply_defaults({**job, "metadata": {"name": "llm", "namespace": "ns", "uid": "u"}}),
+                      "Worker", 3, sched_host="10.0.0.1")  # fmt: skip
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert (env["MS_WORKER_NUM"], env["MS_LOCAL_WORKER"], env["MS_NODE_RANK"]) == ("32", "8", "3")
+
+
+def test_msrun_job_on_cpu_says_how_many_workers() -> None:
+    job = msrun_job("cpu", "ms:2.10", "/t.py", pods=2, local_workers=2, master_port=9000)
+    assert validate(job) == []
+    assert job["spec"]["msrun"] == {"localWorkers": 2, "masterPort": 9000}
+    assert [e.path for e in validate(msrun_job("cpu", "ms:2.10", "/t.py"))] == [
+        "spec.msrun.localWorkers"
+    ]
