@@ -91,8 +91,8 @@ def test_a_killed_local_worker_restarts_the_job_and_a_script_error_fails_it(
     before = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, "mr").items()}
 
     # What the launcher leaves when a local worker was SIGKILLed (the OOM killer, say).
-    kubelet.fail(namespace, "mr-worker-1", exit_code=137, reason="OOMKilled",
-                 message="msrun: local worker 1 (rank 3) was killed by signal 9 (SIGKILL)\n")  # fmt: skip
+    verdict = "msrun: local worker 1 (rank 3) was killed by signal 9 (SIGKILL)\n"
+    kubelet.fail(namespace, "mr-worker-1", exit_code=137, reason="OOMKilled", message=verdict)
     pods = wait_for("every pod recreated", lambda: _fresh(cluster, namespace, "mr", before),
                     timeout=60)  # fmt: skip
     assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"4"}
