@@ -1,9 +1,9 @@
 """The examples/ jobs as the real tier and ``make demo-real`` apply them.
 
-``mindspore_example`` renders ``examples/mindspore`` with ``kubectl kustomize`` (as
-``kubectl apply -k`` would) and changes only what this machine needs: the image built
-here (``msop.testing.images``), a checkpoint directory of the caller's, and ``env`` on
-every replica (the run's length, for instance).
+``mindspore_example`` renders ``examples/mindspore`` (or ``examples/mindspore-msrun``)
+with ``kubectl kustomize`` (as ``kubectl apply -k`` would) and changes only what this
+machine needs: the image built here (``msop.testing.images``), a checkpoint directory of
+the caller's, and ``env`` on every replica (the run's length, for instance).
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from msop.kube.objects import JSON
 REPO = Path(__file__).resolve().parents[2]
 MINDSPORE_EXAMPLE = REPO / "examples" / "mindspore"
 MINDSPORE_JOB = "mindspore-linear"
+MSRUN_EXAMPLE = REPO / "examples" / "mindspore-msrun"
+MSRUN_JOB = "mindspore-msrun"
 
 
 class Kubectl(Protocol):
@@ -26,10 +28,11 @@ class Kubectl(Protocol):
 
 
 def mindspore_example(
-    cluster: Kubectl, image: str, checkpoints: Path, **env: str
+    cluster: Kubectl, image: str, checkpoints: Path, example: Path = MINDSPORE_EXAMPLE, **env: str
 ) -> tuple[JSON, JSON]:
-    """The example's ConfigMap (the training script) and MSJob, ready to apply."""
-    rendered = cluster.kubectl("kustomize", str(MINDSPORE_EXAMPLE)).stdout
+    """The example's ConfigMap (the training script) and MSJob, ready to apply
+    (``example``: ``MINDSPORE_EXAMPLE``, Scheduler and Workers, or ``MSRUN_EXAMPLE``)."""
+    rendered = cluster.kubectl("kustomize", str(example)).stdout
     docs = [d for d in yaml.safe_load_all(rendered) if d]
     config_map = next(d for d in docs if d["kind"] == "ConfigMap")
     job = next(d for d in docs if d["kind"] == "MSJob")

@@ -59,7 +59,7 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
     for name, text in {
         "examples/mindspore/Dockerfile": "FROM base\n",
         "examples/mindspore/requirements.txt": "mindspore==2.10.0\n",
-        "examples/mindspore/train.py": "print()\n",
+        "examples/mindspore/script/train.py": "print()\n",
         "examples/mindspore/msjob.yaml": "kind: MSJob\n",
         ".dockerignore": "*\n",
         "Dockerfile": "FROM operator\n",
@@ -79,7 +79,7 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
 
     first = key()
     # Mounted or applied, not built in; the operator's Dockerfile is another image's.
-    for outside in ("examples/mindspore/train.py", "examples/mindspore/msjob.yaml", "Dockerfile"):
+    for outside in ("examples/mindspore/script/train.py", "examples/mindspore/msjob.yaml", "Dockerfile"):
         (repo / outside).write_text("changed\n")
         assert key() == first, outside
     built_in = ("examples/mindspore/Dockerfile", "examples/mindspore/requirements.txt",

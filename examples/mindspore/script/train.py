@@ -1,9 +1,10 @@
 """Data-parallel training of a small linear model on synthetic data, on CPU.
 
-Every pod of the MSJob runs this script. The Scheduler (``MS_ROLE=MS_SCHED``) only serves
-the cluster inside ``init()``; each Worker trains on its shard of the data and the
-gradients are averaged across Workers by AllReduce. All cluster settings come from the
-``MS_*`` variables msop puts in each pod.
+Every pod of the MSJob runs this script; under msrun (examples/mindspore-msrun), every
+process msrun starts does. The Scheduler (``MS_ROLE=MS_SCHED``) only serves the cluster
+inside ``init()``; each Worker trains on its shard of the data and the gradients are
+averaged across Workers by AllReduce. All cluster settings come from the ``MS_*``
+variables msop puts in each pod (or msrun, from them, in each process).
 
 It is restartable, as msop expects of a MindSpore job (docs/tasks/mindspore.md, "The
 checkpoint convention"): rank 0 writes a checkpoint at the end of every epoch (atomically,
@@ -48,6 +49,13 @@ def parse_args() -> argparse.Namespace:
         help="seconds to sleep after each step (makes a short run last long enough to watch)",
     )
     p.add_argument("--checkpoint-dir", default=env("CHECKPOINT_DIR", "/checkpoints"))
+    p.add_argument(
+        "--oom-rank",
+        type=int,
+        default=int(env("OOM_RANK", "-1")),
+        help="fault injection for tests: this rank allocates memory until the kernel kills it, "
+        "in epoch 2 of a run that started fresh (a restart, which resumes, does not)",
+    )
     return p.parse_args()
 
 
@@ -85,6 +93,14 @@ class Checkpoints:
         meta = self.dir / ".latest.json.tmp"
         meta.write_text(json.dumps({"epoch": epoch, "file": name}))
         os.replace(meta, self.latest)
+
+
+def exhaust_memory(rank: int) -> None:
+    """Allocate (and touch) 64 MiB at a time until the kernel's OOM killer ends us."""
+    log(event="oom", rank=rank)
+    hog = []
+    while True:
+        hog.append(np.ones(16 << 20, dtype=np.float32))
 
 
 def serve_until_stopped(role: str) -> int:
@@ -150,6 +166,8 @@ def main() -> int:
             loss = float(cb.net_outputs.asnumpy())
             log(event="step", rank=rank, epoch=cb.cur_epoch_num, step=cb.cur_step_num,
                 loss=round(loss, 6))  # fmt: skip
+            if rank == args.oom_rank and done_epochs == 0 and cb.cur_epoch_num == 2:
+                exhaust_memory(rank)
             if args.step_delay:
                 time.sleep(args.step_delay)
 
