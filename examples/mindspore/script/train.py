@@ -134,7 +134,7 @@ def main() -> int:
     ms.set_device("CPU")
     role = os.environ.get("MS_ROLE", "")
     log(event="start", role=role, node=os.environ.get("MS_NODE_ID"),
-        workers=os.environ.get("MS_WORKER_NUM"))  # fmt: skip
+        workers=os.environ.get("MS_WORKER_NUM"), rank_id=os.environ.get("RANK_ID"))  # fmt: skip
     # The Scheduler serves the cluster inside init() and exits there once every other
     # member has left. A parameter server returns from it once registered.
     init()
