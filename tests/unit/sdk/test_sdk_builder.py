@@ -111,8 +111,8 @@ def test_msrun_job_counts_workers_by_device_and_runs_the_launcher() -> None:
         "--epochs=3",
     ]  # fmt: skip
     assert container["resources"] == {"limits": {"huawei.com/Ascend910": 8}}
-    pod = desired.pod(apply_defaults({**job, "metadata": {"name": "llm", "namespace": "ns", "uid": "u"}}),
-                      "Worker", 3, sched_host="10.0.0.1")  # fmt: skip
+    job["metadata"] = {"name": "llm", "namespace": "ns", "uid": "u"}
+    pod = desired.pod(apply_defaults(job), "Worker", 3, sched_host="10.0.0.1")
     env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
     assert (env["MS_WORKER_NUM"], env["MS_LOCAL_WORKER"], env["MS_NODE_RANK"]) == ("32", "8", "3")
 

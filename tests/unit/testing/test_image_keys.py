@@ -54,7 +54,7 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
 ) -> None:
     repo = tmp_path / "repo"
     example = repo / "examples/mindspore"
-    example.mkdir(parents=True)
+    (example / "script").mkdir(parents=True)
     (repo / "msop/integrations").mkdir(parents=True)
     for name, text in {
         "examples/mindspore/Dockerfile": "FROM base\n",
@@ -79,7 +79,11 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
 
     first = key()
     # Mounted or applied, not built in; the operator's Dockerfile is another image's.
-    for outside in ("examples/mindspore/script/train.py", "examples/mindspore/msjob.yaml", "Dockerfile"):
+    for outside in (
+        "examples/mindspore/script/train.py",
+        "examples/mindspore/msjob.yaml",
+        "Dockerfile",
+    ):
         (repo / outside).write_text("changed\n")
         assert key() == first, outside
     built_in = ("examples/mindspore/Dockerfile", "examples/mindspore/requirements.txt",
