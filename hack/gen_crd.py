@@ -450,21 +450,12 @@ def msrun_schema() -> dict[str, Any]:
 
 
 def msrun_rules() -> list[dict[str, Any]]:
-    """The spec-level rules of `spec.msrun` (validation._validate_msrun)."""
+    """The spec-level rules of `spec.msrun` (validation._validate_msrun). Not the count of
+    local workers when `localWorkers` is unset (an accelerator limit in the Worker template):
+    a rule over every container's limits costs far more than the API server's budget, so the
+    operator checks it (validation.beyond_admission)."""
     msrun = "!has(self.msrun) || "
     specs = "self.msReplicaSpecs"
-    main = (
-        f"'{c.WORKER}' in {specs} && has({specs}.{c.WORKER}.template) && "
-        f"has({specs}.{c.WORKER}.template.spec) && "
-        f"{specs}.{c.WORKER}.template.spec.containers.exists(ct, "
-        f"ct.name == '{c.DEFAULT_CONTAINER_NAME}' && has(ct.resources) && "
-        "has(ct.resources.limits) && ct.resources.limits.exists(k, "
-        + " || ".join(
-            [f"k.startsWith('{p}')" for p in c.ACCELERATOR_RESOURCE_PREFIXES]
-            + [f"k == '{r}'" for r in c.ACCELERATOR_RESOURCES]
-        )
-        + "))"
-    )
     return [
         *(
             _cel(
@@ -483,12 +474,6 @@ def msrun_rules() -> list[dict[str, Any]]:
             f"{msrun}!has(self.restartScope) || self.restartScope != '{c.RESTART_SCOPE_POD}'",
             v.MSG_MSRUN_RESTART_SCOPE,
             ".restartScope",
-        ),
-        _cel(
-            f"{msrun}has(self.msrun.localWorkers) || !has({specs}) || ({main})",
-            v.MSG_MSRUN_LOCAL_WORKERS,
-            ".msrun.localWorkers",
-            REQUIRED,
         ),
     ]
 

@@ -9,7 +9,9 @@ condition instead of acting on nonsense. The patterns and messages below are sha
   `msop render` and the SDK use it, and the e2e tests hold it to the API server's verdicts.
 - `validate(job)` is what the operator refuses to run: the same rules except the shape of the
   `spec.msReplicaSpecs` keys (any case, Worker optional), which older CRDs accepted and which
-  the operator still runs (only the scale subresource needs the canonical `Worker` key).
+  the operator still runs (only the scale subresource needs the canonical `Worker` key);
+  plus `beyond_admission(job)`, the rules a CEL rule would cost too much for (an msrun job
+  that gives no way to count its workers), which `msop validate` reports too.
 
 Besides the MSJob fields, the pod template is checked for what the API server would refuse when
 the operator creates the pods and the Scheduler Service from it (names, ports, labels, images,
@@ -177,9 +179,10 @@ def validate(job: Any) -> list[FieldError]:
     """Check an MSJob (raw or defaulted) against what the operator needs; [] means it can run.
 
     The admission rules except the shape of the `spec.msReplicaSpecs` keys: any case is read
-    (duplicates ignoring case are not) and a job without Workers runs (see the module docstring).
+    (duplicates ignoring case are not) and a job without Workers runs (see the module
+    docstring); plus what admission cannot afford to check (`beyond_admission`).
     """
-    return _validate(job, strict=False)
+    return _validate(job, strict=False) + beyond_admission(job)
 
 
 def validate_admission(job: Any) -> list[FieldError]:
@@ -307,9 +310,22 @@ def _validate_msrun(spec: Mapping[str, Any]) -> list[FieldError]:
         errors.append(FieldError("spec.enableDynamicWorker", MSG_MSRUN_NOT_ELASTIC))
     if spec.get("restartScope") == c.RESTART_SCOPE_POD:
         errors.append(FieldError("spec.restartScope", MSG_MSRUN_RESTART_SCOPE))
-    if msrun.get("localWorkers") is None and not _has_accelerator(specs):
-        errors.append(FieldError(f"{path}.localWorkers", MSG_MSRUN_LOCAL_WORKERS))
     return errors
+
+
+def beyond_admission(job: Any) -> list[FieldError]:
+    """What the operator refuses although the CRD accepts it, because a CEL rule for it
+    would cost more than the API server allows: an msrun job with no way to count its local
+    workers (neither `localWorkers` nor an accelerator limit: the rule would have to look
+    into every container's limits). The operator fails such a job (InvalidSpec) at once."""
+    spec = job.get("spec") if isinstance(job, Mapping) else None
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("msrun"), Mapping):
+        return []
+    if spec["msrun"].get("localWorkers") is None and not _has_accelerator(
+        spec.get("msReplicaSpecs")
+    ):
+        return [FieldError("spec.msrun.localWorkers", MSG_MSRUN_LOCAL_WORKERS)]
+    return []
 
 
 def _has_accelerator(specs: Any) -> bool:

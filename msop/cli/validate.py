@@ -1,4 +1,5 @@
-"""``msop validate``: admission's checks, offline, with one CI-readable line per problem."""
+"""``msop validate``: admission's checks, offline, with one CI-readable line per problem
+(and the few the operator adds, which admission cannot afford: ``beyond_admission``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import yaml
 
 from msop.api import FieldError, validate_admission
 from msop.api import constants as c
+from msop.api.validation import beyond_admission
 from msop.sdk.manifests import read_msjobs
 
 
@@ -18,7 +20,7 @@ def check_document(doc: Any) -> list[FieldError]:
         errors.append(
             FieldError("apiVersion", f"must be {c.API_VERSION}, got {doc.get('apiVersion')!r}")
         )
-    return errors + validate_admission(doc)
+    return errors + validate_admission(doc) + beyond_admission(doc)
 
 
 def validate_files(paths: list[str], out: TextIO) -> int:

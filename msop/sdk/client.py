@@ -15,6 +15,7 @@ from msop.api import constants as c
 from msop.api.conditions import get_condition
 from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
+from msop.api.validation import beyond_admission
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_not_found
 from msop.kube.listwatch import list_then_watch
@@ -131,7 +132,7 @@ class MSJobClient:
         body.setdefault("kind", c.KIND)
         meta = body.get("metadata")
         name = str(meta.get("name") or "") if isinstance(meta, dict) else ""
-        errors = validate_admission(body)
+        errors = validate_admission(body) + beyond_admission(body)
         if body["apiVersion"] != c.API_VERSION or body["kind"] != c.KIND:
             errors.insert(0, FieldError("apiVersion", f"must be {c.API_VERSION} {c.KIND}"))
         if errors:

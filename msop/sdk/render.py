@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from msop.api import FieldError, validate_admission
+from msop.api.validation import beyond_admission
 from msop.kube.objects import JSON
 from msop.msjob.plan import Observed, Options, plan
 
@@ -67,7 +68,7 @@ def render(
     ``namespace`` overrides ``metadata.namespace`` (else the job's, else ``default``).
     Raises InvalidJobError with the admission field errors when ``job`` is invalid.
     """
-    errors = validate_admission(job)
+    errors = validate_admission(job) + beyond_admission(job)
     if errors:
         raise InvalidJobError(errors)
     job = copy.deepcopy(job)

@@ -204,12 +204,6 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
         "no parameter servers",
     ),
     (
-        "msrun-without-a-count",
-        lambda j: (_msrun(j), _set("spec.msrun", {})(j)),
-        "spec.msrun.localWorkers",
-        "accelerator limit",
-    ),
-    (
         "msrun-zero-local-workers",
         lambda j: (_msrun(j), _set("spec.msrun", {"localWorkers": 0})(j)),
         "spec.msrun.localWorkers",

@@ -117,3 +117,20 @@ def test_a_killed_local_worker_restarts_the_job_and_a_script_error_fails_it(
         in (failed["message"])
     )
     assert job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+
+
+def test_a_job_with_no_way_to_count_its_workers_fails_at_once(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str
+) -> None:
+    """Neither localWorkers nor an accelerator limit: the CRD cannot afford the rule (it
+    would look into every container's limits), so the API server accepts the job and the
+    operator fails it, naming the field, with one Warning event and no pod."""
+    job = cpu_job("uncounted")
+    del job["spec"]["msrun"]["localWorkers"]
+    apply(cluster, namespace, job)
+    failed = condition(wait_condition(cluster, namespace, "uncounted", "Failed"), "Failed")
+    assert failed is not None and failed["reason"] == "InvalidSpec", failed
+    assert "spec.msrun.localWorkers" in failed["message"], failed
+    warnings = [e for e in events(cluster, namespace, "uncounted") if e["type"] == "Warning"]
+    assert len(warnings) == 1 and "spec.msrun.localWorkers" in warnings[0]["message"], warnings
+    assert job_pods(cluster, namespace, "uncounted") == {}

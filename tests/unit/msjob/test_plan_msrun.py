@@ -10,6 +10,7 @@ import pytest
 
 from msop.api import MSJob, validate, validate_admission
 from msop.api.defaults import apply_defaults
+from msop.api.validation import beyond_admission
 from msop.msjob import desired
 from tests.unit.msjob.test_plan import cond, job, names, run, running_status
 
@@ -65,6 +66,18 @@ def test_an_msrun_job_restarts_as_a_whole_by_default() -> None:
     assert apply_defaults(msrun_job())["spec"]["restartScope"] == "Job"
 
 
+def test_without_a_count_admission_accepts_it_and_the_operator_refuses_it() -> None:
+    # A CEL rule over every container's limits would cost more than the API server allows.
+    j = msrun_job(local=None)
+    assert validate_admission(j) == []
+    for errors in (validate(j), beyond_admission(j)):
+        assert [e.path for e in errors] == ["spec.msrun.localWorkers"], errors
+        assert "accelerator limit" in errors[0].message
+    main = j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    main["resources"] = {"limits": {"amd.com/gpu": 2}}
+    assert validate(j) == []
+
+
 @pytest.mark.parametrize(
     ("change", "field", "words"),
     [
@@ -76,8 +89,6 @@ def test_an_msrun_job_restarts_as_a_whole_by_default() -> None:
         (lambda j: j["spec"].update(enableDynamicWorker=True),
          "spec.enableDynamicWorker", "one cluster"),
         (lambda j: j["spec"].update(restartScope="Pod"), "spec.restartScope", "rejoin"),
-        (lambda j: j["spec"]["msrun"].pop("localWorkers"),
-         "spec.msrun.localWorkers", "accelerator limit"),
         (lambda j: j["spec"]["msrun"].update(localWorkers=0),
          "spec.msrun.localWorkers", "greater than or equal to 1"),
         (lambda j: j["spec"]["msrun"].update(masterPort=80),
