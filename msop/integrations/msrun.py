@@ -24,8 +24,10 @@ the job instead of restarting it. Here each process msrun starts (the workers, a
 the Scheduler) runs under a watcher, this file with ``--watch``: it runs the script, records
 how it ended (``<dir>/<pid>.json``) and ends the same way, with the same code or by the same
 signal, so that msrun sees what it would have seen. The launcher polls those records while
-msrun runs. The first failure decides, at once (without waiting for msrun, whose Scheduler
-can take half a minute to give up, while the peers in other pods exit 1 meanwhile):
+msrun runs; a watcher gone without one was SIGKILLed itself (it passes every other signal
+on), which counts as its process killed by SIGKILL. The first failure decides, at once
+(without waiting for msrun, whose Scheduler can take half a minute to give up, while the
+peers in other pods exit 1 meanwhile):
 
 - a process killed by signal N (a kill, the OOM killer): the pod exits 128+N, which
   ``ExitCode`` retries, as for a single-process pod killed by the same signal;
@@ -111,6 +113,7 @@ class Ending:
     exit_code: int | None
     signal: int | None
     at: float
+    watcher: int | None = None
 
     @property
     def failed(self) -> bool:
@@ -146,6 +149,7 @@ class Ending:
                 exit_code=_opt_int(data.get("exitCode")),
                 signal=_opt_int(data.get("signal")),
                 at=float(data["at"]),
+                watcher=_opt_int(data.get("watcher")),
             )
         except (ValueError, KeyError, TypeError):
             return None
@@ -241,26 +245,68 @@ def read_endings(directory: Path) -> list[Ending]:
     return sorted(endings, key=lambda e: (e.at, e.pid))
 
 
-def _watchers(directory: Path) -> dict[int, int]:
-    """Watcher pid -> its process group, for every watcher that started. msrun puts each
-    worker in a session of its own; the Scheduler shares msrun's group."""
-    groups = {}
-    for path in directory.glob("*.pgid"):
-        with contextlib.suppress(OSError, ValueError):
-            groups[int(path.stem)] = int(path.read_text())
-    return groups
+@dataclass(frozen=True)
+class _Watcher:
+    """A watcher as it started: its process group and whom it runs."""
+
+    pid: int
+    pgid: int
+    role: str
+    local_rank: int | None
+    rank: int | None
+    child: int | None
+
+    def killed(self) -> Ending:
+        """How it ended when it is gone without a record: only an uncatchable signal ends
+        a watcher so (it passes every other one on to its process and records the end),
+        so SIGKILL, and its process group goes with it."""
+        return Ending(self.pid, self.role, self.local_rank, self.rank, None,
+                      int(signal.SIGKILL), time.time(), self.pid)  # fmt: skip
+
+
+def _watchers(directory: Path) -> dict[int, _Watcher]:
+    """Every watcher that started, by pid. msrun puts each worker in a session of its own;
+    the Scheduler shares msrun's process group."""
+    found = {}
+    for path in directory.glob("*.start"):
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            data = json.loads(path.read_text())
+            pid = int(path.stem)
+            role, local, rank = str(data.get("role") or ""), data.get("localRank"), data.get("rank")
+            found[pid] = _Watcher(pid, int(data["pgid"]), role, _opt_int(local), _opt_int(rank),
+                                  _opt_int(data.get("child")))  # fmt: skip
+    return found
+
+
+def first_failure(directory: Path) -> Ending | None:
+    """The earliest failure so far: a recorded one, or a watcher gone without a record
+    (SIGKILLed). Watchers are looked at before the records are read, so that one which
+    recorded its end and exited is never taken for killed.
+
+    A watcher killed alone leaves its script running (msrun then kills every other
+    worker's process group, watcher and script at once): so among watchers gone without a
+    record, the ones whose script still runs were the first; the others only count if
+    nothing else failed."""
+    dead = [w for w in _watchers(directory).values() if not _alive(w.pid)]
+    endings = read_endings(directory)
+    recorded = {e.watcher for e in endings}
+    vanished = [w for w in dead if w.pid not in recorded]
+    first = [w for w in vanished if w.child is not None and _alive(w.child)]
+    failures = [e for e in endings if e.failed] + [w.killed() for w in first]
+    if not failures:
+        failures = [w.killed() for w in vanished]
+    return min(failures, key=lambda e: (e.at, e.pid), default=None)
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: its parent, msrun, has not reaped it yet)."""
     with contextlib.suppress(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)  # reap it if it came to us (we are the pod's init)
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    except PermissionError:
-        return True
-    return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _stop(directory: Path, msrun: subprocess.Popen[bytes], grace: float) -> None:
@@ -277,7 +323,7 @@ def _stop(directory: Path, msrun: subprocess.Popen[bytes], grace: float) -> None
 def _kill_all(directory: Path, msrun: subprocess.Popen[bytes]) -> None:
     """SIGKILL to msrun's process group (msrun, the Scheduler) and every worker's."""
     own = os.getpgid(0)
-    for pgid in {*_watchers(directory).values(), msrun.pid}:
+    for pgid in {*(w.pgid for w in _watchers(directory).values()), msrun.pid}:
         if pgid != own:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
@@ -331,7 +377,7 @@ def _supervise(
     grace: float,
 ) -> int:
     while True:
-        failure = next((e for e in read_endings(watch_dir) if e.failed), None)
+        failure = first_failure(watch_dir)
         if failure is not None:
             line = f"msrun: {failure.describe()}"
             print(f"msop msrun launcher: {line}; stopping the others", file=sys.stderr, flush=True)
@@ -349,8 +395,7 @@ def _supervise(
         code = msrun.poll()
         if code is not None:
             # A watcher may record its ending a moment after msrun saw it.
-            failure = next((e for e in read_endings(watch_dir) if e.failed), None)
-            if failure is not None:
+            if first_failure(watch_dir) is not None:
                 continue
             if code != 0:
                 line = f"msrun exited with code {code} and no worker failed (see its log)"
@@ -370,9 +415,21 @@ def watch(directory: str, command: Sequence[str]) -> int:
         return 2
     out = Path(directory)
     me = os.getpid()
-    with contextlib.suppress(OSError):
-        (out / f"{me}.pgid").write_text(str(os.getpgid(0)))
-    child = subprocess.Popen(list(command))
+    env = os.environ
+    role = env.get("MS_ROLE", "")
+    who = {
+        "role": role,
+        "localRank": None if role == "MS_SCHED" else env.get("DEVICE_ID"),
+        "rank": None if role == "MS_SCHED" else env.get("RANK_ID"),
+    }
+    try:
+        child = subprocess.Popen(list(command))
+    except OSError as exc:
+        print(f"msop msrun watcher: cannot run {command[0]}: {exc}", file=sys.stderr, flush=True)
+        _write_atomic(out, f"{me}.json", {"pid": me, "watcher": me, **who, "exitCode": 127,
+                                          "signal": None, "at": time.time()})  # fmt: skip
+        return 127
+    _write_atomic(out, f"{me}.start", {"pgid": os.getpgid(0), "child": child.pid, **who})
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, lambda signum, _frame: _forward(child, signum))
     while True:
@@ -381,27 +438,28 @@ def watch(directory: str, command: Sequence[str]) -> int:
             break
         except InterruptedError:  # pragma: no cover - PEP 475 retries for us
             continue
-    env = os.environ
-    role = env.get("MS_ROLE", "")
     record = {
         "pid": child.pid,
-        "role": role,
-        "localRank": None if role == "MS_SCHED" else env.get("DEVICE_ID"),
-        "rank": None if role == "MS_SCHED" else env.get("RANK_ID"),
+        "watcher": me,
+        **who,
         "exitCode": status if status >= 0 else None,
         "signal": -status if status < 0 else None,
         "at": time.time(),
     }
-    tmp = out / f".{child.pid}.tmp"
-    with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(record))
-        tmp.rename(out / f"{child.pid}.json")
+    _write_atomic(out, f"{child.pid}.json", record)
     if status < 0:
         signal.signal(-status, signal.SIG_DFL)
         os.kill(me, -status)
         time.sleep(5)  # the signal ends us; if it is one that does not, say so below
         return 128 - status
     return status
+
+
+def _write_atomic(directory: Path, name: str, data: Mapping[str, object]) -> None:
+    tmp = directory / f".{name}.tmp"
+    with contextlib.suppress(OSError):
+        tmp.write_text(json.dumps(data))
+        tmp.rename(directory / name)
 
 
 def _forward(child: subprocess.Popen[bytes], signum: int) -> None:

@@ -171,6 +171,22 @@ def test_a_killed_worker_makes_the_pod_exit_128_plus_the_signal_at_once(pod: Mak
     assert not list(p.out.glob("*.done"))
 
 
+def test_a_killed_watcher_counts_as_its_worker_killed(pod: MakePod) -> None:
+    # A kill from the host may hit the watcher instead of the script (both are python): it
+    # is gone without a record, which only SIGKILL does to it.
+    p = pod(WORK="60", SCHED_WORK="60")
+    proc = p.start()
+    for name in ("MS_SCHED-0", "MS_WORKER-0", "MS_WORKER-1"):
+        p.wait_for(name)
+    script = int((p.out / "MS_WORKER-1").read_text())
+    watcher = int(Path(f"/proc/{script}/stat").read_text().rpartition(")")[2].split()[1])
+    os.kill(watcher, signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 137, out
+    assert p.message() == "msrun: local worker 1 (rank 1) was killed by signal 9 (SIGKILL)\n"
+    assert not p.alive("MS_WORKER-1") and not p.alive("MS_WORKER-0")  # its orphan too
+
+
 def test_a_script_error_stays_a_script_error(pod: MakePod) -> None:
     p = pod(EXIT_RANK="0", EXIT_CODE="3", WORK="60")
     code, out = p.run()
