@@ -16,9 +16,10 @@
 #   /etc/resolv.conf                                           name resolution
 #   /etc/ssl/certs (read-only) and the TLS/proxy variables     the machine's own network path
 #     of the environment                                       to the registries
-# The root is bound onto itself (a mount point, as on a machine), and a tmpfs is mounted on
-# /run and /tmp. Everything runs in a mount namespace of its own, so
-# those mounts (and the harness's network-namespace mounts) go away with it.
+# The root is bound onto itself and made the root mount of a mount namespace of its own
+# (pivot_root, as "/" is on a machine; this machine's root is unmounted there), and a tmpfs
+# is mounted on /run and /tmp. Those mounts (and the harness's network-namespace mounts)
+# go away with the namespace.
 #
 # Needs root. MSOP_FRESH_DIR (default /var/tmp/msop-fresh) holds the root and the log of the
 # last run; a passing run deletes its root, a failing one keeps it for inspection.
@@ -42,13 +43,17 @@ root=$work/root
 commit=$(git -C "$repo" rev-parse HEAD)
 go_version=$(awk '$1 == "go" {print $2; exit}' "$repo/hack/cluster/go.mod")
 
-# Processes started inside the root (containerd, kubelet, shims, a stray test server) are
-# found by their root directory and killed, so nothing outlives the run.
+# Processes started inside the root (make, containerd, kubelet, shims, a stray test server)
+# are found by the run's mount namespace, and containers by their root directory under the
+# root, and killed, so nothing outlives the run.
 kill_root_processes() {
-  local sig=$1 pid link found=1
+  local sig=$1 pid link ns="" found=1
+  [[ -s $root/.fresh-mntns ]] && ns=$(<"$root/.fresh-mntns")
   for pid in /proc/[0-9]*; do
     link=$(readlink "$pid/root" 2>/dev/null) || continue
-    [[ $link == "$root" || $link == "$root"/* ]] || continue
+    if ! [[ $link == "$root"/* || ( -n $ns && $(readlink "$pid/ns/mnt" 2>/dev/null) == "$ns" ) ]]; then
+      continue
+    fi
     kill "-$sig" "${pid#/proc/}" 2>/dev/null && found=0
   done
   return $found
@@ -121,8 +126,11 @@ say "running make ${goals[*]} in the root (log: $log)"
 set +e
 unshare --mount --propagation private bash -euo pipefail -c '
   root=$1; shift
-  # The root must be a mount point: buildah (through containers/storage) remounts "/" as
-  # private before it unpacks a layer, which fails with EINVAL on a plain directory.
+  # The root is the root mount of this mount namespace, as "/" is on a machine (a chroot
+  # would not do): buildah remounts "/" as private before it unpacks a layer (EINVAL on a
+  # plain directory), and runc exec enters a container through its mount namespace, whose
+  # root mount is the namespace'"'"'s: under a chroot that is this machine'"'"'s "/", and
+  # `kubectl exec` would land there instead of in the container.
   mount --bind "$root" "$root"
   mount --rbind /proc "$root/proc"
   mount --rbind /sys "$root/sys"
@@ -132,7 +140,14 @@ unshare --mount --propagation private bash -euo pipefail -c '
   mount --bind /etc/resolv.conf "$root/etc/resolv.conf"
   mount --bind /etc/ssl/certs "$root/etc/ssl/certs"
   mount -o remount,bind,ro "$root/etc/ssl/certs"
-  exec chroot "$root" /usr/bin/env -i "$@"
+  readlink /proc/self/ns/mnt >"$root/.fresh-mntns"
+  mkdir -p "$root/.old-root"
+  cd "$root"
+  pivot_root . .old-root
+  # umount comes from util-linux'"'"'s mount package, which a minbase root need not have yet.
+  /.old-root/usr/bin/umount -l /.old-root
+  rmdir /.old-root
+  exec /usr/sbin/chroot / /usr/bin/env -i "$@"
 ' fresh "$root" "${env_args[@]}" bash -c 'cd /work/msop && exec make "$@"' make "${goals[@]}" 2>&1 | tee -a "$log"
 rc=${PIPESTATUS[0]}
 set -e

@@ -138,6 +138,10 @@ def test_sigkill_is_restarted_by_exitcode_policy(
 
     first = wait_for("the worker Running", running_uid, timeout=90)
     scheduler_uid = job_pods(cluster, namespace, name)[f"{name}-scheduler-0"]["metadata"]["uid"]
+    # Running says the container started, not that sh has written the child's pid yet.
+    wait_for("the child's pid written", lambda: cluster.kubectl(
+        "exec", "-n", namespace, worker, "-c", "mindspore", "--", "cat", "/tmp/child.pid",
+        check=False).stdout.strip(), timeout=30)  # fmt: skip
     cluster.kubectl("exec", "-n", namespace, worker, "-c", "mindspore", "--",
                     "sh", "-c", "kill -9 $(cat /tmp/child.pid)")  # fmt: skip
     second = wait_for(
