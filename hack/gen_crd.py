@@ -364,11 +364,16 @@ def run_policy_schema() -> dict[str, Any]:
                     "priorityClass": _str("PriorityClass name for the PodGroup."),
                     "minResources": {
                         "type": "object",
-                        "description": "Minimum resources the gang needs, e.g. {cpu: 8}.",
+                        "description": (
+                            "Minimum resources the gang needs, e.g. {cpu: 8} (default: the "
+                            "requests of the first minAvailable pods, summed)."
+                        ),
                         "additionalProperties": quantity,
                     },
                     "scheduleTimeoutSeconds": _int(
-                        "How long the gang may wait to be scheduled.", minimum=0
+                        "How long the gang may wait to be scheduled (scheduler-plugins); "
+                        "Volcano has no such timeout and ignores it.",
+                        minimum=0,
                     ),
                 },
             },

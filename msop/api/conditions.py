@@ -16,9 +16,13 @@ The rules `set_condition` enforces:
    `lastUpdateTime` becomes `now`; `lastTransitionTime` becomes `now` only if `status` flipped
    (or the condition is new), otherwise it is kept.
 4. **Exclusions.** Setting Running True turns a True Restarting False, and vice versa. Setting
-   Succeeded, Failed or Suspended True turns a True Running and a True Restarting False. Such a
-   side-effect change stays in place (so that the condition just set is the last one), keeps its
-   reason and message, and gets `now` as both timestamps.
+   Succeeded, Failed or Suspended True turns a True Running and a True Restarting False. Setting
+   Running, Succeeded, Failed or Suspended True turns a True Queued False. Such a side-effect
+   change stays in place (so that the condition just set is the last one), keeps its reason and
+   message, and gets `now` as both timestamps.
+5. **Out of the State on request.** `in_place=True` updates an existing condition where it is,
+   or moves it to the front if it was the last: a condition that turns False (Queued once the
+   gang is placed) must not be, or stay, what the State column shows.
 """
 
 from __future__ import annotations
@@ -29,11 +33,11 @@ from typing import Any
 from msop.api import constants as c
 
 _TURNS_FALSE: dict[str, tuple[str, ...]] = {
-    c.RUNNING: (c.RESTARTING,),
+    c.RUNNING: (c.RESTARTING, c.QUEUED),
     c.RESTARTING: (c.RUNNING,),
-    c.SUCCEEDED: (c.RUNNING, c.RESTARTING),
-    c.FAILED: (c.RUNNING, c.RESTARTING),
-    c.SUSPENDED: (c.RUNNING, c.RESTARTING),
+    c.SUCCEEDED: (c.RUNNING, c.RESTARTING, c.QUEUED),
+    c.FAILED: (c.RUNNING, c.RESTARTING, c.QUEUED),
+    c.SUSPENDED: (c.RUNNING, c.RESTARTING, c.QUEUED),
 }
 
 
@@ -80,6 +84,8 @@ def set_condition(
     reason: str,
     message: str,
     now: str,
+    *,
+    in_place: bool = False,
 ) -> bool:
     """Set one condition following the module's rules; return whether `status` changed.
 
@@ -101,6 +107,16 @@ def set_condition(
     if current is not None and current.get("status") == cond_status:
         old_transition = current.get("lastTransitionTime")
         transition = old_transition if isinstance(old_transition, str) else now
+    if in_place and current is not None:
+        current.update(
+            status=cond_status, reason=reason, message=message, lastUpdateTime=now,
+            lastTransitionTime=transition,
+        )  # fmt: skip
+        conditions = _conditions(status)
+        if conditions and conditions[-1] is current:
+            conditions.insert(0, conditions.pop())
+        status["conditions"] = conditions
+        return True
     conditions = [x for x in _conditions(status) if x.get("type") != cond_type]
     if cond_status == c.CONDITION_TRUE:
         excluded = _TURNS_FALSE.get(cond_type, ())

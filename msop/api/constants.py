@@ -88,6 +88,9 @@ SUSPENDED: Final = "Suspended"
 # The API server refused to create a pod or Service (quota, admission, ...): reason and
 # message are the API's. Removed again once creates succeed (like a Deployment's).
 REPLICA_FAILURE: Final = "ReplicaFailure"
+# With gang scheduling: the job's gang waits for its batch scheduler (Volcano) to admit
+# and place it; False once placed (msop.msjob.gang).
+QUEUED: Final = "Queued"
 CONDITION_TYPES: Final[tuple[str, ...]] = (
     CREATED,
     RUNNING,
@@ -96,6 +99,7 @@ CONDITION_TYPES: Final[tuple[str, ...]] = (
     FAILED,
     SUSPENDED,
     REPLICA_FAILURE,
+    QUEUED,
 )
 # Condition status values (core/v1 ConditionStatus).
 CONDITION_TRUE: Final = "True"

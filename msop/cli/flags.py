@@ -166,7 +166,7 @@ def _add_run(sub: Any) -> None:
     a(
         "--enable-gang-scheduling",
         "MSOP_ENABLE_GANG_SCHEDULING",
-        "create Volcano PodGroups and hold pods until Inqueue",
+        "create a Volcano PodGroup per job; its pods wait until Volcano admits the gang",
         action="store_true",
     )
     a(

@@ -41,8 +41,10 @@ cluster only works if every replica agrees on them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from fractions import Fraction
 
 from msop.api import constants as c
+from msop.api import quantity
 from msop.api.copying import copy_json
 from msop.api.naming import job_selector, object_name, owner_reference, replica_labels
 from msop.api.types import MSJob, ReplicaSpec
@@ -311,22 +313,134 @@ def total_replicas(job: JSON) -> int:
     return sum(max(0, specs[rt].replicas) for rt in specs if rt in c.REPLICA_TYPES)
 
 
+def pod_requests(pod_spec: JSON) -> dict[str, tuple[Fraction, bool]]:
+    """What a scheduler reserves for a pod built from ``pod_spec``, per resource: the
+    value, and whether it was written with a binary suffix (memory as "4Gi").
+
+    A container's request, or its limit where the request is missing (the API server
+    defaults one to the other); the containers' sum, plus restartable init containers
+    (sidecars), which run alongside them; at least what each ordinary init container
+    needs with the sidecars started before it. Pod overhead (a RuntimeClass's) is not
+    known before admission and is left out."""
+    total: dict[str, Fraction] = {}
+    binary: set[str] = set()
+
+    def requests(container: JSON) -> dict[str, Fraction]:
+        res = container.get("resources") or {}
+        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
+        out: dict[str, Fraction] = {}
+        for name, value in merged.items():
+            try:
+                out[name] = quantity.parse(value)
+            except ValueError:
+                continue  # admission rejects a malformed quantity; nothing to reserve
+            if quantity.is_binary(value):
+                binary.add(name)
+        return out
+
+    def add(into: dict[str, Fraction], more: dict[str, Fraction]) -> None:
+        for name, value in more.items():
+            into[name] = into.get(name, Fraction(0)) + value
+
+    sidecars: dict[str, Fraction] = {}
+    init_peak: dict[str, Fraction] = {}
+    for container in pod_spec.get("initContainers") or []:
+        need = requests(container)
+        if container.get("restartPolicy") == "Always":
+            add(sidecars, need)
+            continue
+        with_sidecars = dict(sidecars)
+        add(with_sidecars, need)
+        for name, value in with_sidecars.items():
+            init_peak[name] = max(init_peak.get(name, Fraction(0)), value)
+    for container in pod_spec.get("containers") or []:
+        add(total, requests(container))
+    add(total, sidecars)
+    for name, value in init_peak.items():
+        total[name] = max(total.get(name, Fraction(0)), value)
+    return {name: (value, name in binary) for name, value in total.items() if value}
+
+
+def gang_min_member(job: JSON) -> int:
+    """How many pods Volcano must place together: ``schedulingPolicy.minAvailable``, or
+    every replica."""
+    sp = MSJob(job).run_policy.scheduling_policy
+    if sp is not None and sp.min_available is not None:
+        return sp.min_available
+    return total_replicas(job)
+
+
+def gang_min_resources(job: JSON) -> dict[str, str]:
+    """``schedulingPolicy.minResources`` as written, or else the requests of the first
+    ``minMember`` pods (Scheduler first, then PS, then Workers) summed: what Volcano's
+    enqueue action checks against the queue and the cluster before it admits the gang."""
+    sp = MSJob(job).run_policy.scheduling_policy
+    if sp is not None and sp.min_resources:
+        return {k: str(v) for k, v in sp.min_resources.items()}
+    specs = MSJob(job).replica_specs
+    per_type = {rt: pod_requests(dict(specs[rt].template.get("spec") or {})) for rt in specs}
+    total: dict[str, Fraction] = {}
+    binary: set[str] = set()
+    for rtype, _ in replica_slots(job)[: max(0, gang_min_member(job))]:
+        for name, (value, is_binary) in per_type[rtype].items():
+            total[name] = total.get(name, Fraction(0)) + value
+            if is_binary:
+                binary.add(name)
+    return {
+        name: quantity.format_quantity(value, binary=name in binary)
+        for name, value in sorted(total.items())
+    }
+
+
+def pod_group_spec(job: JSON) -> JSON:
+    """The PodGroup's spec: ``minMember`` (:func:`gang_min_member`), ``minResources``
+    (:func:`gang_min_resources`), and ``queue`` and ``priorityClassName`` from the
+    scheduling policy."""
+    sp = MSJob(job).run_policy.scheduling_policy
+    spec: JSON = {"minMember": gang_min_member(job)}
+    resources = gang_min_resources(job)
+    if resources:
+        spec["minResources"] = resources
+    if sp is not None and sp.queue:
+        spec["queue"] = sp.queue
+    if sp is not None and sp.priority_class:
+        spec["priorityClassName"] = sp.priority_class
+    return spec
+
+
+def pod_group_patch(job: JSON, pod_group: JSON) -> JSON | None:
+    """A merge patch that brings an existing PodGroup's spec to :func:`pod_group_spec`
+    (after a scale or an edit of the scheduling policy), or None if it already is.
+    Quantities compare by value ("1024Mi" is "1Gi"); a field the job no longer sets is
+    removed."""
+    want = pod_group_spec(job)
+    have = pod_group.get("spec") or {}
+    patch: JSON = {}
+    if have.get("minMember") != want["minMember"]:
+        patch["minMember"] = want["minMember"]
+    if not _same_quantities(have.get("minResources") or {}, want.get("minResources") or {}):
+        patch["minResources"] = {
+            **{k: None for k in have.get("minResources") or {}},
+            **(want.get("minResources") or {}),
+        }
+    for key in ("queue", "priorityClassName"):
+        if (have.get(key) or None) != want.get(key) and not (key == "queue" and key not in want):
+            patch[key] = want.get(key)
+    return {"spec": patch} if patch else None
+
+
+def _same_quantities(a: JSON, b: JSON) -> bool:
+    if a.keys() != b.keys():
+        return False
+    try:
+        return all(quantity.parse(a[k]) == quantity.parse(b[k]) for k in a)
+    except ValueError:
+        return False
+
+
 def pod_group(job: JSON) -> JSON:
-    """The Volcano PodGroup named like the job: ``minMember`` is
-    ``schedulingPolicy.minAvailable`` or every replica; queue, priorityClass and
-    minResources from the scheduling policy."""
+    """The Volcano PodGroup named like the job, owned by it (:func:`pod_group_spec`)."""
     view = MSJob(job)
-    sp = view.run_policy.scheduling_policy
-    spec: JSON = {"minMember": total_replicas(job)}
-    if sp is not None:
-        if sp.min_available is not None:
-            spec["minMember"] = sp.min_available
-        if sp.queue:
-            spec["queue"] = sp.queue
-        if sp.priority_class:
-            spec["priorityClassName"] = sp.priority_class
-        if sp.min_resources:
-            spec["minResources"] = dict(sp.min_resources)
     return {
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
@@ -336,5 +450,5 @@ def pod_group(job: JSON) -> JSON:
             "labels": job_selector(view.name),
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": spec,
+        "spec": pod_group_spec(job),
     }

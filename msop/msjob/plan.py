@@ -75,7 +75,7 @@ from msop.api.types import MSJob
 from msop.api.validation import validate
 from msop.kube.errors import ApiError, is_invalid
 from msop.kube.objects import JSON, format_time, parse_time
-from msop.msjob import desired
+from msop.msjob import desired, gang
 
 #: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
 MANAGED_BY = "mindspore.gitee.com/msop"
@@ -84,7 +84,6 @@ ACTIVE_PHASES = ("Pending", "Running")
 COUNT_WRITE_DELAY = 1.0
 #: Longest condition message taken from an API error.
 API_MESSAGE_LIMIT = 1024
-POD_GROUP_READY_PHASES = ("Inqueue", "Running")
 
 
 @dataclass(frozen=True)
@@ -142,6 +141,8 @@ class Plan:
     force_delete_pods: list[JSON] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
     create_pod_group: JSON | None = None
+    patch_pod_group: JSON | None = None
+    """A merge patch for the PodGroup's spec (after a scale or a scheduling-policy edit)."""
     delete_pod_group: bool = False
     delete_job: bool = False
     events: list[Event] = field(default_factory=list)
@@ -478,6 +479,7 @@ class _Planner:
         if not self.finished_or_restarting(counts):
             self.sync_children()
             if self.all_running():
+                self.gang_placed()
                 msg = f"MSJob {self.ref} is running."
                 if self.condition(c.RUNNING, c.CONDITION_TRUE, "MSJobRunning", msg):
                     self.event("Normal", "MSJobRunning", msg)
@@ -806,7 +808,7 @@ class _Planner:
         self.delete_unwanted_pods()
         self.reap_stuck_terminating()
         sched_host = self.sync_scheduler_service()
-        if self.cluster_still_stopping() or not self.pod_group_ready():
+        if self.cluster_still_stopping() or not self.gang_admitted():
             return
         self.create_missing_pods(sched_host)
 
@@ -851,15 +853,40 @@ class _Planner:
             _terminating(p) or p in self.plan.delete_pods for p in self.obs.pods
         )
 
-    def pod_group_ready(self) -> bool:
-        """With gang scheduling, create the PodGroup first; pods wait until it is Inqueue."""
+    def gang_admitted(self) -> bool:
+        """With gang scheduling: create the PodGroup first, keep its spec in step with the
+        job (a scale, an edited scheduling policy), and hold the pods until Volcano has
+        admitted the gang; the Queued condition says where it waits (:mod:`.gang`)."""
         if not self.opts.gang_scheduling:
             return True
         pg = self.obs.pod_group
         if pg is None:
             self.plan.create_pod_group = desired.pod_group(self.job)
-            return False
-        return (pg.get("status") or {}).get("phase") in POD_GROUP_READY_PHASES
+        elif not _terminating(pg):
+            self.plan.patch_pod_group = desired.pod_group_patch(self.job, pg)
+        # Every pod running ends the wait even if the PodGroup's status lags behind.
+        wait = None if self.all_running() else gang.waiting(self.job, pg)
+        if wait is not None:
+            if self.condition(c.QUEUED, c.CONDITION_TRUE, wait.reason, wait.message):
+                current = get_condition(self.old_status, c.QUEUED) or {}
+                if current.get("reason") != wait.reason or current.get("status") != "True":
+                    self.event(wait.event_type, wait.reason, wait.message)
+        else:
+            self.gang_placed()
+        return pg is not None and not _terminating(pg) and gang.admitted(pg)
+
+    def gang_placed(self) -> None:
+        """Queued turns False (out of the State column) once the gang is placed: the
+        PodGroup says so, or every pod already runs (its status may lag behind)."""
+        queued = get_condition(self.status, c.QUEUED)
+        if queued is None or queued.get("reason") == gang.REASON_SCHEDULED:
+            return
+        msg = f"MSJob {self.ref}: Volcano placed its gang."
+        set_condition(
+            self.status, c.QUEUED, c.CONDITION_FALSE, gang.REASON_SCHEDULED, msg,
+            self.now_s, in_place=True,
+        )  # fmt: skip
+        self.event("Normal", gang.REASON_SCHEDULED, msg)
 
     def create_missing_pods(self, sched_host: str | None) -> None:
         """Every wanted pod that does not exist; with a Scheduler, the others wait for

@@ -398,6 +398,12 @@ class MSJobReconciler:
             except ApiError as e:
                 if not is_already_exists(e):
                     raise
+        if p.patch_pod_group is not None:
+            try:
+                await self.client.patch(PODGROUPS, job["metadata"]["name"], p.patch_pod_group, ns)
+            except ApiError as e:
+                if not is_not_found(e):
+                    raise
         if p.delete_pod_group:
             try:
                 await self.client.delete(PODGROUPS, job["metadata"]["name"], ns)

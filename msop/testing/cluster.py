@@ -68,6 +68,36 @@ def _free_port() -> int:
         return port
 
 
+def fake_node(
+    name: str,
+    cidr: str,
+    capacity: dict[str, str],
+    labels: dict[str, str] | None = None,
+    taints: list[dict[str, str]] | None = None,
+) -> dict[str, object]:
+    """A Node that kwok-controller plays (its annotation), Ready once kwok sees it. Pods
+    get IPs from ``cidr``: a loopback range (:func:`pod_cidr`) keeps anything that
+    connects to a simulated pod (the progress poller) on this machine, and lets the
+    bench's simulated reporters answer there."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {
+                "type": "kwok",
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                **(labels or {}),
+            },
+        },
+        "spec": {"podCIDR": cidr, "podCIDRs": [cidr], **({"taints": taints} if taints else {})},
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
 class ClusterStartError(RuntimeError):
     """The cluster did not come up; the message names the failed component and its log."""
 
@@ -307,31 +337,12 @@ class LocalCluster:
         self.wait_healthy(timeout)
 
     def _node_list(self) -> dict[str, object]:
-        items = []
-        for i in range(self.nodes):
-            name = f"kwok-node-{i}"
-            items.append(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Node",
-                    "metadata": {
-                        "name": name,
-                        "annotations": {"kwok.x-k8s.io/node": "fake"},
-                        "labels": {
-                            "type": "kwok",
-                            "kubernetes.io/hostname": name,
-                            "kubernetes.io/os": "linux",
-                            "kubernetes.io/arch": "amd64",
-                            "nvidia.com/gpu.present": "true",
-                        },
-                    },
-                    # kwok gives pods IPs from their node's podCIDR. Loopback ones keep
-                    # anything that connects to a simulated pod (the progress poller) on
-                    # this machine, and let the bench's simulated reporters answer there.
-                    "spec": {"podCIDR": pod_cidr(i), "podCIDRs": [pod_cidr(i)]},
-                    "status": {"capacity": NODE_CAPACITY, "allocatable": NODE_CAPACITY},
-                }
+        items = [
+            fake_node(
+                f"kwok-node-{i}", pod_cidr(i), NODE_CAPACITY, {"nvidia.com/gpu.present": "true"}
             )
+            for i in range(self.nodes)
+        ]
         return {"apiVersion": "v1", "kind": "List", "items": items}
 
     def _wait_nodes_ready(self, timeout: float) -> None:

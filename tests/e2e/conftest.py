@@ -46,9 +46,9 @@ def build_binaries() -> Path:
 
 
 def install_crds(cluster: LocalCluster, timeout: float = 60) -> None:
-    """Apply every CRD under config/crd/bases (and tests/e2e/crds) and wait until served."""
+    """Apply every CRD under config/crd/bases and wait until served. Volcano's CRDs come
+    from its Go module, installed by the ``volcano`` fixture (tests/e2e/test_volcano.py)."""
     crds = sorted((REPO / "config/crd/bases").glob("*.yaml"))
-    crds += sorted((REPO / "tests/e2e/crds").glob("*.yaml"))
     for crd in crds:
         cluster.kubectl("apply", "-f", str(crd))
     # `kubectl wait` fails outright while a new CRD has no status yet; poll instead.

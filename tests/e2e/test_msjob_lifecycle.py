@@ -385,43 +385,6 @@ def test_deleting_a_running_job_garbage_collects_everything(
     )
 
 
-def test_gang_scheduling_holds_pods_until_the_podgroup_is_inqueue(
-    cluster: LocalCluster, start_operator: Any, namespace: str, kubelet: KubeletStandIn
-) -> None:
-    start_operator("--enable-gang-scheduling")
-    job = sample("msjob_gang_scheduling.yaml")
-    apply(cluster, namespace, job)
-    name = job["metadata"]["name"]
-    pg = wait_for("the PodGroup", lambda: get(cluster, namespace, "podgroup", name))
-    assert pg["spec"]["minMember"] == 5
-    assert pg["spec"]["queue"] == "training"
-    assert pg["spec"]["priorityClassName"] == "high-priority"
-    time.sleep(2)
-    assert not job_pods(cluster, namespace, name), "pods must wait for the PodGroup"
-    cluster.kubectl(
-        "patch",
-        "podgroup",
-        name,
-        "-n",
-        namespace,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        '{"status":{"phase":"Inqueue"}}',
-    )
-    pods = wait_pods(
-        cluster, namespace, name, {f"{name}-scheduler-0", *(f"{name}-worker-{i}" for i in range(4))}
-    )
-    for p in pods.values():
-        assert p["spec"]["schedulerName"] == "volcano"
-        assert p["metadata"]["annotations"]["scheduling.k8s.io/group-name"] == name
-    # The kwok nodes are scheduled by the default scheduler only; finish the job by hand.
-    for i in reversed(range(4)):  # worker 0 last: its success ends the job
-        kubelet.succeed(namespace, f"{name}-worker-{i}")
-    wait_condition(cluster, namespace, name, "Succeeded")
-    wait_for("PodGroup deleted", lambda: get(cluster, namespace, "podgroup", name) is None)
-
-
 def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     cluster: LocalCluster, operator: OperatorProcess, namespace: str, kubelet: KubeletStandIn
 ) -> None:
