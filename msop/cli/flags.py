@@ -170,6 +170,14 @@ def _add_run(sub: Any) -> None:
         action="store_true",
     )
     a(
+        "--enable-kueue",
+        "MSOP_ENABLE_KUEUE",
+        "manage MSJobs labelled kueue.x-k8s.io/queue-name through a Kueue Workload each: "
+        "their pods run only while Kueue admits it (Kueue lists MSJob.v1.mindspore.gitee.com "
+        "among its externalFrameworks)",
+        action="store_true",
+    )
+    a(
         "--progress-port",
         "MSOP_PROGRESS_PORT",
         "port Worker 0's progress reporter (msop.integrations) is told to serve on, "

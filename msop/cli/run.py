@@ -20,7 +20,7 @@ from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
-from msop.kube.resources import PODGROUPS
+from msop.kube.resources import PODGROUPS, WORKLOADS
 from msop.metrics import register_process_metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
@@ -41,9 +41,20 @@ class StartupError(Exception):
     """A one-line reason the operator cannot start."""
 
 
-async def _preflight(client: Any, namespaces: Sequence[str], gang: bool) -> None:
+async def _preflight(
+    client: Any, namespaces: Sequence[str], gang: bool, kueue: bool = False
+) -> None:
     """Fail fast, with one line, when the API server or a needed CRD is not there."""
     namespace = namespaces[0] if namespaces else None
+    if kueue:
+        try:
+            await client.list(WORKLOADS, namespace, limit=1)
+        except ApiError as e:
+            if is_not_found(e):
+                raise StartupError(
+                    "--enable-kueue needs Kueue's Workload CRD (workloads.kueue.x-k8s.io, "
+                    "v1beta2: Kueue 0.15 or newer), which is not installed"
+                ) from None
     if gang:
         try:
             await client.list(PODGROUPS, namespace, limit=1)
@@ -79,7 +90,7 @@ async def run_operator(args: argparse.Namespace) -> int:
     except Exception as e:
         raise StartupError(f"cannot load Kubernetes config: {e}") from None
     async with client:
-        await _preflight(client, args.namespaces, args.enable_gang_scheduling)
+        await _preflight(client, args.namespaces, args.enable_gang_scheduling, args.enable_kueue)
         election = None
         if args.leader_elect:
             try:
@@ -109,6 +120,7 @@ async def run_operator(args: argparse.Namespace) -> int:
                 namespaces=tuple(args.namespaces),
                 max_concurrent_reconciles=args.max_concurrent_reconciles,
                 gang_scheduling=args.enable_gang_scheduling,
+                kueue=args.enable_kueue,
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,
                 progress_writes_per_second=args.kube_api_qps / 2,

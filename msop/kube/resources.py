@@ -92,3 +92,15 @@ NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 #: Volcano's PodGroup (gang scheduling); its CRD is optional (``--enable-gang-scheduling``).
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")
+#: Kueue's objects (``--enable-kueue``); their CRDs are optional.
+WORKLOADS = Resource("kueue.x-k8s.io", "v1beta2", "workloads", "Workload")
+RESOURCEFLAVORS = Resource(
+    "kueue.x-k8s.io", "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False
+)
+WORKLOADPRIORITYCLASSES = Resource(
+    "kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass",
+    namespaced=False,
+)  # fmt: skip
+PRIORITYCLASSES = Resource(
+    "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)

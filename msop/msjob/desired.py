@@ -41,6 +41,7 @@ cluster only works if every replica agrees on them.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from msop.api import constants as c
@@ -229,6 +230,17 @@ def wanted_cluster_size_env(job: JSON) -> dict[str, str]:
     }
 
 
+@dataclass(frozen=True)
+class Placement:
+    """What a queueing system decided for a replica's pods (Kueue's admitted flavors):
+    node labels and tolerations added to the template's, labels and annotations."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[JSON] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+
+
 def pod(
     job: JSON,
     replica_type: str,
@@ -237,6 +249,7 @@ def pod(
     sched_host: str | None,
     gang: bool = False,
     progress_port: int = 0,
+    placement: Placement | None = None,
 ) -> JSON:
     """The pod for one replica.
 
@@ -250,6 +263,9 @@ def pod(
 
     ``progress_port`` (not 0) gives Worker 0's ``mindspore`` container what a progress
     reporter needs (:func:`progress_env`).
+
+    ``placement`` adds node labels (the template's own win on a conflict, which Kueue's
+    flavor assignment rules out), tolerations, labels and annotations.
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]
@@ -277,6 +293,17 @@ def pod(
         pod_spec.setdefault("schedulerName", GANG_SCHEDULER_NAME)
         annotations[ANNOTATION_POD_GROUP] = view.name
         annotations[ANNOTATION_VOLCANO_TASK] = c.replica_type_label(replica_type)
+
+    if placement is not None:
+        if placement.node_selector:
+            pod_spec["nodeSelector"] = {
+                **placement.node_selector,
+                **(pod_spec.get("nodeSelector") or {}),
+            }
+        if placement.tolerations:
+            pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), *placement.tolerations]
+        labels = {**placement.labels, **labels}
+        annotations.update(placement.annotations)
 
     metadata: JSON = {
         "name": name,

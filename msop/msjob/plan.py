@@ -75,7 +75,7 @@ from msop.api.types import MSJob
 from msop.api.validation import validate
 from msop.kube.errors import ApiError, is_invalid
 from msop.kube.objects import JSON, format_time, parse_time
-from msop.msjob import desired, gang
+from msop.msjob import desired, gang, kueue
 
 #: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
 MANAGED_BY = "mindspore.gitee.com/msop"
@@ -96,6 +96,8 @@ class Options:
     """How long past its deletion deadline a terminating pod may hold its slot."""
     progress_port: int = c.DEFAULT_PROGRESS_PORT
     """Port Worker 0's progress reporter is told to serve on; 0: no progress."""
+    kueue: bool = False
+    """Manage jobs labelled ``kueue.x-k8s.io/queue-name`` through Kueue Workloads."""
 
 
 @dataclass
@@ -116,6 +118,13 @@ class Observed:
     counts_unwritten_since: datetime | None = None
     """Since when a change of this job's pod counts alone has been held back
     (:attr:`StatusWrite.held`); None if none is."""
+    workload: JSON | None = None
+    """The job's Kueue Workload (the one named :func:`kueue.workload_name`), if any."""
+    other_workloads: list[JSON] = field(default_factory=list)
+    """Other Workloads the job controls (left by an earlier spec): deleted."""
+    flavors: dict[str, JSON | None] = field(default_factory=dict)
+    """The ResourceFlavors the Workload's admission names, from the cache (None: not
+    there yet)."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,15 @@ class Plan:
     patch_pod_group: JSON | None = None
     """A merge patch for the PodGroup's spec (after a scale or a scheduling-policy edit)."""
     delete_pod_group: bool = False
+    create_workload: JSON | None = None
+    """A Kueue Workload to create (the reconciler resolves its priority first)."""
+    patch_workload: JSON | None = None
+    """A merge patch for the Workload's spec (pod sets, queue name, active)."""
+    workload_status: JSON | None = None
+    """A merge patch for the Workload's status (requeued after an eviction, finished)."""
+    release_workloads: list[JSON] = field(default_factory=list)
+    """Workloads whose Kueue finalizer is removed (finished, or going away)."""
+    delete_workloads: list[JSON] = field(default_factory=list)
     delete_job: bool = False
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
@@ -377,6 +395,8 @@ class _Planner:
         self.status: JSON = copy_json(self.old_status)
         self.plan = Plan()
         self.job = obs.defaulted if obs.defaulted is not None else apply_defaults(self.raw)
+        # Per replica type: what Kueue's admission adds to its pods.
+        self.placements: dict[str, desired.Placement] = {}
         self.view = MSJob(self.job)
         self.specs = self.view.replica_specs
         self.ref = f"{self.view.namespace}/{self.view.name}"
@@ -472,7 +492,11 @@ class _Planner:
         if self.view.run_policy.suspend:
             self.suspend()
             return None
-        self.start_or_resume()
+        resuming = self.resume()
+        if self.kueue_managed() and not self.kueue_admitted(resuming):
+            return None
+        if not self.status.get("startTime"):
+            self.status["startTime"] = self.now_s
         if self.deadline_exceeded():
             return None
         counts = self.count_replicas()
@@ -485,17 +509,18 @@ class _Planner:
                     self.event("Normal", "MSJobRunning", msg)
         return counts
 
-    def start_or_resume(self) -> None:
-        """Resuming restarts the clock: ``startTime`` is reset."""
-        if is_true(self.status, c.SUSPENDED):
-            self.condition(
-                c.SUSPENDED, c.CONDITION_FALSE, "MSJobResumed", f"MSJob {self.ref} is resumed."
-            )
-            self.plan.transitions.append("Resumed")
-            self.event("Normal", "MSJobResumed", f"MSJob {self.ref} is resumed.")
-            self.status["startTime"] = self.now_s
-        if not self.status.get("startTime"):
-            self.status["startTime"] = self.now_s
+    def resume(self) -> bool:
+        """Resuming restarts the clock: ``startTime`` is set again when the pods start.
+        Returns whether the job resumes in this pass."""
+        if not is_true(self.status, c.SUSPENDED):
+            return False
+        self.condition(
+            c.SUSPENDED, c.CONDITION_FALSE, "MSJobResumed", f"MSJob {self.ref} is resumed."
+        )
+        self.plan.transitions.append("Resumed")
+        self.event("Normal", "MSJobResumed", f"MSJob {self.ref} is resumed.")
+        self.status.pop("startTime", None)
+        return True
 
     def deadline_exceeded(self) -> bool:
         """Rule 6: fail at ``startTime + activeDeadlineSeconds``; requeue at that instant."""
@@ -542,6 +567,13 @@ class _Planner:
         self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
         if self.opts.gang_scheduling and self.obs.pod_group is not None:
             self.plan.delete_pod_group = True
+        wl = self.obs.workload
+        if wl is not None and not kueue.terminating(wl):
+            # A suspended job holds no quota: its Workload is made inactive (Kueue evicts
+            # it) and handed back once the pods are gone.
+            if kueue.active(wl):
+                self.plan.patch_workload = {"spec": {"active": False}}
+            self.requeue_when_stopped(wl)
         if not is_true(self.status, c.SUSPENDED):
             msg = f"MSJob {self.ref} is suspended."
             self.condition(c.SUSPENDED, c.CONDITION_TRUE, "MSJobSuspended", msg)
@@ -888,6 +920,142 @@ class _Planner:
         )  # fmt: skip
         self.event("Normal", gang.REASON_SCHEDULED, msg)
 
+    # --- Kueue ------------------------------------------------------------------------------
+    def kueue_managed(self) -> bool:
+        return self.opts.kueue and bool(kueue.queue_name(self.raw))
+
+    def stop_pods(self) -> bool:
+        """Delete every pod of the job (services stay); True once none is left."""
+        for pod in self.obs.pods:
+            self.delete_pod(pod)
+        return not self.obs.pods
+
+    def drop_workload(self, wl: JSON) -> None:
+        if kueue.has_finalizer(wl):
+            self.plan.release_workloads.append(wl)
+        if not kueue.terminating(wl):
+            self.plan.delete_workloads.append(wl)
+
+    def requeue_when_stopped(self, wl: JSON) -> None:
+        """An evicted Workload goes back to Kueue's queue once the pods are gone: until
+        then they hold the resources its quota accounted for."""
+        if kueue.is_true(wl, "Evicted") and kueue.has_quota(wl) and not self.obs.pods:
+            self.plan.workload_status = kueue.requeue_patch(wl, self.now_s)
+
+    def kueue_wait(self, wait: kueue.Wait) -> None:
+        """``Queued`` True with the wait's reason; an event when the reason changes."""
+        if is_true(self.status, c.RUNNING):
+            set_condition(
+                self.status, c.RUNNING, c.CONDITION_FALSE, wait.reason, wait.message, self.now_s
+            )
+        if self.condition(c.QUEUED, c.CONDITION_TRUE, wait.reason, wait.message):
+            current = get_condition(self.old_status, c.QUEUED) or {}
+            if current.get("reason") != wait.reason or current.get("status") != "True":
+                self.event("Normal", wait.reason, wait.message)
+
+    def kueue_admitted(self, resuming: bool) -> bool:
+        """With Kueue: keep the job's Workload in step with it and let its pods run only
+        while the Workload is admitted (:mod:`.kueue`); the Queued condition says where
+        it waits."""
+        wl = self.obs.workload
+        for old in self.obs.other_workloads:
+            self.drop_workload(old)
+        if wl is not None and kueue.terminating(wl):
+            # Deleted under the job: stop, let it go, and queue a new one.
+            self.stop_pods()
+            self.drop_workload(wl)
+            wl = None
+        if wl is None:
+            if self.stop_pods() and not self.obs.other_workloads:
+                self.plan.create_workload = kueue.workload(self.job, active=True)
+            self.kueue_wait(kueue.waiting(self.job, None) or kueue.Wait("", ""))
+            return False
+        if not kueue.pod_sets_match(self.job, wl):
+            self.reshape_workload(wl)
+            return False
+        self.sync_workload_spec(wl, resuming)
+        wait = kueue.waiting(self.job, wl)
+        if wait is not None:
+            if wait.reason == kueue.REASON_EVICTED:
+                self.status.pop("startTime", None)
+            self.stop_pods()
+            self.requeue_when_stopped(wl)
+            self.kueue_wait(wait)
+            return False
+        placements = kueue.placements(wl, self.obs.flavors)
+        if placements is None:
+            self.plan.requeue_at(1.0)  # a ResourceFlavor not in the cache yet
+            return False
+        self.placements = placements
+        queued = get_condition(self.status, c.QUEUED)
+        if queued is None or queued.get("reason") != kueue.REASON_ADMITTED:
+            msg = (
+                f"MSJob {self.ref}: Kueue admitted its Workload {wl['metadata']['name']} to "
+                f"ClusterQueue {kueue.cluster_queue(wl)!r}."
+            )
+            set_condition(
+                self.status, c.QUEUED, c.CONDITION_FALSE, kueue.REASON_ADMITTED, msg,
+                self.now_s, in_place=True,
+            )  # fmt: skip
+            self.event("Normal", kueue.REASON_ADMITTED, msg)
+        return True
+
+    def reshape_workload(self, wl: JSON) -> None:
+        """The job's replicas or resources changed: a Workload not yet admitted is
+        updated; one admitted for the old shape is dropped once the pods are stopped, and
+        a new one is queued."""
+        if kueue.has_quota(wl) or self.obs.pods:
+            if self.stop_pods():
+                self.drop_workload(wl)
+        else:
+            self.plan.patch_workload = {"spec": {"podSets": kueue.pod_sets(self.job)}}
+        self.kueue_wait(
+            kueue.Wait(
+                kueue.REASON_PENDING,
+                f"MSJob {self.ref} changed its replicas or resources: its Workload is "
+                f"queued again in LocalQueue {kueue.queue_name(self.raw)!r}.",
+            )
+        )
+
+    def sync_workload_spec(self, wl: JSON, resuming: bool) -> None:
+        """The queue name follows the label until the Workload holds quota (then a change
+        is refused: the Workload stays in its queue and a Warning says so); a resumed
+        job's Workload is made active again."""
+        spec: JSON = {}
+        want = kueue.queue_name(self.raw)
+        have = (wl.get("spec") or {}).get("queueName")
+        if want != have and kueue.has_quota(wl):
+            self.event(
+                "Warning",
+                "QueueNameChangeRefused",
+                f"MSJob {self.ref}: the {kueue.QUEUE_LABEL} label says {want!r}, but its "
+                f"Workload is admitted through LocalQueue {have!r}; the change is refused "
+                "while it holds quota (suspend the job to move it).",
+            )
+        elif want != have:
+            spec["queueName"] = want
+        if resuming and not kueue.active(wl):
+            spec["active"] = True
+        if spec:
+            self.plan.patch_workload = {"spec": spec}
+
+    def finish_workload(self) -> None:
+        """A finished job's Workload is marked Finished (its quota is released) and
+        Kueue's finalizer removed."""
+        wl = self.obs.workload
+        for old in self.obs.other_workloads:
+            self.drop_workload(old)
+        if wl is None:
+            return
+        if not kueue.is_true(wl, "Finished") and not kueue.terminating(wl):
+            done = get_condition(self.status, c.SUCCEEDED)
+            succeeded = bool(done and done.get("status") == c.CONDITION_TRUE)
+            final = done if succeeded else get_condition(self.status, c.FAILED)
+            message = str((final or {}).get("message") or "finished")
+            self.plan.workload_status = kueue.finish_patch(wl, succeeded, message, self.now_s)
+        if kueue.has_finalizer(wl):
+            self.plan.release_workloads.append(wl)
+
     def create_missing_pods(self, sched_host: str | None) -> None:
         """Every wanted pod that does not exist; with a Scheduler, the others wait for
         its Service's ClusterIP (the Service's creation requeues the job)."""
@@ -901,6 +1069,7 @@ class _Planner:
                 desired.pod(
                     self.job, rtype, index, sched_host=sched_host,
                     gang=self.opts.gang_scheduling, progress_port=self.opts.progress_port,
+                    placement=self.placements.get(rtype),
                 )
             )  # fmt: skip
             types.add(rtype)
@@ -949,6 +1118,7 @@ class _Planner:
             self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
         if self.opts.gang_scheduling and self.obs.pod_group is not None:
             self.plan.delete_pod_group = True
+        self.finish_workload()
         ttl = self.view.run_policy.ttl_seconds_after_finished
         if ttl is not None:
             done = parse_time(self.status["completionTime"]) or self.now

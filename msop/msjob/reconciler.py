@@ -66,8 +66,8 @@ from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
-from msop.informers.lister import Reader
-from msop.informers.store import BY_CONTROLLER_UID
+from msop.informers.lister import Lister, Reader
+from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE
 from msop.kube import jsonpatch
 from msop.kube.client import KubeClient
 from msop.kube.errors import (
@@ -79,8 +79,16 @@ from msop.kube.errors import (
     is_patch_test_failed,
 )
 from msop.kube.objects import JSON
-from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
-from msop.msjob import metrics
+from msop.kube.resources import (
+    PODGROUPS,
+    PODS,
+    PRIORITYCLASSES,
+    SERVICES,
+    WORKLOADPRIORITYCLASSES,
+    WORKLOADS,
+    Resource,
+)
+from msop.msjob import kueue, metrics
 from msop.msjob.plan import Observed, Options, Plan, plan, status_write
 
 log = structlog.get_logger("msop.msjob")
@@ -151,6 +159,8 @@ class MSJobReconciler:
         services: Reader,
         pod_groups: Reader | None,
         recorder: EventRecorder,
+        workloads: Reader | None = None,
+        flavors: Lister | None = None,
         expectations: Expectations,
         options: Options,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -161,6 +171,8 @@ class MSJobReconciler:
         self.pods = pods
         self.services = services
         self.pod_groups = pod_groups
+        self.workloads = workloads
+        self.flavors = flavors
         self.recorder = recorder
         self.expectations = expectations
         self.options = options
@@ -187,6 +199,7 @@ class MSJobReconciler:
             self._defaulted.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
+            await self._release_orphaned_workloads(request.namespace, request.name)
             return Result()
         rv = job["metadata"].get("resourceVersion", "")
         if self._superseded.get(key) == rv:
@@ -211,8 +224,12 @@ class MSJobReconciler:
         else:
             defaulted = apply_defaults(job)
             self._defaulted[key] = (rv, defaulted)
+        workload, other_workloads, flavors = self._workloads(job)
         observed = Observed(
             job=job,
+            workload=workload,
+            other_workloads=other_workloads,
+            flavors=flavors,
             pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
             services=self.services.by_index(BY_CONTROLLER_UID, uid),
             now=self.now(),
@@ -251,16 +268,9 @@ class MSJobReconciler:
             p = replace(p, status=None, transitions=[])
             job = written
 
-        if failure is None:
-            failure, _ = await self._create(
-                key, ns, job, SERVICES, p.create_services, services_key(key)
-            )
-        if failure is None:
-            failure, _ = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
-        await self._delete(key, ns, PODS, p.delete_pods, pods_key(key))
-        await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
-        await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
-        await self._pod_group(ns, job, p)
+        failure = await self._children(key, ns, job, p, failure)
+        # A Workload write that conflicted is planned again from a fresher cache.
+        workload_written = await self._scheduling_objects(ns, job, p, observed.workload)
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
@@ -273,11 +283,29 @@ class MSJobReconciler:
             self._counts_unwritten.pop(key, None)
         if p.delete_job:
             await self._delete_job(job)
+        if not workload_written:
+            return Result(requeue=True)
         if failure is not None and not is_invalid(failure):
             if refused_by_policy(failure):
                 return Result(requeue=True)
             raise failure
         return Result(requeue_after=w.requeue_after)
+
+    async def _children(
+        self, key: str, ns: str, job: JSON, p: Plan, failure: ApiError | None
+    ) -> ApiError | None:
+        """Services, then pods (the first refused create stops the creates), then
+        deletes; returns the refusal."""
+        if failure is None:
+            failure, _ = await self._create(
+                key, ns, job, SERVICES, p.create_services, services_key(key)
+            )
+        if failure is None:
+            failure, _ = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
+        await self._delete(key, ns, PODS, p.delete_pods, pods_key(key))
+        await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
+        await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
+        return failure
 
     async def _write_status(
         self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
@@ -391,6 +419,13 @@ class MSJobReconciler:
 
         await asyncio.gather(*(one(o) for o in objs))
 
+    async def _scheduling_objects(self, ns: str, job: JSON, p: Plan, workload: JSON | None) -> bool:
+        """The PodGroup (Volcano) and Workload (Kueue) writes; False: requeue."""
+        await self._pod_group(ns, job, p)
+        await self._create_workload(ns, job, p)
+        written, latest = await self._update_workload(p, workload)
+        return written and await self._drop_workloads(ns, p, latest)
+
     async def _pod_group(self, ns: str, job: JSON, p: Plan) -> None:
         if p.create_pod_group is not None:
             try:
@@ -410,6 +445,114 @@ class MSJobReconciler:
             except ApiError as e:
                 if not is_not_found(e):
                     raise
+
+    def _workloads(self, job: JSON) -> tuple[JSON | None, list[JSON], dict[str, JSON | None]]:
+        """The job's Workload, the other Workloads it controls, and the ResourceFlavors
+        the Workload's admission names (Kueue)."""
+        if self.workloads is None or not self.options.kueue:
+            return None, [], {}
+        meta = job["metadata"]
+        name = kueue.workload_name(meta["name"], meta["uid"])
+        mine = self.workloads.by_index(BY_CONTROLLER_UID, meta["uid"])
+        workload = next((w for w in mine if w["metadata"]["name"] == name), None)
+        others = [w for w in mine if w is not workload]
+        flavors: dict[str, JSON | None] = {}
+        if workload is not None and self.flavors is not None:
+            flavors = {n: self.flavors.get(n) for n in kueue.flavor_names(workload)}
+        return workload, others, flavors
+
+    async def _release_orphaned_workloads(self, namespace: str, name: str) -> None:
+        """The job is gone: its Workloads, being deleted by the garbage collector, lose
+        Kueue's finalizer (Kueue releases their quota)."""
+        if self.workloads is None:
+            return
+        for wl in self.workloads.by_index(BY_NAMESPACE, namespace):
+            refs = wl["metadata"].get("ownerReferences") or []
+            owned = any(r.get("kind") == "MSJob" and r.get("name") == name for r in refs)
+            if owned and kueue.terminating(wl) and kueue.has_finalizer(wl):
+                await self._patch_workload(wl, kueue.finalizer_patch(wl))
+
+    async def _patch_workload(
+        self, wl: JSON, patch: JSON, subresource: str | None = None
+    ) -> JSON | None:
+        """Merge-patch a Workload; None when it moved (a conflict) or is gone."""
+        meta = wl["metadata"]
+        try:
+            out: JSON = await self.client.patch(
+                WORKLOADS, meta["name"], patch, meta["namespace"], subresource=subresource
+            )
+            return out
+        except ApiError as e:
+            if is_conflict(e) or is_not_found(e):
+                log.info("workload write conflicted; requeueing", workload=meta["name"])
+                return None
+            raise
+
+    async def _priority(self, job: JSON) -> JSON:
+        """The Workload's priority fields, from the class the job names (404: the event
+        says which class is missing, and the create is retried with backoff)."""
+        source = kueue.priority_source(job)
+        if source is None:
+            return {}
+        kind, name = source
+        res = WORKLOADPRIORITYCLASSES if kind == "WorkloadPriorityClass" else PRIORITYCLASSES
+        try:
+            obj = await self.client.get(res, name)
+        except ApiError as e:
+            if is_not_found(e):
+                self.recorder.event(
+                    job, "Warning", "PriorityClassNotFound",
+                    f"MSJob {job['metadata']['namespace']}/{job['metadata']['name']}: {kind} "
+                    f"{name!r} does not exist; its Workload is created once it does.",
+                )  # fmt: skip
+            raise
+        return kueue.priority_ref(kind, name, int(obj.get("value") or 0))
+
+    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> None:
+        if p.create_workload is None:
+            return
+        wl = p.create_workload
+        wl["spec"].update(await self._priority(job))
+        try:
+            await self.client.create(WORKLOADS, wl, ns)
+        except ApiError as e:
+            if not is_already_exists(e):
+                raise
+            return
+        message = f"Created Workload: {ns}/{wl['metadata']['name']}"
+        self.recorder.event(job, "Normal", "CreatedWorkload", message)
+
+    async def _update_workload(self, p: Plan, workload: JSON | None) -> tuple[bool, JSON | None]:
+        """The job's Workload: spec patch, then status patch. Returns False if one
+        conflicted, and the Workload as last written (or cached)."""
+        if workload is None:
+            return True, None
+        latest: JSON | None = workload
+        if p.patch_workload is not None:
+            latest = await self._patch_workload(workload, p.patch_workload)
+        if latest is not None and p.workload_status is not None:
+            # The status patch was planned from the cached Workload; a spec patch of this
+            # pass moved only the spec, so it applies to the newer resourceVersion.
+            rv = latest["metadata"]["resourceVersion"]
+            patch = {**p.workload_status, "metadata": {"resourceVersion": rv}}
+            latest = await self._patch_workload(latest, patch, "status")
+        return latest is not None, latest
+
+    async def _drop_workloads(self, ns: str, p: Plan, latest: JSON | None) -> bool:
+        """Kueue's finalizer off (the job's own Workload as just written), then deletes."""
+        for wl in p.release_workloads:
+            if latest is not None and wl["metadata"]["name"] == latest["metadata"]["name"]:
+                wl = latest
+            if await self._patch_workload(wl, kueue.finalizer_patch(wl)) is None:
+                return False
+        for wl in p.delete_workloads:
+            meta = wl["metadata"]
+            try:
+                await self.client.delete(WORKLOADS, meta["name"], ns, uid_precondition=meta["uid"])
+            except ApiError as e:
+                if not (is_not_found(e) or is_conflict(e)):
+                    raise
+        return True
 
     async def _delete_job(self, job: JSON) -> None:
         meta = job["metadata"]

@@ -22,6 +22,9 @@ class Settings:
     default of ``msop run --max-concurrent-reconciles``."""
     gang_scheduling: bool = False
     """Create Volcano PodGroups and hold pods until their group is Inqueue."""
+    kueue: bool = False
+    """Queue jobs labelled ``kueue.x-k8s.io/queue-name`` in Kueue through a Workload
+    each, and run their pods only while it is admitted."""
     progress_port: int = c.DEFAULT_PROGRESS_PORT
     """Port Worker 0's progress reporter serves on; 0 turns progress off."""
     progress_interval: float = 30.0

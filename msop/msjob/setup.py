@@ -1,10 +1,12 @@
 """Wiring of the MSJob controller: which caches it reads and which events wake it.
 
 - MSJobs: all of them in the watched namespaces; any event enqueues the job.
-- Pods, Services (and PodGroups with gang scheduling): only those labelled
+- Pods, Services (and PodGroups with gang scheduling, Workloads with Kueue): only those labelled
   ``training.kubeflow.org/operator-name=msjob-controller``, so the caches hold the
   operator's own objects and not every pod in the cluster; an event enqueues the
   controller owner (an MSJob). The same events lower the reconciler's expectations.
+- With Kueue, every ResourceFlavor (cluster-scoped, few): an admitted Workload's flavors
+  give its pods their node labels and tolerations. Their events wake no job.
 - Worker 0 pods that run also feed the progress poller (``progress.py``, leader only),
   which enqueues a job when its reporter has something new.
 """
@@ -24,7 +26,7 @@ from msop.controller.workqueue import PRIORITY_LOW
 from msop.informers.informer import SharedInformer, final_state
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import Transform
-from msop.kube.resources import PODGROUPS, PODS, SERVICES, Resource
+from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS, Resource
 from msop.msjob import metrics
 from msop.msjob.plan import Options
 from msop.msjob.progress import ProgressPoller
@@ -82,6 +84,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     pods = informers(PODS, CHILD_SELECTOR, pod_projection)
     services = informers(SERVICES, CHILD_SELECTOR, service_projection)
     pod_groups = informers(PODGROUPS, CHILD_SELECTOR) if settings.gang_scheduling else []
+    workloads = informers(WORKLOADS, CHILD_SELECTOR) if settings.kueue else []
+    # Cluster-scoped and few: the node labels and tolerations of admitted flavors.
+    flavors = [factory.informer_for(RESOURCEFLAVORS)] if settings.kueue else []
 
     expectations = Expectations()
     poller: ProgressPoller | None = None
@@ -99,10 +104,14 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         pods=_reader(pods),
         services=_reader(services),
         pod_groups=_reader(pod_groups) if pod_groups else None,
+        workloads=_reader(workloads) if workloads else None,
+        flavors=Lister(flavors[0]) if flavors else None,
         recorder=manager.event_recorder(EVENT_COMPONENT),
         expectations=expectations,
         options=Options(
-            gang_scheduling=settings.gang_scheduling, progress_port=settings.progress_port
+            gang_scheduling=settings.gang_scheduling,
+            progress_port=settings.progress_port,
+            kueue=settings.kueue,
         ),
         progress=poller.get if poller is not None else None,
     )
@@ -134,7 +143,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in services:
         controller.watch(inf, owner)
         _observe(inf, expectations, "services")
-    for inf in pod_groups:
+    for inf in [*pod_groups, *workloads]:
         controller.watch(inf, owner)
     manager.add(controller)
     if poller is not None:

@@ -1,0 +1,367 @@
+"""Kueue: an MSJob as a Kueue Workload, queued, admitted, evicted and finished.
+
+Kueue manages job kinds it does not know (``integrations.externalFrameworks`` in its
+configuration, ``MSJob.v1.mindspore.gitee.com``) through their own controller, which does
+for them what Kueue's ``jobframework`` does for its built-in kinds. With
+``--enable-kueue`` msop does it for every MSJob labelled ``kueue.x-k8s.io/queue-name``;
+jobs without the label are untouched. Pure functions over the MSJob and its Workload as
+the informer caches hold them; the planner decides with them and the reconciler writes.
+
+One difference from Kueue's built-in integrations, on purpose: msop never rewrites the
+user's MSJob. Kueue's jobframework suspends a job through its spec, injects the admitted
+flavors' node labels and tolerations into the job's pod templates and restores them on
+eviction. msop holds the job's pods until the Workload is admitted and gives each pod its
+flavor's placement when it creates it, so ``runPolicy.suspend`` stays the user's switch
+(a suspended job's Workload is made inactive, which releases its quota) and a GitOps tool
+never sees msop's writes as drift in the spec.
+
+The Workload (named as Kueue names its own, ``msjob-<name>-<hash>``) has one pod set per
+replica type (``scheduler``, ``worker``; the count is the replica count, the template the
+replica's), the queue name from the label, the priority of the
+``kueue.x-k8s.io/priority-class`` WorkloadPriorityClass or else of the first
+``priorityClassName`` in the templates, Kueue's finalizer and the MSJob as controller.
+
+======================================  ==============================================
+Workload                                what msop does (``Queued`` condition)
+======================================  ==============================================
+missing                                 creates it; no pod (True, ``WorkloadPending``)
+quota not reserved, or checks pending   no pod (True, ``WorkloadPending``, Kueue's
+                                        message: which quota is short)
+inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
+``Admitted``                            creates the pods with the flavors' node labels
+                                        and tolerations (False, ``WorkloadAdmitted``)
+``Evicted`` (preempted, deactivated,    deletes the pods; once they are gone, clears
+queue stopped, ...)                     the admission so that Kueue queues it again
+                                        (True, ``WorkloadEvicted``); not a failure:
+                                        nothing counts toward ``backoffLimit``
+job finished                            marks it ``Finished`` (its quota is released)
+                                        and removes Kueue's finalizer
+spec out of date (replicas or           not admitted: updated in place; admitted: the
+resources changed)                      pods are deleted and a new Workload queued
+======================================  ==============================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from msop.api import constants as c
+from msop.api.naming import job_selector, owner_reference
+from msop.api.types import MSJob
+from msop.kube.objects import JSON
+from msop.msjob.desired import Placement
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+PODSET_LABEL = "kueue.x-k8s.io/podset"
+FINALIZER = "kueue.x-k8s.io/resource-in-use"
+API_VERSION = "kueue.x-k8s.io/v1beta2"
+
+REASON_PENDING = "WorkloadPending"
+REASON_INACTIVE = "WorkloadInactive"
+REASON_EVICTED = "WorkloadEvicted"
+REASON_ADMITTED = "WorkloadAdmitted"
+
+#: Kueue's Workload name: ``<kind>-<job name>`` cut to fit, a dash, 5 hex of a hash.
+_NAME_LIMIT = 253
+_HASH_LENGTH = 5
+
+
+def queue_name(job: JSON) -> str:
+    """The job's ``kueue.x-k8s.io/queue-name`` label; "" if it has none."""
+    value = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
+    return value if isinstance(value, str) else ""
+
+
+def workload_name(job_name: str, uid: str) -> str:
+    """The name Kueue itself would give the Workload of this MSJob."""
+    digest = hashlib.sha1(
+        "\n".join([c.KIND, c.GROUP, job_name, uid]).encode(), usedforsecurity=False
+    ).hexdigest()
+    prefix = f"{c.KIND.lower()}-{job_name}"[: _NAME_LIMIT - 1 - _HASH_LENGTH]
+    return f"{prefix}-{digest[:_HASH_LENGTH]}"
+
+
+def pod_set_name(replica_type: str) -> str:
+    return replica_type.lower()
+
+
+def pod_sets(job: JSON) -> list[JSON]:
+    """One pod set per replica type with replicas, in the job's order (Scheduler first)."""
+    view = MSJob(job)
+    out = []
+    for rtype in c.REPLICA_TYPES:
+        spec = view.replica_specs.get(rtype)
+        if spec is None or spec.replicas < 1:
+            continue
+        template = spec.template
+        out.append(
+            {
+                "name": pod_set_name(rtype),
+                "count": spec.replicas,
+                "template": {
+                    "metadata": dict(template.get("metadata") or {}),
+                    "spec": dict(template.get("spec") or {}),
+                },
+            }
+        )
+    return out
+
+
+def priority_source(job: JSON) -> tuple[str, str] | None:
+    """Where the Workload's priority comes from: ``("WorkloadPriorityClass", name)`` for
+    the job's ``kueue.x-k8s.io/priority-class`` label, else ``("PriorityClass", name)``
+    for the first template's ``priorityClassName``; None: no priority (0)."""
+    label = (job["metadata"].get("labels") or {}).get(PRIORITY_CLASS_LABEL)
+    if isinstance(label, str) and label:
+        return ("WorkloadPriorityClass", label)
+    for ps in pod_sets(job):
+        name = ps["template"]["spec"].get("priorityClassName")
+        if isinstance(name, str) and name:
+            return ("PriorityClass", name)
+    return None
+
+
+def priority_ref(kind: str, name: str, value: int) -> JSON:
+    """The Workload's ``priorityClassRef`` and ``priority`` for a resolved class."""
+    group = "kueue.x-k8s.io" if kind == "WorkloadPriorityClass" else "scheduling.k8s.io"
+    return {"priorityClassRef": {"group": group, "kind": kind, "name": name}, "priority": value}
+
+
+def workload(job: JSON, *, active: bool) -> JSON:
+    """The Workload for ``job`` (its priority is resolved by the caller:
+    :func:`priority_source`, :func:`priority_ref`)."""
+    meta = job["metadata"]
+    view = MSJob(job)
+    labels = dict(job_selector(view.name))
+    labels[JOB_UID_LABEL] = meta["uid"]
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Workload",
+        "metadata": {
+            "name": workload_name(view.name, meta["uid"]),
+            "namespace": view.namespace,
+            "labels": labels,
+            "finalizers": [FINALIZER],
+            "ownerReferences": [owner_reference(job)],
+        },
+        "spec": {"queueName": queue_name(job), "podSets": pod_sets(job), "active": active},
+    }
+
+
+def _resources(ps: JSON) -> list[Any]:
+    spec = (ps.get("template") or {}).get("spec") or {}
+    return [
+        (x.get("name"), x.get("resources") or {})
+        for key in ("initContainers", "containers")
+        for x in spec.get(key) or []
+    ]
+
+
+def pod_sets_match(job: JSON, wl: JSON) -> bool:
+    """Whether the Workload still describes the job: the same pod sets, counts and
+    container resources (what Kueue's quota is computed from)."""
+    want = [(p["name"], p["count"], _resources(p)) for p in pod_sets(job)]
+    have = [
+        (p.get("name"), p.get("count"), _resources(p))
+        for p in (wl.get("spec") or {}).get("podSets") or []
+    ]
+    return want == have
+
+
+def _conditions(wl: JSON | None) -> list[JSON]:
+    if wl is None:
+        return []
+    return [x for x in (wl.get("status") or {}).get("conditions") or [] if isinstance(x, dict)]
+
+
+def condition(wl: JSON | None, type_: str) -> JSON | None:
+    return next((x for x in _conditions(wl) if x.get("type") == type_), None)
+
+
+def is_true(wl: JSON | None, type_: str) -> bool:
+    return (condition(wl, type_) or {}).get("status") == "True"
+
+
+def admitted(wl: JSON | None) -> bool:
+    """Admitted by Kueue and not evicted since: the job's pods may run."""
+    return is_true(wl, "Admitted") and not is_true(wl, "Evicted") and not is_true(wl, "Finished")
+
+
+def has_quota(wl: JSON | None) -> bool:
+    return is_true(wl, "QuotaReserved") or bool((wl or {}).get("status", {}).get("admission"))
+
+
+def active(wl: JSON | None) -> bool:
+    return (wl or {}).get("spec", {}).get("active") is not False
+
+
+def terminating(wl: JSON | None) -> bool:
+    return bool((wl or {}).get("metadata", {}).get("deletionTimestamp"))
+
+
+def has_finalizer(wl: JSON) -> bool:
+    return FINALIZER in (wl["metadata"].get("finalizers") or [])
+
+
+def cluster_queue(wl: JSON | None) -> str:
+    admission = ((wl or {}).get("status") or {}).get("admission") or {}
+    return str(admission.get("clusterQueue") or "")
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a queued job's pods are held: the ``Queued`` condition's reason and message."""
+
+    reason: str
+    message: str
+
+
+def waiting(job: JSON, wl: JSON | None) -> Wait | None:
+    """Why the job waits in Kueue, or None once its Workload is admitted."""
+    view = MSJob(job)
+    ref = f"{view.namespace}/{view.name}"
+    queue = queue_name(job)
+    if wl is not None and admitted(wl):
+        return None
+    if wl is not None and is_true(wl, "Evicted"):
+        ev = condition(wl, "Evicted") or {}
+        return Wait(
+            REASON_EVICTED,
+            f"MSJob {ref}: Kueue evicted its Workload ({ev.get('reason') or 'Evicted'}: "
+            f"{ev.get('message') or 'no message'}); its pods are deleted and it waits in "
+            f"LocalQueue {queue!r} to be admitted again.",
+        )
+    if wl is not None and not active(wl):
+        return Wait(
+            REASON_INACTIVE,
+            f"MSJob {ref}: its Workload {wl['metadata']['name']} is inactive "
+            "(spec.active is false); it is not queued until it is made active again.",
+        )
+    detail = "Kueue has not looked at its Workload yet"
+    if wl is not None:
+        qr = condition(wl, "QuotaReserved")
+        if has_quota(wl):
+            detail = (
+                f"quota is reserved in ClusterQueue {cluster_queue(wl)!r}; "
+                "admission checks are pending"
+            )
+        elif qr is not None and qr.get("message"):
+            detail = str(qr["message"])
+    return Wait(REASON_PENDING, f"MSJob {ref} waits in LocalQueue {queue!r}: {detail}.")
+
+
+def placements(wl: JSON, flavors: dict[str, JSON | None]) -> dict[str, Placement] | None:
+    """Per replica type, what its pods get from the admission: the node labels and
+    tolerations of the ResourceFlavors assigned to its pod set, then the admission
+    checks' pod set updates. None while a flavor is not in the cache yet."""
+    status = wl.get("status") or {}
+    out: dict[str, Placement] = {}
+    for assignment in (status.get("admission") or {}).get("podSetAssignments") or []:
+        name = str(assignment.get("name") or "")
+        node_selector: dict[str, str] = {}
+        tolerations: list[JSON] = []
+        labels = {PODSET_LABEL: name}
+        annotations: dict[str, str] = {}
+        seen: set[str] = set()
+        for flavor_name in (assignment.get("flavors") or {}).values():
+            if flavor_name in seen:
+                continue
+            seen.add(flavor_name)
+            flavor = flavors.get(flavor_name)
+            if flavor is None:
+                return None
+            fspec = flavor.get("spec") or {}
+            node_selector.update(fspec.get("nodeLabels") or {})
+            tolerations.extend(fspec.get("tolerations") or [])
+        for check in status.get("admissionChecks") or []:
+            for update in check.get("podSetUpdates") or []:
+                if update.get("name") != name:
+                    continue
+                node_selector.update(update.get("nodeSelector") or {})
+                tolerations.extend(update.get("tolerations") or [])
+                labels.update(update.get("labels") or {})
+                annotations.update(update.get("annotations") or {})
+        for rtype in c.REPLICA_TYPES:
+            if pod_set_name(rtype) == name:
+                out[rtype] = Placement(node_selector, tolerations, labels, annotations)
+    return out
+
+
+def flavor_names(wl: JSON) -> list[str]:
+    admission = (wl.get("status") or {}).get("admission") or {}
+    names = {
+        str(f)
+        for a in admission.get("podSetAssignments") or []
+        for f in (a.get("flavors") or {}).values()
+    }
+    return sorted(names)
+
+
+def _set(conditions: list[JSON], new: JSON) -> None:
+    for i, x in enumerate(conditions):
+        if x.get("type") == new["type"]:
+            if x.get("status") == new["status"]:
+                new = {**new, "lastTransitionTime": x.get("lastTransitionTime")}
+            conditions[i] = new
+            return
+    conditions.append(new)
+
+
+def _cond(wl: JSON, type_: str, status: str, reason: str, message: str, now: str) -> JSON:
+    return {
+        "type": type_,
+        "status": status,
+        "reason": reason,
+        "message": message[:32768],
+        "lastTransitionTime": now,
+        "observedGeneration": wl["metadata"].get("generation", 0),
+    }
+
+
+def requeue_patch(wl: JSON, now: str) -> JSON:
+    """The status merge patch that hands an evicted Workload back to Kueue once the job's
+    pods are gone, as Kueue's jobframework does: ``QuotaReserved`` False (``Pending``),
+    ``Admitted`` False, ``Requeued`` (True after a preemption or a node failure) and no
+    ``admission``. Carries the resourceVersion: a Workload that moved is re-read."""
+    ev = condition(wl, "Evicted") or {}
+    reason = str(ev.get("reason") or "Evicted")
+    message = str(ev.get("message") or "evicted")
+    conditions = [dict(x) for x in _conditions(wl)]
+    requeued = "True" if reason in ("Preempted", "NodeFailures") else "False"
+    _set(conditions, _cond(wl, "Requeued", requeued, reason, message, now))
+    _set(conditions, _cond(wl, "QuotaReserved", "False", "Pending", message, now))
+    checks_ready = all(
+        x.get("state") == "Ready" for x in (wl.get("status") or {}).get("admissionChecks") or []
+    )
+    if checks_ready:
+        admitted_reason, admitted_message = "NoReservation", "The workload has no reservation"
+    else:
+        admitted_reason = "NoReservationUnsatisfiedChecks"
+        admitted_message = "The workload has no reservation and not all checks ready"
+    _set(conditions, _cond(wl, "Admitted", "False", admitted_reason, admitted_message, now))
+    return {
+        "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
+        "status": {"conditions": conditions, "admission": None},
+    }
+
+
+def finish_patch(wl: JSON, succeeded: bool, message: str, now: str) -> JSON:
+    """The status merge patch that marks the Workload ``Finished`` (its quota is
+    released); carries the resourceVersion."""
+    conditions = [dict(x) for x in _conditions(wl)]
+    reason = "Succeeded" if succeeded else "Failed"
+    _set(conditions, _cond(wl, "Finished", "True", reason, message, now))
+    return {
+        "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
+        "status": {"conditions": conditions},
+    }
+
+
+def finalizer_patch(wl: JSON) -> JSON:
+    """The merge patch that removes Kueue's finalizer (kept: anyone else's)."""
+    rest = [f for f in wl["metadata"].get("finalizers") or [] if f != FINALIZER]
+    return {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"], "finalizers": rest}}

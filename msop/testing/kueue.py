@@ -1,0 +1,194 @@
+"""A real Kueue for the kwok tier: the manager built from the Go module
+``sigs.k8s.io/kueue`` (``hack/kueue/build.sh``), run as a child process against a
+:class:`~msop.testing.cluster.LocalCluster`.
+
+``Kueue.start()`` installs the module's CRDs, writes a certificate for 127.0.0.1
+(``certgen``), registers Kueue's own webhooks (those for its API: Workload, ClusterQueue,
+ResourceFlavor, ...) with the API server at ``https://127.0.0.1:<port>``, and starts the
+manager with a configuration that lists MSJob as an external framework
+(``MSJob.v1.mindspore.gitee.com``), no leader election, health on a loopback port,
+metrics and the visibility server off (both would listen on every interface). It is ready
+when ``/readyz`` answers, which includes the webhook server.
+
+The webhooks of Kueue's built-in job integrations (batch Job, Pod, JobSet, Kubeflow jobs,
+...) are not registered: the tests submit only MSJobs, which Kueue manages through msop.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from msop.testing.operator import free_port
+from msop.testing.process import terminate
+from msop.testing.volcano import Kubectl
+
+REPO = Path(__file__).resolve().parents[2]
+#: How Kueue's configuration names MSJob among its external frameworks (Kind.version.group).
+EXTERNAL_FRAMEWORK = "MSJob.v1.mindspore.gitee.com"
+NAMESPACE = "kueue-system"
+
+
+def build() -> Path:
+    """Build (or reuse) Kueue; return the directory with the binaries, ``crds/`` and
+    ``webhooks.yaml``."""
+    proc = subprocess.run(
+        [str(REPO / "hack/kueue/build.sh")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"building Kueue failed (hack/kueue/build.sh):\n{proc.stderr[-4000:]}")
+    return Path(proc.stdout.strip().splitlines()[-1])
+
+
+def loopback_webhooks(manifests: str, port: int, ca_bundle: bytes, prefix: str) -> list[Any]:
+    """Kueue's webhook configurations, reduced to the webhooks of Kueue's own API and
+    pointed at ``https://127.0.0.1:<port><path>`` (the module's point at a Service)."""
+    out = []
+    for doc in yaml.safe_load_all(manifests):
+        if not doc:
+            continue
+        hooks = []
+        for hook in doc.get("webhooks") or []:
+            path = hook["clientConfig"]["service"]["path"]
+            if "kueue-x-k8s-io" not in path:
+                continue
+            hook["clientConfig"] = {
+                "url": f"https://127.0.0.1:{port}{path}",
+                "caBundle": base64.b64encode(ca_bundle).decode(),
+            }
+            hooks.append(hook)
+        doc["metadata"] = {"name": f"{prefix}-{doc['kind'].lower()}"}
+        doc["webhooks"] = hooks
+        out.append(doc)
+    return out
+
+
+@dataclass
+class Kueue:
+    """Kueue's manager for one cluster; see the module doc."""
+
+    cluster: Kubectl
+    bin_dir: Path
+    log_dir: Path
+    name: str = "kueue"
+    feature_gates: str = "VisibilityOnDemand=false"
+    proc: subprocess.Popen[bytes] | None = None
+    health_port: int = 0
+    webhook_port: int = 0
+    webhook_configs: list[str] = field(default_factory=list)
+
+    @property
+    def work_dir(self) -> Path:
+        return self.log_dir / self.name
+
+    def install_crds(self, timeout: float = 60) -> None:
+        crds = sorted((self.bin_dir / "crds").glob("*.yaml"))
+        for crd in crds:
+            # Server-side: the CRDs are too large for the last-applied annotation.
+            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
+        for crd in crds:
+            self.cluster.kubectl(
+                "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", "-f", str(crd)
+            )
+
+    def config(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+            "kind": "Configuration",
+            "namespace": NAMESPACE,
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{self.health_port}"},
+            "metrics": {"bindAddress": "0"},
+            "webhook": {
+                "host": "127.0.0.1",
+                "port": self.webhook_port,
+                "certDir": str(self.work_dir / "certs"),
+            },
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "clientConnection": {"qps": 200, "burst": 400},
+            "integrations": {
+                "frameworks": ["batch/job"],
+                "externalFrameworks": [EXTERNAL_FRAMEWORK],
+            },
+        }
+
+    def start(self, timeout: float = 90) -> None:
+        self.install_crds()
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        certs = self.work_dir / "certs"
+        subprocess.run([str(self.bin_dir / "certgen"), str(certs)], check=True)
+        self.cluster.kubectl("create", "namespace", NAMESPACE, check=False)
+        self.health_port, self.webhook_port = free_port(), free_port()
+        hooks = loopback_webhooks(
+            (self.bin_dir / "webhooks.yaml").read_text(),
+            self.webhook_port,
+            (certs / "ca.crt").read_bytes(),
+            f"msop-test-{self.name}",
+        )
+        config = self.work_dir / "config.yaml"
+        config.write_text(json.dumps(self.config(), indent=2))
+        log = (self.log_dir / f"{self.name}.log").open("ab")
+        self.proc = subprocess.Popen(
+            [
+                str(self.bin_dir / "kueue"),
+                f"--config={config}",
+                f"--feature-gates={self.feature_gates}",
+            ],
+            env={**os.environ, "KUBECONFIG": self.cluster.kubeconfig},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        # Registered once the manager runs: a webhook that fails closed with nobody behind
+        # it would refuse every Kueue object in the meantime.
+        self.wait_ready(timeout)
+        for hook in hooks:
+            self.cluster.kubectl("apply", "-f", "-", input=json.dumps(hook))
+            self.webhook_configs.append(f"{hook['kind'].lower()}/{hook['metadata']['name']}")
+
+    def _ready(self) -> bool:
+        try:
+            url = f"http://127.0.0.1:{self.health_port}/readyz"
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"kueue exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self._ready():
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"Kueue not ready within {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = (self.log_dir / f"{self.name}.log").read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self) -> None:
+        # The webhooks fail closed: without the manager they would refuse Kueue's objects.
+        for ref in self.webhook_configs:
+            self.cluster.kubectl("delete", ref, "--ignore-not-found", check=False)
+        self.webhook_configs.clear()
+        if self.proc is not None:
+            terminate(self.proc, 10)
+            self.proc = None

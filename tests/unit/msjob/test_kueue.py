@@ -1,0 +1,338 @@
+"""Kueue: the Workload of an MSJob, and what the planner does in each state of it
+(created, pending, admitted with flavors, evicted, finished, reshaped, deleted)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from msop.api import constants as c
+from msop.msjob import kueue
+from msop.msjob.plan import Observed, Options, Plan, plan
+from tests.unit.msjob.test_plan import NOW, T0, job, pod, service
+
+JSON = dict[str, Any]
+QUEUE = "team-a"
+
+
+def queued_job(**kw: Any) -> JSON:
+    j = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")}, **kw)
+    j["metadata"]["labels"] = {kueue.QUEUE_LABEL: QUEUE}
+    for spec in j["spec"]["msReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
+    return j
+
+
+def wl_of(j: JSON, *conditions: tuple[str, str, str], **status: Any) -> JSON:
+    w = kueue.workload(j, active=True)
+    w["metadata"].update(uid="wl-uid", resourceVersion="7", generation=1)
+    w["status"] = {
+        "conditions": [
+            {"type": t, "status": s, "reason": r, "message": f"{t} {r}", "lastTransitionTime": T0}
+            for t, s, r in conditions
+        ],
+        **status,
+    }
+    return w
+
+
+ADMISSION = {
+    "clusterQueue": "cq",
+    "podSetAssignments": [
+        {"name": "scheduler", "flavors": {"cpu": "pool-a"}, "count": 1},
+        {"name": "worker", "flavors": {"cpu": "pool-b"}, "count": 2},
+    ],
+}
+FLAVORS: dict[str, JSON | None] = {
+    "pool-a": {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}},
+    "pool-b": {
+        "metadata": {"name": "pool-b"},
+        "spec": {
+            "nodeLabels": {"pool": "b"},
+            "tolerations": [{"key": "pool", "operator": "Equal", "value": "b"}],
+        },
+    },
+}
+
+
+def admitted(j: JSON) -> JSON:
+    return wl_of(
+        j, ("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"),
+        admission=ADMISSION,
+    )  # fmt: skip
+
+
+def evicted(j: JSON, reason: str = "Preempted") -> JSON:
+    return wl_of(
+        j,
+        ("QuotaReserved", "True", "QuotaReserved"),
+        ("Admitted", "True", "Admitted"),
+        ("Evicted", "True", reason),
+        admission=ADMISSION,
+    )
+
+
+def run(
+    j: JSON,
+    wl: JSON | None = None,
+    pods: list[JSON] = (),  # type: ignore[assignment]
+    others: list[JSON] = (),  # type: ignore[assignment]
+    flavors: dict[str, JSON | None] | None = None,
+    kueue_on: bool = True,
+) -> Plan:
+    obs = Observed(
+        j, list(pods), [service()], NOW, workload=wl, other_workloads=list(others),
+        flavors=FLAVORS if flavors is None else flavors,
+    )  # fmt: skip
+    return plan(obs, Options(kueue=kueue_on))
+
+
+def queued(p: Plan) -> JSON | None:
+    assert p.status is not None
+    return next((x for x in p.status["conditions"] if x["type"] == c.QUEUED), None)
+
+
+def test_the_workload_is_named_as_kueue_names_its_own() -> None:
+    digest = hashlib.sha1(b"MSJob\nmindspore.gitee.com\ntrain\nuid-1").hexdigest()
+    assert kueue.workload_name("train", "uid-1") == f"msjob-train-{digest[:5]}"
+    long = kueue.workload_name("x" * 300, "u")
+    assert len(long) == 253 and long.startswith("msjob-xxx")
+
+
+def test_the_workload_has_a_pod_set_per_replica_type_and_the_job_as_owner() -> None:
+    j = queued_job()
+    w = kueue.workload(j, active=True)
+    assert w["spec"]["queueName"] == QUEUE
+    assert [(p["name"], p["count"]) for p in w["spec"]["podSets"]] == [
+        ("scheduler", 1),
+        ("worker", 2),
+    ]
+    container = w["spec"]["podSets"][1]["template"]["spec"]["containers"][0]
+    assert container["resources"] == {"requests": {"cpu": "1"}}
+    assert w["metadata"]["finalizers"] == [kueue.FINALIZER]
+    assert w["metadata"]["labels"][kueue.JOB_UID_LABEL] == "u-1"
+    owner = w["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["uid"], owner["controller"]) == ("MSJob", "u-1", True)
+
+
+def test_a_new_queued_job_gets_a_workload_and_no_pod() -> None:
+    p = run(queued_job())
+    assert p.create_workload is not None and p.create_pods == []
+    q = queued(p)
+    assert q is not None and q["status"] == "True" and q["reason"] == kueue.REASON_PENDING
+    assert "startTime" not in (p.status or {})
+    assert [e.reason for e in p.events] == [kueue.REASON_PENDING]
+
+
+def test_jobs_without_the_label_or_without_the_flag_are_untouched() -> None:
+    plain = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")})
+    for p in (run(plain), run(queued_job(), kueue_on=False)):
+        assert p.create_workload is None
+        assert len(p.create_pods) == 3
+
+
+def test_a_pending_workload_holds_the_pods_and_says_what_quota_is_short() -> None:
+    j = queued_job()
+    wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
+    wl["status"]["conditions"][0]["message"] = "couldn't assign flavors: insufficient quota"
+    p = run(j, wl)
+    assert p.create_pods == [] and p.create_workload is None
+    q = queued(p)
+    assert q is not None and "insufficient quota" in q["message"] and QUEUE in q["message"]
+
+
+def test_an_admitted_workload_runs_the_pods_on_their_flavors() -> None:
+    j = queued_job()
+    svc = service()
+    obs = Observed(j, [], [svc], NOW, workload=admitted(j), flavors=FLAVORS)
+    p = plan(obs, Options(kueue=True))
+    by_name = {x["metadata"]["name"]: x for x in p.create_pods}
+    assert set(by_name) == {"j-scheduler-0", "j-worker-0", "j-worker-1"}
+    assert by_name["j-scheduler-0"]["spec"]["nodeSelector"] == {"pool": "a"}
+    worker = by_name["j-worker-1"]
+    assert worker["spec"]["nodeSelector"] == {"pool": "b"}
+    assert worker["spec"]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "b"}]
+    assert worker["metadata"]["labels"][kueue.PODSET_LABEL] == "worker"
+    q = queued(p)
+    assert q is not None and q["status"] == "False" and q["reason"] == kueue.REASON_ADMITTED
+    assert "'cq'" in q["message"]
+    assert p.status is not None and p.status["startTime"]
+
+
+def test_the_templates_own_node_selector_is_kept_and_admission_check_updates_apply() -> None:
+    j = queued_job()
+    tmpl = j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]
+    tmpl["nodeSelector"] = {"disk": "ssd"}
+    wl = admitted(j)
+    wl["status"]["admissionChecks"] = [
+        {"name": "prov", "state": "Ready",
+         "podSetUpdates": [{"name": "worker", "nodeSelector": {"zone": "z1"},
+                            "annotations": {"note": "x"}}]},
+    ]  # fmt: skip
+    obs = Observed(j, [], [service()], NOW, workload=wl, flavors=FLAVORS)
+    worker = next(x for x in plan(obs, Options(kueue=True)).create_pods if "worker-0" in
+                  x["metadata"]["name"])  # fmt: skip
+    assert worker["spec"]["nodeSelector"] == {"pool": "b", "zone": "z1", "disk": "ssd"}
+    assert worker["metadata"]["annotations"]["note"] == "x"
+
+
+def test_a_flavor_not_yet_in_the_cache_holds_the_pods_briefly() -> None:
+    j = queued_job()
+    p = run(j, admitted(j), flavors={"pool-a": FLAVORS["pool-a"]})
+    assert p.create_pods == [] and p.requeue_after == 1.0
+
+
+def test_an_evicted_job_stops_its_pods_then_hands_the_workload_back() -> None:
+    j = queued_job(status={"conditions": [], "startTime": T0})
+    wl = evicted(j)
+    pods = [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)]
+    p = run(j, wl, pods)
+    assert len(p.delete_pods) == 3 and p.create_pods == []
+    assert p.workload_status is None  # the pods still hold what the quota counted
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_EVICTED and "Preempted" in q["message"]
+    assert "startTime" not in (p.status or {})
+
+    p = run(j, wl, [])
+    patch = p.workload_status
+    assert patch is not None and patch["status"]["admission"] is None
+    assert patch["metadata"]["resourceVersion"] == "7"
+    conds = {x["type"]: x for x in patch["status"]["conditions"]}
+    assert conds["QuotaReserved"]["status"] == "False" and conds["QuotaReserved"]["reason"] == "Pending"
+    assert conds["Requeued"]["status"] == "True" and conds["Requeued"]["reason"] == "Preempted"
+    assert conds["Admitted"]["status"] == "False"
+    assert conds["Evicted"]["status"] == "True"  # Kueue's to clear
+
+
+def test_an_eviction_is_not_a_failure_and_counts_no_restart() -> None:
+    j = queued_job(status={"conditions": [], "replicaStatuses": {}})
+    p = run(j, evicted(j), [pod("Worker", 0, phase="Failed", exit_code=137)])
+    assert p.status is not None
+    types = {x["type"] for x in p.status["conditions"] if x["status"] == "True"}
+    assert c.FAILED not in types and c.RESTARTING not in types
+    assert "restarts" not in (p.status["replicaStatuses"].get("Worker") or {})
+
+
+def test_a_stopped_queue_that_deactivated_the_workload_is_not_requeued_as_preempted() -> None:
+    j = queued_job()
+    p = run(j, evicted(j, reason="Deactivated"), [])
+    assert p.workload_status is not None
+    conds = {x["type"]: x for x in p.workload_status["status"]["conditions"]}
+    assert conds["Requeued"]["status"] == "False"
+
+
+def test_suspending_a_queued_job_deactivates_its_workload_and_resuming_reactivates() -> None:
+    j = queued_job(run_policy={"suspend": True})
+    wl = admitted(j)
+    p = run(j, wl, [pod("Worker", 0)])
+    assert p.patch_workload == {"spec": {"active": False}}
+    assert len(p.delete_pods) == 1
+
+    wl["spec"]["active"] = False
+    wl["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "inactive",
+         "lastTransitionTime": T0}
+    )  # fmt: skip
+    p = run(j, wl, [])
+    assert p.workload_status is not None  # quota released while suspended
+
+    resumed = queued_job(status={"conditions": [
+        {"type": c.SUSPENDED, "status": "True", "reason": "MSJobSuspended", "message": "s",
+         "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
+    idle = wl_of(resumed, ("QuotaReserved", "False", "Pending"))
+    idle["spec"]["active"] = False
+    p = run(resumed, idle, [])
+    assert p.patch_workload == {"spec": {"active": True}}
+    assert p.create_pods == []
+
+
+def test_a_workload_deactivated_by_someone_else_keeps_the_job_queued() -> None:
+    j = queued_job()
+    wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
+    wl["spec"]["active"] = False
+    p = run(j, wl)
+    assert p.patch_workload is None and p.create_pods == []
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_INACTIVE
+
+
+def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    pods = [pod("Scheduler", 0), pod("Worker", 0, "Succeeded", 0), pod("Worker", 1, "Succeeded", 0)]
+    p = run(j, wl, pods)
+    assert p.status is not None
+    assert any(x["type"] == c.SUCCEEDED for x in p.status["conditions"])
+    assert p.workload_status is not None
+    fin = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "Finished")
+    assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
+    assert p.release_workloads == [wl]
+    assert kueue.finalizer_patch(wl) == {
+        "metadata": {"resourceVersion": "7", "finalizers": []}
+    }
+
+
+def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
+    p = run(j, wl, [pod("Worker", 0)])
+    assert len(p.delete_pods) == 1 and p.delete_workloads == []
+    p = run(j, wl, [])
+    assert p.delete_workloads == [wl] and p.release_workloads == [wl]
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PENDING
+
+
+def test_a_pending_workload_follows_the_job_in_place() -> None:
+    j = queued_job()
+    wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
+    j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
+    p = run(j, wl)
+    assert p.patch_workload is not None
+    assert [x["count"] for x in p.patch_workload["spec"]["podSets"]] == [1, 3]
+    j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 2
+    j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
+    assert run(j, wl).patch_workload == {"spec": {"queueName": "team-b"}}
+
+
+def test_a_queue_change_while_admitted_is_refused_with_a_warning() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
+    p = run(j, wl, [])
+    assert p.patch_workload is None
+    assert [e.type for e in p.events if e.reason == "QueueNameChangeRefused"] == ["Warning"]
+    assert p.create_pods  # it keeps running where it was admitted
+
+
+def test_a_workload_deleted_under_the_job_stops_it_and_a_new_one_is_queued() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    wl["metadata"]["deletionTimestamp"] = T0
+    p = run(j, wl, [pod("Worker", 0)])
+    assert len(p.delete_pods) == 1 and p.release_workloads == [wl]
+    assert p.create_workload is None
+    p = run(j, None, [])
+    assert p.create_workload is not None
+
+
+def test_workloads_left_by_an_earlier_spec_are_deleted_before_a_new_one() -> None:
+    j = queued_job()
+    stale = admitted(j)
+    stale["metadata"]["name"] = "msjob-j-old"
+    p = run(j, None, [], others=[stale])
+    assert p.delete_workloads == [stale] and p.create_workload is None
+
+
+def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
+    j = queued_job()
+    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "high"
+    assert kueue.priority_source(j) == ("PriorityClass", "high")
+    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
+    assert kueue.priority_source(j) == ("WorkloadPriorityClass", "urgent")
+    assert kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000) == {
+        "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
+                             "name": "urgent"},
+        "priority": 1000,
+    }  # fmt: skip
