@@ -71,7 +71,7 @@ unit: venv prometheus ## pure unit tests (no cluster; promtool checks the alert 
 e2e: e2e-kwok e2e-real ## end-to-end tests: the kwok tier, then the real-node tier
 
 .PHONY: e2e-kwok
-e2e-kwok: venv prometheus volcano ## end-to-end tests on the local control plane with kwok nodes (and a real Volcano)
+e2e-kwok: venv prometheus volcano kueue ## end-to-end tests on the local control plane with kwok nodes (and a real Volcano and Kueue)
 	@hack/cluster/build.sh >/dev/null
 	$(BIN)/pytest -q tests/e2e --ignore=tests/e2e/real $(PYTEST_ARGS)
 
@@ -122,6 +122,10 @@ hadolint: venv $(BIN)/hadolint-$(HADOLINT_VERSION) ## lint the Dockerfile with h
 .PHONY: volcano
 volcano: ## build (or reuse) vc-scheduler and vc-controller-manager from their Go module (hack/volcano)
 	@hack/volcano/build.sh >/dev/null
+
+.PHONY: kueue
+kueue: ## build (or reuse) Kueue's manager from its Go module (hack/kueue)
+	@hack/kueue/build.sh >/dev/null
 
 .PHONY: prometheus
 prometheus: ## build (or reuse) prometheus and promtool from their Go module (hack/prometheus)

@@ -574,6 +574,14 @@ class _Planner:
             if kueue.active(wl):
                 self.plan.patch_workload = {"spec": {"active": False}}
             self.requeue_when_stopped(wl)
+            queued = get_condition(self.status, c.QUEUED)
+            if queued is not None and queued.get("reason") == kueue.REASON_ADMITTED:
+                # No longer admitted: the queue-name label may change (config/admission).
+                msg = f"MSJob {self.ref} is suspended: its Workload holds no quota."
+                set_condition(
+                    self.status, c.QUEUED, c.CONDITION_FALSE, "MSJobSuspended", msg,
+                    self.now_s, in_place=True,
+                )  # fmt: skip
         if not is_true(self.status, c.SUSPENDED):
             msg = f"MSJob {self.ref} is suspended."
             self.condition(c.SUSPENDED, c.CONDITION_TRUE, "MSJobSuspended", msg)

@@ -24,6 +24,7 @@ from typing import Protocol, TypeVar
 import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
+from msop.testing.cluster import fake_node, pod_cidr
 from msop.testing.operator import OperatorProcess
 
 REPO = Path(__file__).resolve().parents[2]
@@ -171,3 +172,44 @@ def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFa
 def operator(start_operator: OperatorFactory) -> OperatorProcess:
     """One operator for this test's namespace, with default flags."""
     return start_operator()
+
+
+#: A device resource the pool's nodes declare (jobs take one per Worker).
+DEVICE = "huawei.com/Ascend910"
+#: The label (and taint) that keeps a test's pool for its own jobs.
+POOL_LABEL = "msop-e2e/pool"
+
+
+Pool = Callable[..., list[str]]
+
+
+@pytest.fixture
+def pool(cluster: LocalCluster, namespace: str) -> Iterator[Pool]:
+    """``pool(nodes, devices, labels)``: kwok nodes with ``devices`` Ascend devices each
+    (and ``labels``), tainted for this test's jobs only; deleted afterwards."""
+    made: list[str] = []
+
+    def make(nodes: int = 2, devices: int = 2, labels: dict[str, str] | None = None) -> list[str]:
+        names = []
+        for _ in range(nodes):
+            name = f"{namespace}-n{len(made)}"
+            capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", DEVICE: str(devices)}
+            node = fake_node(
+                name, pod_cidr(50 + len(made)), capacity, {POOL_LABEL: namespace, **(labels or {})},
+                [{"key": POOL_LABEL, "value": namespace, "effect": "NoSchedule"}],
+            )  # fmt: skip
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+            made.append(name)
+            names.append(name)
+        for name in names:
+            cluster.kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"node/{name}")
+        return names
+
+    yield make
+    # Pods that terminate for their grace period still count as used in Volcano's
+    # accounting, and slowed the tests after them: end this test's jobs at once.
+    cluster.kubectl("delete", "msjobs", "--all", "-n", namespace, "--wait=false", check=False)
+    cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
+                    check=False)  # fmt: skip
+    if made:
+        cluster.kubectl("delete", "node", *made, "--wait=false", check=False)

@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from msop.testing import LocalCluster
+from msop.testing import KubeletStandIn, LocalCluster
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "config" / "samples"
@@ -134,3 +134,62 @@ def env_of(pod: JSON) -> dict[str, Any]:
         if c["name"] == "mindspore":
             return {e["name"]: e.get("value", e.get("valueFrom")) for e in c.get("env") or []}
     return {}
+
+
+def bound(cluster: LocalCluster, ns: str, job: str) -> dict[str, str]:
+    """The job's live pods that have a node: name -> node."""
+    return {
+        name: p["spec"]["nodeName"]
+        for name, p in job_pods(cluster, ns, job).items()
+        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+    }
+
+
+def wait_bound(
+    cluster: LocalCluster, ns: str, job: str, n: int, timeout: float = 60
+) -> dict[str, str]:
+    def details() -> str:
+        status = (get(cluster, ns, "msjob", job) or {}).get("status") or {}
+        pods = {k: p["status"].get("phase") for k, p in job_pods(cluster, ns, job).items()}
+        # The scheduling objects of the job, if their CRDs are installed: Volcano's
+        # PodGroup, Kueue's Workloads.
+        more = []
+        for kind in ("podgroups", "workloads"):
+            proc = cluster.kubectl("get", kind, "-n", ns, "-l",
+                                   f"training.kubeflow.org/job-name={job}", "-o", "json",
+                                   check=False)  # fmt: skip
+            if proc.returncode == 0:
+                for obj in json.loads(proc.stdout)["items"]:
+                    more.append(f"{kind}: {json.dumps(obj.get('spec'))[:600]} "
+                                f"{json.dumps(obj.get('status'))}")  # fmt: skip
+        return (
+            f"MSJob conditions: {json.dumps(status.get('conditions'))}\npods: {pods}\n"
+            + "\n".join(more)
+        )
+
+    out: dict[str, str] = wait_for(
+        f"{n} pods of {job} bound",
+        lambda: (b := bound(cluster, ns, job)) and len(b) == n and b,
+        timeout,
+        details=details,
+    )
+    return out
+
+
+def finish(kubelet: KubeletStandIn, cluster: LocalCluster, ns: str, job: str, workers: int) -> None:
+    """Workers exit 0 (worker 0 last: its success ends the job)."""
+    for i in reversed(range(workers)):
+        kubelet.succeed(ns, f"{job}-worker-{i}")
+    wait_condition(cluster, ns, job, "Succeeded")
+
+
+def state_column(cluster: LocalCluster, ns: str, job: str) -> str:
+    out: str = cluster.kubectl(
+        "get", "msjob", job, "-n", ns, "-o", "custom-columns=STATE:.status.conditions[-1:].type",
+        "--no-headers",
+    ).stdout.strip()  # fmt: skip
+    return out
+
+
+def event_count(cluster: LocalCluster, ns: str, job: str, reason: str) -> int:
+    return sum(int(e.get("count") or 1) for e in events(cluster, ns, job) if e["reason"] == reason)

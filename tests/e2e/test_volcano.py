@@ -11,30 +11,32 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
-from msop.testing.cluster import fake_node, pod_cidr
 from msop.testing.volcano import Volcano, build
+from tests.e2e.conftest import DEVICE, POOL_LABEL, Pool
 from tests.e2e.msjobs import (
     apply,
+    bound,
     condition,
-    events,
+    event_count,
+    finish,
     get,
     items,
     job_pods,
+    state_column,
+    wait_bound,
     wait_condition,
     wait_for,
 )
 
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
-DEVICE = "huawei.com/Ascend910"
-POOL_LABEL = "msop-e2e/pool"
 
 
 @pytest.fixture(scope="module")
@@ -55,41 +57,6 @@ def volcano(cluster: LocalCluster) -> Iterator[Volcano]:
     print(f"\nVolcano up in {time.monotonic() - started:.1f}s")
     yield v
     v.stop()
-
-
-Pool = Callable[..., list[str]]
-
-
-@pytest.fixture
-def pool(cluster: LocalCluster, namespace: str) -> Iterator[Pool]:
-    """``pool(nodes, devices)``: kwok nodes with ``devices`` Ascend devices each, for this
-    test's jobs only; deleted afterwards."""
-    made: list[str] = []
-
-    def make(nodes: int = 2, devices: int = 2) -> list[str]:
-        names = []
-        for _ in range(nodes):
-            name = f"{namespace}-n{len(made)}"
-            capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", DEVICE: str(devices)}
-            node = fake_node(
-                name, pod_cidr(50 + len(made)), capacity, {POOL_LABEL: namespace},
-                [{"key": POOL_LABEL, "value": namespace, "effect": "NoSchedule"}],
-            )  # fmt: skip
-            cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
-            made.append(name)
-            names.append(name)
-        for name in names:
-            cluster.kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"node/{name}")
-        return names
-
-    yield make
-    # Pods that terminate for their grace period still count as used in Volcano's
-    # accounting, and slowed the tests after them: end this test's jobs at once.
-    cluster.kubectl("delete", "msjobs", "--all", "-n", namespace, "--wait=false", check=False)
-    cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
-                    check=False)  # fmt: skip
-    if made:
-        cluster.kubectl("delete", "node", *made, "--wait=false", check=False)
 
 
 def gang_job(
@@ -137,36 +104,6 @@ def gang_job(
     }
 
 
-def bound(cluster: LocalCluster, ns: str, job: str) -> dict[str, str]:
-    """The job's live pods that have a node: name -> node."""
-    return {
-        name: p["spec"]["nodeName"]
-        for name, p in job_pods(cluster, ns, job).items()
-        if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
-    }
-
-
-def wait_bound(
-    cluster: LocalCluster, ns: str, job: str, n: int, timeout: float = 60
-) -> dict[str, str]:
-    def details() -> str:
-        pg = get(cluster, ns, "podgroup", job) or {}
-        status = (get(cluster, ns, "msjob", job) or {}).get("status") or {}
-        pods = {k: p["status"].get("phase") for k, p in job_pods(cluster, ns, job).items()}
-        return (
-            f"PodGroup: {json.dumps(pg.get('spec'))} {json.dumps(pg.get('status'))}\n"
-            f"MSJob conditions: {json.dumps(status.get('conditions'))}\npods: {pods}"
-        )
-
-    out: dict[str, str] = wait_for(
-        f"{n} pods of {job} bound",
-        lambda: (b := bound(cluster, ns, job)) and len(b) == n and b,
-        timeout,
-        details=details,
-    )
-    return out
-
-
 def queued(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
     return condition(get(cluster, ns, "msjob", job), "Queued")
 
@@ -191,25 +128,6 @@ def stays_unplaced(cluster: LocalCluster, ns: str, job: str, seconds: float = 6)
     while time.monotonic() < deadline:
         assert not bound(cluster, ns, job), f"{job} got pods placed: {bound(cluster, ns, job)}"
         time.sleep(0.5)
-
-
-def finish(kubelet: KubeletStandIn, cluster: LocalCluster, ns: str, job: str, workers: int) -> None:
-    """Workers exit 0 (worker 0 last: its success ends the job)."""
-    for i in reversed(range(workers)):
-        kubelet.succeed(ns, f"{job}-worker-{i}")
-    wait_condition(cluster, ns, job, "Succeeded")
-
-
-def state_column(cluster: LocalCluster, ns: str, job: str) -> str:
-    out: str = cluster.kubectl(
-        "get", "msjob", job, "-n", ns, "-o", "custom-columns=STATE:.status.conditions[-1:].type",
-        "--no-headers",
-    ).stdout.strip()  # fmt: skip
-    return out
-
-
-def event_count(cluster: LocalCluster, ns: str, job: str, reason: str) -> int:
-    return sum(int(e.get("count") or 1) for e in events(cluster, ns, job) if e["reason"] == reason)
 
 
 def test_a_second_job_gets_no_pod_until_the_first_finishes_then_runs_whole(

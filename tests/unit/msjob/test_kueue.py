@@ -198,7 +198,10 @@ def test_an_evicted_job_stops_its_pods_then_hands_the_workload_back() -> None:
     assert patch is not None and patch["status"]["admission"] is None
     assert patch["metadata"]["resourceVersion"] == "7"
     conds = {x["type"]: x for x in patch["status"]["conditions"]}
-    assert conds["QuotaReserved"]["status"] == "False" and conds["QuotaReserved"]["reason"] == "Pending"
+    assert (conds["QuotaReserved"]["status"], conds["QuotaReserved"]["reason"]) == (
+        "False",
+        "Pending",
+    )
     assert conds["Requeued"]["status"] == "True" and conds["Requeued"]["reason"] == "Preempted"
     assert conds["Admitted"]["status"] == "False"
     assert conds["Evicted"]["status"] == "True"  # Kueue's to clear
@@ -267,9 +270,7 @@ def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
     fin = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "Finished")
     assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
     assert p.release_workloads == [wl]
-    assert kueue.finalizer_patch(wl) == {
-        "metadata": {"resourceVersion": "7", "finalizers": []}
-    }
+    assert kueue.finalizer_patch(wl) == {"metadata": {"resourceVersion": "7", "finalizers": []}}
 
 
 def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() -> None:
