@@ -919,7 +919,11 @@ class _Planner:
         """Queued turns False (out of the State column) once the gang is placed: the
         PodGroup says so, or every pod already runs (its status may lag behind)."""
         queued = get_condition(self.status, c.QUEUED)
-        if queued is None or queued.get("reason") == gang.REASON_SCHEDULED:
+        if (
+            not self.opts.gang_scheduling
+            or queued is None
+            or queued.get("reason") == gang.REASON_SCHEDULED
+        ):
             return
         msg = f"MSJob {self.ref}: Volcano placed its gang."
         set_condition(

@@ -10,6 +10,10 @@ manager with a configuration that lists MSJob as an external framework
 metrics and the visibility server off (both would listen on every interface). It is ready
 when ``/readyz`` answers, which includes the webhook server.
 
+For an API server inside a network namespace (the real tier's ``RealCluster``), Kueue
+runs in that namespace (``spawn``), so that the API server reaches its webhooks on the
+namespace's loopback, and its health port is relayed to this host's (``expose``).
+
 The webhooks of Kueue's built-in job integrations (batch Job, Pod, JobSet, Kubeflow jobs,
 ...) are not registered: the tests submit only MSJobs, which Kueue manages through msop.
 """
@@ -18,11 +22,11 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +41,16 @@ REPO = Path(__file__).resolve().parents[2]
 #: How Kueue's configuration names MSJob among its external frameworks (Kind.version.group).
 EXTERNAL_FRAMEWORK = "MSJob.v1.mindspore.gitee.com"
 NAMESPACE = "kueue-system"
+#: Kueue's manager, without its internal certificate management, reads a certificate for
+#: its metrics server from this fixed path even when metrics are off. It is given one in
+#: a mount namespace of its own, whose /etc is an empty tmpfs: nothing of this machine's
+#: /etc is read or written.
+METRICS_CERTS = "/etc/kueue/metrics/certs"
+_PRIVATE_ETC = (
+    "set -e; certs=$1; shift; mount -t tmpfs -o mode=0755 msop-kueue-etc /etc; "
+    f'mkdir -p {METRICS_CERTS}; cp "$certs/tls.crt" "$certs/tls.key" {METRICS_CERTS}/; '
+    'exec "$@"'
+)
 
 
 def build() -> Path:
@@ -82,8 +96,17 @@ class Kueue:
     log_dir: Path
     name: str = "kueue"
     feature_gates: str = "VisibilityOnDemand=false"
+    spawn: Callable[[str, Sequence[str]], Any] | None = None
+    """Start Kueue in the API server's network namespace: ``spawn(name, argv)`` returns an
+    object with ``proc`` and ``log`` (``RealCluster.spawn``). None: a child process here."""
+    expose: Callable[[str], int] | None = None
+    """With ``spawn``: relay a host port to ``HOST:PORT`` in that namespace."""
+    api_kubeconfig: str | None = None
+    """With ``spawn``: the kubeconfig that reaches the API server from that namespace."""
     proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
     health_port: int = 0
+    health_host_port: int = 0
     webhook_port: int = 0
     webhook_configs: list[str] = field(default_factory=list)
 
@@ -137,18 +160,32 @@ class Kueue:
         )
         config = self.work_dir / "config.yaml"
         config.write_text(json.dumps(self.config(), indent=2))
-        log = (self.log_dir / f"{self.name}.log").open("ab")
-        self.proc = subprocess.Popen(
-            [
-                str(self.bin_dir / "kueue"),
-                f"--config={config}",
-                f"--feature-gates={self.feature_gates}",
-            ],
-            env={**os.environ, "KUBECONFIG": self.cluster.kubeconfig},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()
+        argv = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            _PRIVATE_ETC,
+            "kueue-etc",
+            str(certs),
+            str(self.bin_dir / "kueue"),
+            f"--config={config}",
+            f"--feature-gates={self.feature_gates}",
+            f"--kubeconfig={self.api_kubeconfig or self.cluster.kubeconfig}",
+        ]
+        self.health_host_port = self.health_port
+        if self.spawn is not None:
+            daemon = self.spawn(self.name, argv)
+            self.proc, self.log_path = daemon.proc, Path(daemon.log)
+            if self.expose is not None:
+                self.health_host_port = self.expose(f"127.0.0.1:{self.health_port}")
+        else:
+            self.log_path = self.log_dir / f"{self.name}.log"
+            log = self.log_path.open("ab")
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            log.close()
         # Registered once the manager runs: a webhook that fails closed with nobody behind
         # it would refuse every Kueue object in the meantime.
         self.wait_ready(timeout)
@@ -158,7 +195,7 @@ class Kueue:
 
     def _ready(self) -> bool:
         try:
-            url = f"http://127.0.0.1:{self.health_port}/readyz"
+            url = f"http://127.0.0.1:{self.health_host_port}/readyz"
             with urllib.request.urlopen(url, timeout=2) as resp:
                 return bool(resp.status == 200)
         except (urllib.error.URLError, OSError):
@@ -176,7 +213,7 @@ class Kueue:
 
     def log_tail(self, lines: int = 40) -> str:
         try:
-            text = (self.log_dir / f"{self.name}.log").read_text(errors="replace")
+            text = (self.log_path or self.log_dir / f"{self.name}.log").read_text(errors="replace")
         except OSError:
             return "(no log)"
         return "\n".join(text.splitlines()[-lines:])

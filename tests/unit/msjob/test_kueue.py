@@ -337,3 +337,15 @@ def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
                              "name": "urgent"},
         "priority": 1000,
     }  # fmt: skip
+
+
+def test_a_running_job_keeps_the_admitted_reason_without_gang_scheduling() -> None:
+    j = queued_job(status={"conditions": [
+        {"type": c.QUEUED, "status": "False", "reason": kueue.REASON_ADMITTED, "message": "m",
+         "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
+    pods = [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)]
+    p = run(j, admitted(j), pods)
+    assert p.status is not None
+    assert any(x["type"] == c.RUNNING and x["status"] == "True" for x in p.status["conditions"])
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_ADMITTED
