@@ -29,6 +29,8 @@ from msop.testing.operator import free_port
 from msop.testing.process import terminate
 
 REPO = Path(__file__).resolve().parents[2]
+#: Fully qualified: with Kueue's CRDs installed, ``queue`` is Kueue's LocalQueue.
+VOLCANO_QUEUES = "queues.scheduling.volcano.sh"
 
 
 class Kubectl(Protocol):
@@ -125,7 +127,7 @@ class Volcano:
         )
 
     def queue_state(self, name: str) -> str | None:
-        proc = self.cluster.kubectl("get", "queue", name, "-o", "json", check=False)
+        proc = self.cluster.kubectl("get", VOLCANO_QUEUES, name, "-o", "json", check=False)
         if proc.returncode != 0:
             return None
         state = (json.loads(proc.stdout).get("status") or {}).get("state")

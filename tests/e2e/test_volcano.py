@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
-from msop.testing.volcano import Volcano, build
+from msop.testing.volcano import VOLCANO_QUEUES, Volcano, build
 from tests.e2e.conftest import DEVICE, POOL_LABEL, Pool
 from tests.e2e.msjobs import (
     apply,
@@ -240,7 +240,7 @@ def test_a_queue_capability_holds_jobs_beyond_it(
                  lambda: get(cluster, namespace, "podgroup", "first") is None)  # fmt: skip
     finally:
         cluster.kubectl("delete", "msjobs", "--all", "-n", namespace, "--wait=true", check=False)
-        cluster.kubectl("delete", "queue", queue, "--wait=false", check=False)
+        cluster.kubectl("delete", VOLCANO_QUEUES, queue, "--wait=false", check=False)
 
 
 def test_a_higher_priority_job_goes_first(
