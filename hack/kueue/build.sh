@@ -12,7 +12,8 @@
 # Output: $MSOP_CACHE_DIR (default <repo>/.cache)/kueue/bin-<hash of the inputs>.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/cached-go-build.sh
+source "$here/../lib/cached-go-build.sh"
 
 have_all() {
   local d=$1
@@ -25,18 +26,9 @@ if [[ -n "${MSOP_KUEUE_BIN:-}" ]]; then
   echo "$MSOP_KUEUE_BIN"; exit 0
 fi
 
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" "$here/certgen/main.go" | sha256sum | cut -c1-16)
-out="${MSOP_CACHE_DIR:-$repo/.cache}/kueue/bin-$key"
-if have_all "$out"; then echo "$out"; exit 0; fi
-
-command -v go >/dev/null || { echo "build.sh: Go is required to build Kueue" >&2; exit 1; }
 version=$(awk '$1 == "sigs.k8s.io/kueue" {print $2}' "$here/go.mod")
-tmp="$out.tmp.$$"
-rm -rf "$tmp"; mkdir -p "$tmp/crds"
-trap 'rm -rf "$tmp"' EXIT
-start=$(date +%s)
-echo "build.sh: building Kueue $version into $out" >&2
-cd "$here"
+cached_build_begin kueue "Kueue $version" "$here/certgen/main.go"
+mkdir -p "$tmp/crds"
 CGO_ENABLED=0 go build -mod=readonly -trimpath \
   -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/version.GitVersion=$version" \
   -o "$tmp/kueue" sigs.k8s.io/kueue/cmd/kueue
@@ -44,8 +36,4 @@ CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "-s -w" -o "$tmp/certgen
 src=$(go list -mod=readonly -m -f '{{.Dir}}' sigs.k8s.io/kueue)
 cp "$src"/config/components/crd/bases/*.yaml "$tmp/crds/"
 cp "$src/config/components/webhook/manifests.yaml" "$tmp/webhooks.yaml"
-chmod -R u+w "$tmp"
-have_all "$tmp" || { echo "build.sh: the build did not produce every binary and CRD" >&2; exit 1; }
-rm -rf "$out"; mv "$tmp" "$out"
-echo "build.sh: built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+cached_build_end

@@ -11,7 +11,9 @@
 # Output: $MSOP_CACHE_DIR (default <repo>/.cache)/prometheus/bin-<hash of the inputs>.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/cached-go-build.sh
+source "$here/../lib/cached-go-build.sh"
+have_all() { [[ -x "$1/prometheus" && -x "$1/promtool" ]]; }
 
 if [[ -n "${MSOP_PROMETHEUS_BIN:-}" ]]; then
   for b in prometheus promtool; do
@@ -20,25 +22,13 @@ if [[ -n "${MSOP_PROMETHEUS_BIN:-}" ]]; then
   echo "$MSOP_PROMETHEUS_BIN"; exit 0
 fi
 
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)
-out="${MSOP_CACHE_DIR:-$repo/.cache}/prometheus/bin-$key"
-if [[ -x "$out/prometheus" && -x "$out/promtool" ]]; then echo "$out"; exit 0; fi
-
-command -v go >/dev/null || { echo "build.sh: Go is required to build Prometheus" >&2; exit 1; }
 version=$(awk '$1 == "github.com/prometheus/prometheus" {print $2}' "$here/go.mod")
 # Prometheus 3.x is published as module versions v0.3MM.P for release 3.MM.P.
 release=$(echo "$version" | sed -E 's/^v0\.3([0-9]{2})\.([0-9]+)$/3.\1.\2/; s/^3\.0([0-9])/3.\1/')
-tmp="$out.tmp.$$"
-rm -rf "$tmp"; mkdir -p "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-start=$(date +%s)
-echo "build.sh: building prometheus and promtool $release ($version) into $out" >&2
-cd "$here"
+cached_build_begin prometheus "prometheus and promtool $release ($version)"
 # Only the Kubernetes service discovery is compiled in (Prometheus's own build tags):
 # the cloud SDKs of the other mechanisms would triple the cold build.
 CGO_ENABLED=0 go build -mod=readonly -trimpath -tags remove_all_sd,enable_kubernetes_sd \
   -ldflags "-s -w -X github.com/prometheus/common/version.Version=$release" \
   -o "$tmp/" github.com/prometheus/prometheus/cmd/prometheus github.com/prometheus/prometheus/cmd/promtool
-rm -rf "$out"; mv "$tmp" "$out"
-echo "build.sh: built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+cached_build_end

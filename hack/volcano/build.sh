@@ -13,7 +13,8 @@
 # Output: $MSOP_CACHE_DIR (default <repo>/.cache)/volcano/bin-<hash of the inputs>.
 set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-repo=$(cd "$here/../.." && pwd)
+# shellcheck source=../lib/cached-go-build.sh
+source "$here/../lib/cached-go-build.sh"
 CRDS=(scheduling.volcano.sh_podgroups scheduling.volcano.sh_queues bus.volcano.sh_commands
       topology.volcano.sh_hypernodes nodeinfo.volcano.sh_numatopologies shard.volcano.sh_nodeshards)
 
@@ -28,18 +29,9 @@ if [[ -n "${MSOP_VOLCANO_BIN:-}" ]]; then
   echo "$MSOP_VOLCANO_BIN"; exit 0
 fi
 
-key=$(cat "$here/go.mod" "$here/go.sum" "$here/build.sh" | sha256sum | cut -c1-16)
-out="${MSOP_CACHE_DIR:-$repo/.cache}/volcano/bin-$key"
-if have_all "$out"; then echo "$out"; exit 0; fi
-
-command -v go >/dev/null || { echo "build.sh: Go is required to build Volcano" >&2; exit 1; }
 version=$(awk '$1 == "volcano.sh/volcano" {print $2}' "$here/go.mod")
-tmp="$out.tmp.$$"
-rm -rf "$tmp"; mkdir -p "$tmp/crds"
-trap 'rm -rf "$tmp"' EXIT
-start=$(date +%s)
-echo "build.sh: building Volcano $version into $out" >&2
-cd "$here"
+cached_build_begin volcano "Volcano $version"
+mkdir -p "$tmp/crds"
 ldflags="-s -w -X volcano.sh/volcano/pkg/version.Version=$version"
 for cmd in scheduler controller-manager; do
   CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" \
@@ -47,8 +39,4 @@ for cmd in scheduler controller-manager; do
 done
 src=$(go list -mod=readonly -m -f '{{.Dir}}' volcano.sh/volcano)
 for f in "${CRDS[@]}"; do cp "$src/config/crd/volcano/bases/$f.yaml" "$tmp/crds/"; done
-chmod -R u+w "$tmp"
-have_all "$tmp" || { echo "build.sh: the build did not produce every binary and CRD" >&2; exit 1; }
-rm -rf "$out"; mv "$tmp" "$out"
-echo "build.sh: built in $(( $(date +%s) - start ))s" >&2
-echo "$out"
+cached_build_end

@@ -41,29 +41,32 @@ class StartupError(Exception):
     """A one-line reason the operator cannot start."""
 
 
+async def _require(client: Any, res: Any, namespace: str | None, missing: str) -> None:
+    """StartupError(``missing``) when ``res`` is not served (its CRD is not installed)."""
+    try:
+        await client.list(res, namespace, limit=1)
+    except ApiError as e:
+        if is_not_found(e):
+            raise StartupError(missing) from None
+
+
 async def _preflight(
     client: Any, namespaces: Sequence[str], gang: bool, kueue: bool = False
 ) -> None:
     """Fail fast, with one line, when the API server or a needed CRD is not there."""
     namespace = namespaces[0] if namespaces else None
     if kueue:
-        try:
-            await client.list(WORKLOADS, namespace, limit=1)
-        except ApiError as e:
-            if is_not_found(e):
-                raise StartupError(
-                    "--enable-kueue needs Kueue's Workload CRD (workloads.kueue.x-k8s.io, "
-                    "v1beta2: Kueue 0.15 or newer), which is not installed"
-                ) from None
+        await _require(
+            client, WORKLOADS, namespace,
+            "--enable-kueue needs Kueue's Workload CRD (workloads.kueue.x-k8s.io, v1beta2: "
+            "Kueue 0.15 or newer), which is not installed",
+        )  # fmt: skip
     if gang:
-        try:
-            await client.list(PODGROUPS, namespace, limit=1)
-        except ApiError as e:
-            if is_not_found(e):
-                raise StartupError(
-                    "--enable-gang-scheduling needs Volcano's PodGroup CRD "
-                    "(podgroups.scheduling.volcano.sh), which is not installed"
-                ) from None
+        await _require(
+            client, PODGROUPS, namespace,
+            "--enable-gang-scheduling needs Volcano's PodGroup CRD "
+            "(podgroups.scheduling.volcano.sh), which is not installed",
+        )  # fmt: skip
     try:
         await client.list(MSJOBS, namespace, limit=1)
     except ApiUnavailable as e:

@@ -24,8 +24,6 @@ import base64
 import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,11 +31,11 @@ from typing import Any
 
 import yaml
 
+from msop.testing import addons
+from msop.testing.addons import Kubectl
 from msop.testing.operator import free_port
 from msop.testing.process import terminate
-from msop.testing.volcano import Kubectl
 
-REPO = Path(__file__).resolve().parents[2]
 #: How Kueue's configuration names MSJob among its external frameworks (Kind.version.group).
 EXTERNAL_FRAMEWORK = "MSJob.v1.mindspore.gitee.com"
 NAMESPACE = "kueue-system"
@@ -56,12 +54,7 @@ _PRIVATE_ETC = (
 def build() -> Path:
     """Build (or reuse) Kueue; return the directory with the binaries, ``crds/`` and
     ``webhooks.yaml``."""
-    proc = subprocess.run(
-        [str(REPO / "hack/kueue/build.sh")], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"building Kueue failed (hack/kueue/build.sh):\n{proc.stderr[-4000:]}")
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return addons.build("kueue", "Kueue")
 
 
 def loopback_webhooks(manifests: str, port: int, ca_bundle: bytes, prefix: str) -> list[Any]:
@@ -114,16 +107,6 @@ class Kueue:
     def work_dir(self) -> Path:
         return self.log_dir / self.name
 
-    def install_crds(self, timeout: float = 60) -> None:
-        crds = sorted((self.bin_dir / "crds").glob("*.yaml"))
-        for crd in crds:
-            # Server-side: the CRDs are too large for the last-applied annotation.
-            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-        for crd in crds:
-            self.cluster.kubectl(
-                "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", "-f", str(crd)
-            )
-
     def config(self) -> dict[str, Any]:
         return {
             "apiVersion": "config.kueue.x-k8s.io/v1beta2",
@@ -146,7 +129,7 @@ class Kueue:
         }
 
     def start(self, timeout: float = 90) -> None:
-        self.install_crds()
+        addons.apply_crds(self.cluster, (self.bin_dir / "crds").glob("*.yaml"))
         self.work_dir.mkdir(parents=True, exist_ok=True)
         certs = self.work_dir / "certs"
         subprocess.run([str(self.bin_dir / "certgen"), str(certs)], check=True)
@@ -194,12 +177,7 @@ class Kueue:
             self.webhook_configs.append(f"{hook['kind'].lower()}/{hook['metadata']['name']}")
 
     def _ready(self) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.health_host_port}/readyz"
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return addons.http_ok(f"http://127.0.0.1:{self.health_host_port}/readyz")
 
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -212,11 +190,7 @@ class Kueue:
         raise RuntimeError(f"Kueue not ready within {timeout}s:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = (self.log_path or self.log_dir / f"{self.name}.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return addons.log_tail(self.log_path or self.log_dir / f"{self.name}.log", lines)
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

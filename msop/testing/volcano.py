@@ -19,36 +19,21 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
 
+from msop.testing import addons
+from msop.testing.addons import Kubectl
 from msop.testing.operator import free_port
 from msop.testing.process import terminate
 
-REPO = Path(__file__).resolve().parents[2]
 #: Fully qualified: with Kueue's CRDs installed, ``queue`` is Kueue's LocalQueue.
 VOLCANO_QUEUES = "queues.scheduling.volcano.sh"
 
 
-class Kubectl(Protocol):
-    @property
-    def kubeconfig(self) -> str: ...
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> Any: ...
-
-
 def build() -> Path:
     """Build (or reuse) Volcano; return the directory with the binaries and ``crds/``."""
-    proc = subprocess.run(
-        [str(REPO / "hack/volcano/build.sh")], capture_output=True, text=True, check=False
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(
-            f"building Volcano failed (hack/volcano/build.sh):\n{proc.stderr[-4000:]}"
-        )
-    return Path(proc.stdout.strip().splitlines()[-1])
+    return addons.build("volcano", "Volcano")
 
 
 @dataclass
@@ -62,18 +47,8 @@ class Volcano:
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     health_ports: dict[str, int] = field(default_factory=dict)
 
-    def install_crds(self, timeout: float = 60) -> None:
-        crds = sorted((self.bin_dir / "crds").glob("*.yaml"))
-        for crd in crds:
-            # Server-side: the CRDs are too large for the last-applied annotation.
-            self.cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
-        for crd in crds:
-            self.cluster.kubectl(
-                "wait", "--for=condition=Established", f"--timeout={int(timeout)}s", "-f", str(crd)
-            )
-
     def start(self, timeout: float = 90) -> None:
-        self.install_crds()
+        addons.apply_crds(self.cluster, (self.bin_dir / "crds").glob("*.yaml"))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         common = [
             "--kubeconfig", self.cluster.kubeconfig, "--leader-elect=false", "--enable-healthz",
@@ -102,12 +77,7 @@ class Volcano:
         log.close()
 
     def _healthy(self, name: str) -> bool:
-        try:
-            url = f"http://127.0.0.1:{self.health_ports[name]}/healthz"
-            with urllib.request.urlopen(url, timeout=2) as resp:
-                return bool(resp.status == 200)
-        except (urllib.error.URLError, OSError):
-            return False
+        return addons.http_ok(f"http://127.0.0.1:{self.health_ports[name]}/healthz")
 
     def wait_ready(self, timeout: float) -> None:
         """Both healthy, and the ``default`` Queue created by the scheduler and Open."""
@@ -134,11 +104,7 @@ class Volcano:
         return state if isinstance(state, str) else None
 
     def log_tail(self, name: str, lines: int = 30) -> str:
-        try:
-            text = (self.log_dir / f"{name}.log").read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return addons.log_tail(self.log_dir / f"{name}.log", lines)
 
     def alive(self) -> bool:
         return bool(self.procs) and all(p.poll() is None for p in self.procs.values())

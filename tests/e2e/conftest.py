@@ -102,6 +102,36 @@ def run_session_cluster(c: C, setup: Callable[[C], None] | None = None) -> Itera
             c.stop()
 
 
+class AddOn(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+A = TypeVar("A", bound=AddOn)
+
+
+def run_addon(what: str, build: Callable[[], Path], make: Callable[[Path, Path], A]) -> Iterator[A]:
+    """Build an add-on (Volcano, Kueue), make it with its binaries' and the e2e logs'
+    directories, start it (a failure fails every test that needs it, with its log tail),
+    yield it and stop it afterwards."""
+    try:
+        bin_dir = build()
+    except RuntimeError as e:
+        pytest.fail(str(e), pytrace=False)
+    started = time.monotonic()
+    addon = make(bin_dir, Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "e2e-logs")
+    try:
+        addon.start()
+    except (RuntimeError, OSError) as e:
+        addon.stop()
+        pytest.fail(str(e), pytrace=False)
+    print(f"\n{what} up in {time.monotonic() - started:.1f}s")
+    try:
+        yield addon
+    finally:
+        addon.stop()
+
+
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
     c = LocalCluster(

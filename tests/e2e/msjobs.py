@@ -193,3 +193,21 @@ def state_column(cluster: LocalCluster, ns: str, job: str) -> str:
 
 def event_count(cluster: LocalCluster, ns: str, job: str, reason: str) -> int:
     return sum(int(e.get("count") or 1) for e in events(cluster, ns, job) if e["reason"] == reason)
+
+
+def queued(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
+    return condition(get(cluster, ns, "msjob", job), "Queued")
+
+
+def wait_queued(cluster: LocalCluster, ns: str, job: str, reason: str, timeout: float = 60) -> JSON:
+    out: JSON = wait_for(
+        f"{job} Queued with reason {reason}",
+        lambda: (
+            (q := queued(cluster, ns, job))
+            and q["status"] == "True"
+            and q["reason"] == reason
+            and q
+        ),
+        timeout,
+    )
+    return out

@@ -9,7 +9,6 @@ there), its own ResourceFlavors, ClusterQueue and LocalQueue, and an operator ru
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
 from msop.testing.kueue import Kueue, build
-from tests.e2e.conftest import POOL_LABEL, Pool
+from tests.e2e.conftest import POOL_LABEL, Pool, run_addon
 from tests.e2e.msjobs import (
     apply,
     bound,
@@ -29,10 +28,12 @@ from tests.e2e.msjobs import (
     get,
     items,
     job_pods,
+    queued,
     state_column,
     wait_bound,
     wait_condition,
     wait_for,
+    wait_queued,
 )
 
 JSON = dict[str, Any]
@@ -42,24 +43,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 @pytest.fixture(scope="module")
 def kueue(cluster: LocalCluster) -> Iterator[Kueue]:
-    try:
-        bin_dir = build()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
     # The rule that refuses a queue change while admitted (config/admission).
     cluster.kubectl("apply", "-k", str(REPO / "config/admission"))
-    started = time.monotonic()
-    k = Kueue(
-        cluster, bin_dir, Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "e2e-logs"
-    )
-    try:
-        k.start()
-    except (RuntimeError, OSError) as e:
-        k.stop()
-        pytest.fail(str(e), pytrace=False)
-    print(f"\nKueue up in {time.monotonic() - started:.1f}s")
-    yield k
-    k.stop()
+    yield from run_addon("Kueue", build, lambda bin_dir, logs: Kueue(cluster, bin_dir, logs))
 
 
 def create(cluster: LocalCluster, obj: JSON) -> None:
@@ -158,20 +144,6 @@ def workload(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
 
 def wl_true(wl: JSON | None, type_: str) -> bool:
     return (condition(wl, type_) or {}).get("status") == "True"
-
-
-def queued(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
-    return condition(get(cluster, ns, "msjob", job), "Queued")
-
-
-def wait_queued(cluster: LocalCluster, ns: str, job: str, reason: str, timeout: float = 60) -> JSON:
-    out: JSON = wait_for(
-        f"{job} Queued with reason {reason}",
-        lambda: (q := queued(cluster, ns, job)) and q["status"] == "True"
-        and q["reason"] == reason and q,
-        timeout,
-    )  # fmt: skip
-    return out
 
 
 def stays_without_pods(cluster: LocalCluster, ns: str, job: str, seconds: float = 4) -> None:

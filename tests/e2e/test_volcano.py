@@ -9,7 +9,6 @@ one device each. The devices are the scarce resource; CPU and memory are plentif
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,20 +18,21 @@ import pytest
 
 from msop.testing import KubeletStandIn, LocalCluster
 from msop.testing.volcano import VOLCANO_QUEUES, Volcano, build
-from tests.e2e.conftest import DEVICE, POOL_LABEL, Pool
+from tests.e2e.conftest import DEVICE, POOL_LABEL, Pool, run_addon
 from tests.e2e.msjobs import (
     apply,
     bound,
-    condition,
     event_count,
     finish,
     get,
     items,
     job_pods,
+    queued,
     state_column,
     wait_bound,
     wait_condition,
     wait_for,
+    wait_queued,
 )
 
 JSON = dict[str, Any]
@@ -41,22 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def volcano(cluster: LocalCluster) -> Iterator[Volcano]:
-    try:
-        bin_dir = build()
-    except RuntimeError as e:
-        pytest.fail(str(e), pytrace=False)
-    started = time.monotonic()
-    v = Volcano(
-        cluster, bin_dir, Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "e2e-logs"
-    )
-    try:
-        v.start()
-    except RuntimeError as e:
-        v.stop()
-        pytest.fail(str(e), pytrace=False)
-    print(f"\nVolcano up in {time.monotonic() - started:.1f}s")
-    yield v
-    v.stop()
+    yield from run_addon("Volcano", build, lambda bin_dir, logs: Volcano(cluster, bin_dir, logs))
 
 
 def gang_job(
@@ -102,24 +87,6 @@ def gang_job(
             **spec,
         },
     }
-
-
-def queued(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
-    return condition(get(cluster, ns, "msjob", job), "Queued")
-
-
-def wait_queued(cluster: LocalCluster, ns: str, job: str, reason: str, timeout: float = 60) -> JSON:
-    out: JSON = wait_for(
-        f"{job} Queued with reason {reason}",
-        lambda: (
-            (q := queued(cluster, ns, job))
-            and q["status"] == "True"
-            and q["reason"] == reason
-            and q
-        ),
-        timeout,
-    )
-    return out
 
 
 def stays_unplaced(cluster: LocalCluster, ns: str, job: str, seconds: float = 6) -> None:
