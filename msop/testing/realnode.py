@@ -126,6 +126,11 @@ class RealCluster:
         return self.control_plane.kubeconfig
 
     @property
+    def inner_kubeconfig(self) -> str:
+        """For clients inside the namespace: the API server on its loopback."""
+        return str(self.control_plane.cluster_dir / "kubeconfig.yaml")
+
+    @property
     def logs(self) -> Path:
         return self.workdir / "logs"
 

@@ -45,7 +45,7 @@ def kueue_operator(installed: RealCluster) -> Iterator[Kueue]:
     # In the cluster's network namespace, where the API server reaches Kueue's webhooks.
     k = Kueue(
         installed, bin_dir, CACHE / "e2e-logs", name="kueue-real", spawn=installed.spawn,
-        expose=installed.expose, api_kubeconfig=installed.control_plane.kubeconfig,
+        expose=installed.expose, api_kubeconfig=installed.inner_kubeconfig,
     )  # fmt: skip
     try:
         k.start()
