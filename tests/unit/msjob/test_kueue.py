@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from typing import Any
 
 from msop.api import constants as c
+from msop.controller.expectations import Expectations
+from msop.kube.errors import ApiError
 from msop.msjob import kueue
 from msop.msjob.plan import Observed, Options, Plan, plan
+from msop.msjob.reconciler import MSJobReconciler
 from tests.unit.msjob.test_plan import NOW, T0, job, pod, service
 
 JSON = dict[str, Any]
@@ -349,3 +353,81 @@ def test_a_running_job_keeps_the_admitted_reason_without_gang_scheduling() -> No
     assert any(x["type"] == c.RUNNING and x["status"] == "True" for x in p.status["conditions"])
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_ADMITTED
+
+
+# --- the reconciler's Workload writes ----------------------------------------------------
+
+
+class _Api:
+    """The client seam for Workload writes: records calls, serves one Workload."""
+
+    def __init__(self, wl: JSON | None, conflict: bool = False) -> None:
+        self.wl = wl
+        self.conflict = conflict
+        self.calls: list[tuple[str, str, Any]] = []
+
+    async def create(self, res: Any, obj: JSON, ns: str) -> JSON:
+        self.calls.append(("create", res.kind, obj["metadata"]["name"]))
+        return obj
+
+    async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
+        self.calls.append(("get", res.kind, name))
+        return {"metadata": {"name": name}, "value": 1000}
+
+    async def patch(self, res: Any, name: str, body: Any, ns: str, **kw: Any) -> JSON:
+        self.calls.append(("patch", f"{res.kind}/{kw.get('subresource') or ''}", body))
+        if res.kind == "Workload" and self.conflict:
+            raise ApiError(409, "Conflict", "the object has been modified")
+        if res.kind != "Workload":
+            return {"metadata": {"resourceVersion": "99"}}
+        assert self.wl is not None
+        rv = str(int(self.wl["metadata"]["resourceVersion"]) + 1)
+        self.wl = {**self.wl, "metadata": {**self.wl["metadata"], "resourceVersion": rv}}
+        return self.wl
+
+    async def delete(self, res: Any, name: str, ns: str, **kw: Any) -> None:
+        self.calls.append(("delete", res.kind, name))
+
+
+def _reconcile(api: _Api, plan_: Plan, wl: JSON | None, j: JSON) -> bool:
+    r = MSJobReconciler(
+        api,  # type: ignore[arg-type]
+        jobs=None, pods=None, services=None, pod_groups=None,  # type: ignore[arg-type]
+        recorder=type("R", (), {"event": lambda *a: None})(),  # type: ignore[arg-type]
+        expectations=Expectations(), options=Options(kueue=True),
+    )  # fmt: skip
+    return asyncio.run(r._scheduling_objects("ns", j, plan_, wl))
+
+
+def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
+    j = queued_job()
+    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
+    p = run(j)
+    api = _Api(None)
+    assert _reconcile(api, p, None, j)
+    assert api.calls[0] == ("get", "WorkloadPriorityClass", "urgent")
+    assert api.calls[1][0:2] == ("create", "Workload")
+    assert p.create_workload is not None and p.create_workload["spec"]["priority"] == 1000
+
+
+def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finalizer() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    p = Plan(
+        patch_workload={"spec": {"active": False}},
+        workload_status=kueue.finish_patch(wl, True, "done", T0),
+        release_workloads=[wl],
+    )
+    api = _Api(wl)
+    assert _reconcile(api, p, wl, j)
+    kinds = [(c_[0], c_[1]) for c_ in api.calls]
+    assert kinds == [("patch", "Workload/"), ("patch", "Workload/status"), ("patch", "Workload/")]
+    assert api.calls[1][2]["metadata"]["resourceVersion"] == "8"  # after the spec patch
+    assert api.calls[2][2]["metadata"] == {"resourceVersion": "9", "finalizers": []}
+
+
+def test_a_workload_that_moved_is_planned_again() -> None:
+    j = queued_job()
+    wl = evicted(j)
+    p = Plan(workload_status=kueue.requeue_patch(wl, T0))
+    assert not _reconcile(_Api(wl, conflict=True), p, wl, j)
