@@ -26,8 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from msop.cli.render import render_files
 
         return render_files(
-            args.files, args.namespace, args.enable_gang_scheduling, sys.stdout, sys.stderr
-        )
+            args.files, args.namespace, args.enable_gang_scheduling, sys.stdout, sys.stderr,
+            kueue=args.enable_kueue,
+        )  # fmt: skip
     if args.command == "validate":
         from msop.cli.validate import validate_files
 

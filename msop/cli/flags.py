@@ -254,7 +254,8 @@ def _add_offline(sub: Any) -> None:
         "render",
         help="print the pods and Services the operator would create for an MSJob",
         description="Print, as multi-document YAML, the PodGroup (with "
-        "--enable-gang-scheduling), Services and pods the operator creates for each MSJob, "
+        "--enable-gang-scheduling), Kueue Workload (with --enable-kueue), Services and pods the "
+        "operator creates for each MSJob, "
         "computed offline by the operator's own planner. Cluster-assigned values are "
         "placeholders: the MSJob uid '<msjob-uid>' in ownerReferences and the Scheduler "
         "Service ClusterIP '<scheduler-service-cluster-ip>' in MS_SCHED_HOST. Invalid jobs "
@@ -266,6 +267,8 @@ def _add_offline(sub: Any) -> None:
                         help="namespace (default: the job's own, else 'default')")  # fmt: skip
     render.add_argument("--enable-gang-scheduling", action="store_true",
                         help="render as an operator run with --enable-gang-scheduling")  # fmt: skip
+    render.add_argument("--enable-kueue", action="store_true",
+                        help="render as an operator run with --enable-kueue")  # fmt: skip
     check = sub.add_parser(
         "validate",
         help="check MSJob YAML files offline with admission's rules",

@@ -12,7 +12,12 @@ from msop.sdk.render import InvalidJobError, render
 
 
 def render_files(
-    paths: list[str], namespace: str | None, gang_scheduling: bool, out: TextIO, err: TextIO
+    paths: list[str],
+    namespace: str | None,
+    gang_scheduling: bool,
+    out: TextIO,
+    err: TextIO,
+    kueue: bool = False,
 ) -> int:
     """The ``msop render`` command: 0 when every MSJob rendered, 1 on any error."""
     docs: list[JSON] = []
@@ -29,7 +34,9 @@ def render_files(
             failed = True
         for job in jobs:
             try:
-                result = render(job, namespace=namespace, gang_scheduling=gang_scheduling)
+                result = render(
+                    job, namespace=namespace, gang_scheduling=gang_scheduling, kueue=kueue
+                )
             except InvalidJobError as e:
                 for fe in e.errors:
                     print(f"{path}: {fe.path}: {fe.message}", file=err)

@@ -16,6 +16,11 @@ Service has a ClusterIP (and, with gang scheduling, holds every pod until the Po
 is Inqueue). ``render`` therefore plans twice: once with nothing observed, then again
 observing exactly the planned Service (with the placeholder ClusterIP) and PodGroup
 (Inqueue), and no pods. The second plan holds every pod.
+
+With Kueue (``kueue=True``, for a job labelled ``kueue.x-k8s.io/queue-name``) the first
+plan creates only the Workload; it is then observed admitted to
+:data:`CLUSTER_QUEUE_PLACEHOLDER` with no flavor (a cluster's ResourceFlavors would add
+their node labels and tolerations to the pods), and the two plans above follow.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from msop.msjob.plan import Observed, Options, plan
 
 UID_PLACEHOLDER = "<msjob-uid>"
 CLUSTER_IP_PLACEHOLDER = "<scheduler-service-cluster-ip>"
+CLUSTER_QUEUE_PLACEHOLDER = "<cluster-queue>"
 
 
 @dataclass
@@ -42,10 +48,32 @@ class Rendered:
     pods: list[JSON]
     notes: list[str]
     """Why something expected is missing (suspended, managed elsewhere)."""
+    workload: JSON | None = None
+    """Kueue's Workload, created before anything else."""
 
     def objects(self) -> list[JSON]:
-        head = [self.pod_group] if self.pod_group is not None else []
+        head = [o for o in (self.workload, self.pod_group) if o is not None]
         return [*head, *self.services, *self.pods]
+
+
+def _admitted(workload: JSON) -> JSON:
+    """``workload`` as Kueue leaves it once admitted (no flavor assigned)."""
+    seen = copy.deepcopy(workload)
+    seen["metadata"]["resourceVersion"] = "1"
+    seen["status"] = {
+        "conditions": [
+            {"type": t, "status": "True", "reason": t, "message": ""}
+            for t in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": CLUSTER_QUEUE_PLACEHOLDER,
+            "podSetAssignments": [
+                {"name": ps["name"], "flavors": {}, "count": ps["count"]}
+                for ps in workload["spec"]["podSets"]
+            ],
+        },
+    }
+    return seen
 
 
 class InvalidJobError(ValueError):
@@ -61,6 +89,7 @@ def render(
     *,
     namespace: str | None = None,
     gang_scheduling: bool = False,
+    kueue: bool = False,
     now: datetime | None = None,
 ) -> Rendered:
     """Plan ``job`` (raw, as a user wrote it) and return what would be created.
@@ -77,9 +106,11 @@ def render(
     meta.setdefault("uid", UID_PLACEHOLDER)
     job.pop("status", None)  # a new job: the plan must not depend on a stale status
     when = now or datetime.now(UTC)
-    options = Options(gang_scheduling=gang_scheduling)
+    options = Options(gang_scheduling=gang_scheduling, kueue=kueue)
 
-    first = plan(Observed(job=job, pods=[], services=[], now=when), options)
+    workload = plan(Observed(job=job, pods=[], services=[], now=when), options).create_workload
+    seen_workload = _admitted(workload) if workload is not None else None
+    first = plan(Observed(job=job, pods=[], services=[], now=when, workload=seen_workload), options)
     services = first.create_services
     observed_services = []
     for svc in services:
@@ -91,7 +122,14 @@ def render(
     if pod_group is not None:
         observed_group = {**copy.deepcopy(pod_group), "status": {"phase": "Inqueue"}}
     second = plan(
-        Observed(job=job, pods=[], services=observed_services, now=when, pod_group=observed_group),
+        Observed(
+            job=job,
+            pods=[],
+            services=observed_services,
+            now=when,
+            pod_group=observed_group,
+            workload=seen_workload,
+        ),
         options,
     )
     notes: list[str] = []
@@ -100,4 +138,16 @@ def render(
             "nothing to create: the job is suspended, or managed by another controller "
             "(spec.runPolicy.suspend / spec.runPolicy.managedBy)"
         )
-    return Rendered(pod_group=pod_group, services=services, pods=second.create_pods, notes=notes)
+    if workload is not None:
+        notes.append(
+            "the pods are created once Kueue admits the Workload, with the node labels and "
+            "tolerations of the ResourceFlavors it assigns; its priority is read from the "
+            "class the job names when it is created"
+        )
+    return Rendered(
+        pod_group=pod_group,
+        services=services,
+        pods=second.create_pods,
+        notes=notes,
+        workload=workload,
+    )

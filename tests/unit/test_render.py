@@ -101,6 +101,22 @@ def test_gang_scheduling_renders_the_pod_group_first() -> None:
     assert result.objects()[1:] == _expected(raw, "g", gang=True)
 
 
+def test_kueue_renders_the_workload_first_and_the_pods_as_if_admitted() -> None:
+    raw = _load(SAMPLES / "msjob_kueue.yaml")
+    result = render(raw, namespace="k", kueue=True)
+    assert result.workload is not None and result.objects()[0] is result.workload
+    assert result.workload["spec"]["queueName"] == "team-a"
+    assert [p["name"] for p in result.workload["spec"]["podSets"]] == ["scheduler", "worker"]
+    pods = [o for o in result.objects() if o["kind"] == "Pod"]
+    assert len(pods) == 3
+    assert {p["metadata"]["labels"]["kueue.x-k8s.io/podset"] for p in pods} == {
+        "scheduler",
+        "worker",
+    }
+    assert any("Kueue admits" in n for n in result.notes)
+    assert render(raw, namespace="k").workload is None  # without the flag: no Workload
+
+
 def test_input_uid_and_status_are_respected_and_ignored() -> None:
     raw = _load(SAMPLES / "ms_wide_deep_standalone.yaml")
     raw["metadata"]["uid"] = "1234"
