@@ -212,6 +212,7 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     )
     kinds = sorted(d["kind"] for d in rendered)
     assert kinds.count("ClusterRole") == 3 and "CustomResourceDefinition" in kinds
+    assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
     namespaced = [d for d in rendered if d["kind"] not in (
         "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
     assert {d["metadata"]["namespace"] for d in namespaced} == {OPERATOR_NAMESPACE}
