@@ -220,13 +220,11 @@ class Wait:
     message: str
 
 
-def waiting(job: JSON, wl: JSON | None) -> Wait | None:
-    """Why the job waits in Kueue, or None once its Workload is admitted."""
+def why_waiting(job: JSON, wl: JSON | None) -> Wait:
+    """Why the job waits in Kueue (its Workload is missing or not admitted)."""
     view = MSJob(job)
     ref = f"{view.namespace}/{view.name}"
     queue = queue_name(job)
-    if wl is not None and admitted(wl):
-        return None
     if wl is not None and is_true(wl, "Evicted"):
         ev = condition(wl, "Evicted") or {}
         return Wait(

@@ -980,14 +980,14 @@ class _Planner:
         if wl is None:
             if self.stop_pods() and not self.obs.other_workloads:
                 self.plan.create_workload = kueue.workload(self.job, active=True)
-            self.kueue_wait(kueue.waiting(self.job, None) or kueue.Wait("", ""))
+            self.kueue_wait(kueue.why_waiting(self.job, None))
             return False
         if not kueue.pod_sets_match(self.job, wl):
             self.reshape_workload(wl)
             return False
         self.sync_workload_spec(wl, resuming)
-        wait = kueue.waiting(self.job, wl)
-        if wait is not None:
+        if not kueue.admitted(wl):
+            wait = kueue.why_waiting(self.job, wl)
             if wait.reason == kueue.REASON_EVICTED:
                 self.status.pop("startTime", None)
             self.stop_pods()

@@ -269,7 +269,8 @@ class MSJobReconciler:
             job = written
 
         failure = await self._children(key, ns, job, p, failure)
-        # A Workload write that conflicted is planned again from a fresher cache.
+        # A Workload write that conflicted is planned again from a fresher cache; one that
+        # waits for its priority class is retried with the controller's backoff.
         workload_written = await self._scheduling_objects(ns, job, p, observed.workload)
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
@@ -422,9 +423,9 @@ class MSJobReconciler:
     async def _scheduling_objects(self, ns: str, job: JSON, p: Plan, workload: JSON | None) -> bool:
         """The PodGroup (Volcano) and Workload (Kueue) writes; False: requeue."""
         await self._pod_group(ns, job, p)
-        await self._create_workload(ns, job, p)
+        created = await self._create_workload(ns, job, p)
         written, latest = await self._update_workload(p, workload)
-        return written and await self._drop_workloads(ns, p, latest)
+        return created and written and await self._drop_workloads(ns, p, latest)
 
     async def _pod_group(self, ns: str, job: JSON, p: Plan) -> None:
         if p.create_pod_group is not None:
@@ -488,9 +489,9 @@ class MSJobReconciler:
                 return None
             raise
 
-    async def _priority(self, job: JSON) -> JSON:
-        """The Workload's priority fields, from the class the job names (404: the event
-        says which class is missing, and the create is retried with backoff)."""
+    async def _priority(self, job: JSON) -> JSON | None:
+        """The Workload's priority fields, from the class the job names; None when that
+        class does not exist (a Warning event says which)."""
         source = kueue.priority_source(job)
         if source is None:
             return {}
@@ -505,22 +506,29 @@ class MSJobReconciler:
                     f"MSJob {job['metadata']['namespace']}/{job['metadata']['name']}: {kind} "
                     f"{name!r} does not exist; its Workload is created once it does.",
                 )  # fmt: skip
+                return None
             raise
         return kueue.priority_ref(kind, name, int(obj.get("value") or 0))
 
-    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> None:
+    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> bool:
+        """Create the Plan's Workload; False while the priority class it names is missing
+        (retried with the controller's backoff)."""
         if p.create_workload is None:
-            return
+            return True
+        priority = await self._priority(job)
+        if priority is None:
+            return False
         wl = p.create_workload
-        wl["spec"].update(await self._priority(job))
+        wl["spec"].update(priority)
         try:
             await self.client.create(WORKLOADS, wl, ns)
         except ApiError as e:
             if not is_already_exists(e):
                 raise
-            return
+            return True
         message = f"Created Workload: {ns}/{wl['metadata']['name']}"
         self.recorder.event(job, "Normal", "CreatedWorkload", message)
+        return True
 
     async def _update_workload(self, p: Plan, workload: JSON | None) -> tuple[bool, JSON | None]:
         """The job's Workload: spec patch, then status patch. Returns False if one

@@ -431,3 +431,17 @@ def test_a_workload_that_moved_is_planned_again() -> None:
     wl = evicted(j)
     p = Plan(workload_status=kueue.requeue_patch(wl, T0))
     assert not _reconcile(_Api(wl, conflict=True), p, wl, j)
+
+
+def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
+    j = queued_job()
+    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "nope"
+    p = run(j)
+
+    class Missing(_Api):
+        async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
+            raise ApiError(404, "NotFound", f'"{name}" not found')
+
+    api = Missing(None)
+    assert not _reconcile(api, p, None, j)
+    assert not any(call[0] == "create" for call in api.calls)
