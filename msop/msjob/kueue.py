@@ -29,7 +29,9 @@ quota not reserved, or checks pending   no pod (True, ``WorkloadPending``, Kueue
                                         message: which quota is short)
 inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
 ``Admitted``                            creates the pods with the flavors' node labels
-                                        and tolerations (False, ``WorkloadAdmitted``)
+                                        and tolerations (False, ``WorkloadAdmitted``);
+                                        ``PodsReady`` True once every pod runs, False
+                                        while one is missing (Kueue's waitForPodsReady)
 ``Evicted`` (preempted, deactivated,    deletes the pods; once they are gone, clears
 queue stopped, ...)                     the admission so that Kueue queues it again
                                         (True, ``WorkloadEvicted``); not a failure:
@@ -341,9 +343,55 @@ def requeue_patch(wl: JSON, now: str) -> JSON:
         admitted_reason = "NoReservationUnsatisfiedChecks"
         admitted_message = "The workload has no reservation and not all checks ready"
     _set(conditions, _cond(wl, "Admitted", "False", admitted_reason, admitted_message, now))
+    if condition(wl, "PodsReady") is not None:
+        _set(conditions, _cond(wl, "PodsReady", "False", PODS_WAIT_FOR_START,
+                               "Not all pods are ready or succeeded", now))  # fmt: skip
     return {
         "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
         "status": {"conditions": conditions, "admission": None},
+    }
+
+
+#: Kueue's PodsReady reasons (its waitForPodsReady evicts a Workload that stays False).
+PODS_STARTED = "Started"
+PODS_RECOVERED = "Recovered"
+PODS_WAIT_FOR_START = "WaitForStart"
+PODS_WAIT_FOR_RECOVERY = "WaitForRecovery"
+
+
+def pods_ready(wl: JSON, ready: bool) -> tuple[str, str, str]:
+    """The ``PodsReady`` condition (status, reason, message) of an admitted Workload whose
+    job's pods all run (``ready``) or not, as Kueue's jobframework computes it: True,
+    ``Started`` (``Recovered`` after a recovery); False, ``WaitForStart`` until the pods
+    first ran, ``WaitForRecovery`` after."""
+    current = condition(wl, "PodsReady")
+    reason = str((current or {}).get("reason") or "")
+    if ready:
+        recovered = reason in (PODS_WAIT_FOR_RECOVERY, PODS_RECOVERED)
+        return (
+            "True",
+            PODS_RECOVERED if recovered else PODS_STARTED,
+            "All pods reached readiness and the workload is running",
+        )
+    if (current or {}).get("status") == "True" or reason == PODS_WAIT_FOR_RECOVERY:
+        return "False", PODS_WAIT_FOR_RECOVERY, "At least one pod has failed, waiting for recovery"
+    return "False", PODS_WAIT_FOR_START, "Not all pods are ready or succeeded"
+
+
+def pods_ready_patch(wl: JSON, ready: bool, now: str) -> JSON | None:
+    """The status merge patch that sets ``PodsReady`` (:func:`pods_ready`), or None when
+    the Workload already says it. Kueue evicts a Workload whose pods do not get ready in
+    time only when its ``waitForPodsReady`` is on; written either way (two writes per
+    start)."""
+    status, reason, message = pods_ready(wl, ready)
+    current = condition(wl, "PodsReady") or {}
+    if (current.get("status"), current.get("reason")) == (status, reason):
+        return None
+    conditions = [dict(x) for x in _conditions(wl)]
+    _set(conditions, _cond(wl, "PodsReady", status, reason, message, now))
+    return {
+        "metadata": {"resourceVersion": wl["metadata"]["resourceVersion"]},
+        "status": {"conditions": conditions},
     }
 
 

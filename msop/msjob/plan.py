@@ -999,6 +999,7 @@ class _Planner:
             self.plan.requeue_at(1.0)  # a ResourceFlavor not in the cache yet
             return False
         self.placements = placements
+        self.plan.workload_status = kueue.pods_ready_patch(wl, self.all_running(), self.now_s)
         queued = get_condition(self.status, c.QUEUED)
         if queued is None or queued.get("reason") != kueue.REASON_ADMITTED:
             msg = (

@@ -89,6 +89,9 @@ class Kueue:
     log_dir: Path
     name: str = "kueue"
     feature_gates: str = "VisibilityOnDemand=false"
+    pods_ready_timeout: str | None = None
+    """Kueue's ``waitForPodsReady.timeout`` (e.g. ``"20s"``): an admitted Workload whose
+    ``PodsReady`` is not True by then is evicted. None: off (Kueue's default)."""
     spawn: Callable[[str, Sequence[str]], Any] | None = None
     """Start Kueue in the API server's network namespace: ``spawn(name, argv)`` returns an
     object with ``proc`` and ``log`` (``RealCluster.spawn``). None: a child process here."""
@@ -126,6 +129,11 @@ class Kueue:
                 "frameworks": ["batch/job"],
                 "externalFrameworks": [EXTERNAL_FRAMEWORK],
             },
+            **(
+                {"waitForPodsReady": {"timeout": self.pods_ready_timeout}}
+                if self.pods_ready_timeout
+                else {}
+            ),
         }
 
     def start(self, timeout: float = 90) -> None:

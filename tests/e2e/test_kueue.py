@@ -39,13 +39,19 @@ from tests.e2e.msjobs import (
 JSON = dict[str, Any]
 REPO = Path(__file__).resolve().parents[2]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PODS_READY_TIMEOUT = "20s"
 
 
 @pytest.fixture(scope="module")
 def kueue(cluster: LocalCluster) -> Iterator[Kueue]:
     # The rule that refuses a queue change while admitted (config/admission).
     cluster.kubectl("apply", "-k", str(REPO / "config/admission"))
-    yield from run_addon("Kueue", build, lambda bin_dir, logs: Kueue(cluster, bin_dir, logs))
+    # waitForPodsReady on, as production clusters run it: a Workload whose pods do not all
+    # run within PODS_READY_TIMEOUT is evicted, so msop must report PodsReady.
+    yield from run_addon(
+        "Kueue", build,
+        lambda bin_dir, logs: Kueue(cluster, bin_dir, logs, pods_ready_timeout=PODS_READY_TIMEOUT),
+    )  # fmt: skip
 
 
 def create(cluster: LocalCluster, obj: JSON) -> None:
@@ -171,6 +177,12 @@ def test_quota_for_one_job_queues_the_second_until_the_first_ends(
     assert [(p["name"], p["count"]) for p in wl["spec"]["podSets"]] == [
         ("scheduler", 1), ("worker", 2)]  # fmt: skip
     assert wl_true(wl, "Admitted")
+    ready = wait_for(
+        "PodsReady on the Workload",
+        lambda: (c := condition(workload(cluster, namespace, "first"), "PodsReady"))
+        and c["status"] == "True" and c,
+    )  # fmt: skip
+    assert ready["reason"] == "Started"
     q = queued(cluster, namespace, "first") or {}
     assert (q.get("status"), q.get("reason")) == ("False", "WorkloadAdmitted")
 
@@ -321,3 +333,26 @@ def test_suspend_releases_the_quota_and_resume_queues_again(
         "the Workload gone with its job",
         lambda: not items(cluster, namespace, "workloads"),
     )
+
+
+def test_pods_that_never_run_are_evicted_by_kueues_pods_ready_timeout(
+    cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str, pool: Pool,
+    kueue_objects: None,
+) -> None:  # fmt: skip
+    """The job's pods select a node that does not exist: they stay Pending, the Workload's
+    PodsReady stays False (WaitForStart), and Kueue evicts it after its timeout; msop
+    deletes the pods and the job waits in the queue again, not failed."""
+    pool(nodes=1, devices=0)
+    name = f"default-{namespace}"
+    create(cluster, flavor(name) | {"metadata": {"name": name, "labels": {POOL_LABEL: namespace}}})
+    queue = queues(cluster, namespace, {name: "3"})
+    start_operator("--enable-kueue")
+    apply(cluster, namespace, queued_job("stuck", namespace, queue, pool_value="nowhere"))
+    wait_for("the stuck job's pods", lambda: len(job_pods(cluster, namespace, "stuck")) == 3)
+    pending = condition(workload(cluster, namespace, "stuck"), "PodsReady") or {}
+    assert (pending.get("status"), pending.get("reason")) == ("False", "WaitForStart")
+    q = wait_queued(cluster, namespace, "stuck", "WorkloadEvicted", timeout=90)
+    assert "PodsReadyTimeout" in q["message"]
+    wait_for("the stuck job's pods deleted", lambda: not job_pods(cluster, namespace, "stuck"))
+    job = get(cluster, namespace, "msjob", "stuck") or {}
+    assert condition(job, "Failed") is None

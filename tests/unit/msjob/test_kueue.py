@@ -445,3 +445,29 @@ def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     api = Missing(None)
     assert not _reconcile(api, p, None, j)
     assert not any(call[0] == "create" for call in api.calls)
+
+
+def test_pods_ready_follows_kueues_reasons() -> None:
+    j = queued_job()
+    wl = admitted(j)
+    assert kueue.pods_ready(wl, False)[:2] == ("False", "WaitForStart")
+    assert kueue.pods_ready(wl, True)[:2] == ("True", "Started")
+    patch = kueue.pods_ready_patch(wl, True, T0)
+    assert patch is not None
+    wl["status"]["conditions"] = patch["status"]["conditions"]
+    assert kueue.pods_ready_patch(wl, True, T0) is None  # already says so: no write
+    assert kueue.pods_ready(wl, False)[:2] == ("False", "WaitForRecovery")
+    wl["status"]["conditions"][-1].update(status="False", reason="WaitForRecovery")
+    assert kueue.pods_ready(wl, True)[:2] == ("True", "Recovered")
+
+
+def test_an_admitted_job_reports_pods_ready_once_every_pod_runs() -> None:
+    j = queued_job()
+    p = run(j, admitted(j), [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)])
+    assert p.workload_status is not None
+    ready = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "PodsReady")
+    assert (ready["status"], ready["reason"]) == ("True", "Started")
+    p = run(j, admitted(j), [pod("Scheduler", 0)])
+    assert p.workload_status is not None
+    ready = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "PodsReady")
+    assert (ready["status"], ready["reason"]) == ("False", "WaitForStart")
