@@ -14,6 +14,17 @@ One :class:`LeaderElector` per process and lease. :meth:`LeaderElector.run`:
    ``renew_deadline`` seconds, leadership is lost: ``run()`` raises
    :class:`LeaderElectionLost`. The process must then exit non-zero (its controllers may be
    running on stale assumptions while another replica already leads).
+
+   The deadline runs from when the last successful renewal was **sent**, not from when
+   its answer came back: the API server stored it after it was sent, and another replica
+   saw it no earlier than that, so that replica cannot take the Lease before
+   ``sent + lease_duration``, while this one stops at ``sent + renew_deadline``. That
+   leaves ``lease_duration - renew_deadline`` (5 s by default) between the old leader's
+   last write and the new leader's first, whatever the latency of the answer. (Counting
+   from the answer, a renewal answered late - a slow or partitioned API server - would
+   stretch the old leader's term by that latency into the new leader's.) Requests the old
+   leader still has queued when it stops are reset, not delivered later
+   (:mod:`msop.kube.transport`).
 4. **Release.** When ``run()`` is cancelled while leading and ``release_on_cancel`` is set
    (default), it writes the lease with an empty ``holderIdentity`` and
    ``leaseDurationSeconds=1`` so that another replica takes over at once (client-go's
@@ -118,6 +129,8 @@ class LeaderElector:
         self._leader = asyncio.Event()
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._held_since = 0.0
+        """When (``clock``) the last successful acquire or renew was sent."""
         self._gauge = metrics.LEADER_ELECTION_MASTER_STATUS.labels(config.name)
         self._gauge.set(0)
         self._log = log.bind(lease=f"{config.namespace}/{config.name}", identity=config.identity)
@@ -160,7 +173,9 @@ class LeaderElector:
     async def _acquire(self) -> None:
         self._log.info("attempting to acquire leader lease")
         while True:
+            sent = self._clock()
             if await self._try_acquire_or_renew():
+                self._held_since = sent
                 break
             await asyncio.sleep(self._sleep_jittered())
         self._set_leader(True)
@@ -168,11 +183,11 @@ class LeaderElector:
 
     async def _renew_loop(self) -> None:
         cfg = self.config
-        last_renew = self._clock()
         while True:
             await asyncio.sleep(cfg.retry_period)
             while True:
-                remaining = last_renew + cfg.renew_deadline - self._clock()
+                sent = self._clock()
+                remaining = self._held_since + cfg.renew_deadline - sent
                 if remaining <= 0:
                     self._log.error("failed to renew lease within the renew deadline")
                     raise LeaderElectionLost(
@@ -183,7 +198,7 @@ class LeaderElector:
                 except TimeoutError:
                     ok = False
                 if ok:
-                    last_renew = self._clock()
+                    self._held_since = sent
                     break
                 if self._observed and self._observed[0] not in ("", cfg.identity):
                     self._log.error("lease taken over by another holder", holder=self._observed[0])

@@ -14,7 +14,15 @@ Contract for every request method:
 - no answer (connection refused or reset, TLS failure, broken stream) raises
   :class:`~msop.kube.errors.ApiUnavailable`; a client-side timeout raises its subclass
   :class:`~msop.kube.errors.ApiTimeout`;
-- nothing is retried here: callers own their retry policy.
+- **the API server's own "try again later" is honoured here**, as client-go does: an
+  answer of 429 (API Priority and Fairness shedding load, a cache still initializing) or
+  500-504 *with* a ``Retry-After`` header means the request was not carried out, so it is
+  sent again after ``Retry-After`` seconds (capped at :data:`MAX_RETRY_AFTER`) stretched
+  by up to :data:`RETRY_JITTER` at random (so clients refused together do not come back
+  together), at most ``max_retries`` times (10, client-go's default), each counted in
+  ``rest_client_request_retries_total{code,verb,host}``. The last refusal raises
+  ApiError with ``retry_after`` set. Watches and streams are not retried here (their
+  callers reopen them). Nothing else is retried: callers own their retry policy.
 
 Requests other than watches are throttled by client-side :class:`TokenBucket` s
 (``qps``/``burst``, like client-go), one per **budget**, each of ``qps``/``burst``:
@@ -36,7 +44,9 @@ Returned dicts belong to the caller; the client keeps no reference to them.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import random
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from types import TracebackType
@@ -49,11 +59,21 @@ import orjson
 from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.kube.flowcontrol import TokenBucket
-from msop.kube.metrics import RATE_LIMITER_DURATION, REQUEST_DURATION, REQUESTS_TOTAL
+from msop.kube.metrics import (
+    RATE_LIMITER_DURATION,
+    REQUEST_DURATION,
+    REQUEST_RETRIES_TOTAL,
+    REQUESTS_TOTAL,
+)
 from msop.kube.resources import Resource
 from msop.kube.transport import Transport
 
-__all__ = ["BUDGETS", "KubeClient", "PatchType", "budget_of"]
+__all__ = ["BUDGETS", "MAX_RETRY_AFTER", "RETRY_JITTER", "KubeClient", "PatchType", "budget_of"]
+
+#: The longest ``Retry-After`` honoured (seconds); a longer one is waited this long.
+MAX_RETRY_AFTER = 30.0
+#: A retry waits ``Retry-After`` times a random factor in [1, 1 + RETRY_JITTER).
+RETRY_JITTER = 0.25
 
 #: The client-side budgets; each has a token bucket of its own (see the module docstring).
 BUDGETS = ("default", "status", "events", "leases")
@@ -93,6 +113,18 @@ def _retry_after(headers: Mapping[str, str]) -> float | None:
         return None
 
 
+#: How a retry waits (a seam for tests: they record the waits instead of sleeping).
+_sleep = asyncio.sleep
+
+
+def _retry_wait(status: int, retry_after: float | None) -> float | None:
+    """Seconds to wait before sending a refused request again, or None to give up:
+    429 and 500-504 carrying ``Retry-After`` (the server did not carry it out)."""
+    if retry_after is None or not (status == 429 or 500 <= status <= 504):
+        return None
+    return min(max(retry_after, 0.0), MAX_RETRY_AFTER) * random.uniform(1.0, 1.0 + RETRY_JITTER)
+
+
 def _decode(data: bytes) -> Any:
     if not data:
         return None
@@ -121,6 +153,7 @@ class KubeClient:
         burst: int = 100,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
+        max_retries: int = 10,
     ) -> None:
         self.transport = transport
         """The HTTP session (shared by clients made from this one's transport)."""
@@ -135,15 +168,26 @@ class KubeClient:
         self.limiter = self.limiters["default"]
         """The ``default`` budget's bucket."""
         self._timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self.max_retries = max_retries
+        """How many times a request refused with ``Retry-After`` is sent again."""
         # Metric children by label values, looked up once (every request updates them).
         self._m_requests: dict[tuple[str, str], Any] = {}
         self._m_durations: dict[str, Any] = {}
         self._m_waits: dict[str, Any] = {}
+        self._m_retries: dict[tuple[str, str], Any] = {}
 
     def _count_request(self, code: str, method: str) -> None:
         child = self._m_requests.get((code, method))
         if child is None:
             child = self._m_requests[code, method] = REQUESTS_TOTAL.labels(code, method, self.host)
+        child.inc()
+
+    def _count_retry(self, code: str, method: str) -> None:
+        child = self._m_retries.get((code, method))
+        if child is None:
+            child = self._m_retries[code, method] = REQUEST_RETRIES_TOTAL.labels(
+                code, method, self.host
+            )
         child.inc()
 
     def _observe(self, children: dict[str, Any], family: Any, method: str, value: float) -> None:
@@ -260,31 +304,38 @@ class KubeClient:
         """Send one throttled request and return the parsed JSON body (None if empty).
 
         ``path`` starts with ``/api`` or ``/apis``; ``budget`` names the token bucket it
-        waits on (:data:`BUDGETS`). Raises ApiError / ApiUnavailable / ApiTimeout as
-        described in the module docstring.
+        waits on (:data:`BUDGETS`). A refusal with ``Retry-After`` is retried (see the
+        module docstring). Raises ApiError / ApiUnavailable / ApiTimeout as described there.
         """
         headers = await self._headers(
             content_type or ("application/json" if body is not None else None)
         )
-        start = time.monotonic()
-        resp = await self._open(
-            method, path, query=query, headers=headers, body=body, client_timeout=self._timeout,
-            budget=budget,
-        )  # fmt: skip
-        try:
+        retries = 0
+        while True:
+            start = time.monotonic()
+            resp = await self._open(
+                method, path, query=query, headers=headers, body=body,
+                client_timeout=self._timeout, budget=budget,
+            )  # fmt: skip
             try:
-                data = await resp.read()
-            finally:
-                resp.release()
-        except TimeoutError as e:
-            raise ApiTimeout(f"{method} {path}: timed out") from e
-        except _TRANSPORT_ERRORS as e:
-            raise ApiUnavailable(f"{method} {path}: {e!r}") from e
-        self._observe(self._m_durations, REQUEST_DURATION, method, time.monotonic() - start)
-        parsed = _decode(data)
-        if not 200 <= resp.status < 300:
-            raise ApiError.from_status(resp.status, parsed, retry_after=_retry_after(resp.headers))
-        return parsed
+                try:
+                    data = await resp.read()
+                finally:
+                    resp.release()
+            except TimeoutError as e:
+                raise ApiTimeout(f"{method} {path}: timed out") from e
+            except _TRANSPORT_ERRORS as e:
+                raise ApiUnavailable(f"{method} {path}: {e!r}") from e
+            self._observe(self._m_durations, REQUEST_DURATION, method, time.monotonic() - start)
+            if 200 <= resp.status < 300:
+                return _decode(data)
+            retry_after = _retry_after(resp.headers)
+            wait = _retry_wait(resp.status, retry_after) if retries < self.max_retries else None
+            if wait is None:
+                raise ApiError.from_status(resp.status, _decode(data), retry_after=retry_after)
+            retries += 1
+            self._count_retry(str(resp.status), method)
+            await _sleep(wait)
 
     async def _open(
         self,

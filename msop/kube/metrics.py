@@ -4,6 +4,9 @@
   ``code`` is the HTTP status as a string, or ``"<error>"`` when no response arrived.
 - ``rest_client_request_duration_seconds{verb,host}``: latency until the response body was
   read (not recorded for watches, whose duration is meaningless).
+- ``rest_client_request_retries_total{code,verb,host}``: requests sent again because the
+  API server refused them with ``Retry-After`` (429 from API Priority and Fairness,
+  500-504); ``code`` is the refusal's status.
 - ``rest_client_rate_limiter_duration_seconds{verb,host}``: time spent waiting on the
   client-side token bucket.
 """
@@ -14,7 +17,7 @@ from prometheus_client import Counter, Histogram
 
 from msop.metrics import REGISTRY
 
-__all__ = ["RATE_LIMITER_DURATION", "REQUESTS_TOTAL", "REQUEST_DURATION"]
+__all__ = ["RATE_LIMITER_DURATION", "REQUESTS_TOTAL", "REQUEST_DURATION", "REQUEST_RETRIES_TOTAL"]
 
 _LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
@@ -22,6 +25,13 @@ REQUESTS_TOTAL = Counter(
     "rest_client_requests",
     "Number of HTTP requests, partitioned by status code, method, and host.",
     ["code", "method", "host"],
+    registry=REGISTRY,
+)
+
+REQUEST_RETRIES_TOTAL = Counter(
+    "rest_client_request_retries",
+    "Number of request retries, partitioned by status code, verb, and host.",
+    ["code", "verb", "host"],
     registry=REGISTRY,
 )
 

@@ -12,6 +12,11 @@ in-cluster); the session is ours, so that each request costs only what it must:
   ``.netrc`` is not read (client-go does not read it either).
 - **Compact JSON bodies** (no spaces after separators), encoded with orjson.
 - **One connection pool** of ``max_connections`` (0 = unbounded).
+- **Abandoned requests never land later.** Every socket closes with a reset
+  (``SO_LINGER`` 0): when a request is given up (timeout, cancellation, a leader that
+  lost its Lease exiting), bytes still queued in the kernel are discarded, not delivered
+  by the kernel's retransmissions once a partitioned link comes back. A plain close
+  would keep sending them for up to a minute after the process has moved on or exited.
 """
 
 from __future__ import annotations
@@ -19,7 +24,9 @@ from __future__ import annotations
 import base64
 import ipaddress
 import os
+import socket
 import ssl
+import struct
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
@@ -96,6 +103,18 @@ def split_proxy_credentials(proxy: str | None) -> tuple[str | None, str | None]:
     return urlunsplit(parts._replace(netloc=netloc)), header
 
 
+_RESET_ON_CLOSE = struct.pack("ii", 1, 0)
+
+
+def reset_on_close_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A TCP socket for ``addr_info`` (family, type, proto, ...) whose close sends a reset
+    and discards unsent bytes (``SO_LINGER`` on, 0 s); see the module docstring."""
+    family, type_, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=type_, proto=proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _RESET_ON_CLOSE)
+    return sock
+
+
 def ssl_context(configuration: Any) -> ssl.SSLContext:
     """The TLS context a ``Configuration`` describes (CA, client certificate, verify)."""
     context = ssl.create_default_context(cafile=configuration.ssl_ca_cert)
@@ -128,7 +147,11 @@ class Transport:
         if proxy_authorization and "Proxy-Authorization" not in proxy_headers:
             proxy_headers["Proxy-Authorization"] = proxy_authorization
         self.proxy_headers: Mapping[str, str] | None = proxy_headers or None
-        connector = aiohttp.TCPConnector(limit=max_connections or 0, ssl=ssl_context(configuration))
+        connector = aiohttp.TCPConnector(
+            limit=max_connections or 0,
+            ssl=ssl_context(configuration),
+            socket_factory=reset_on_close_socket,
+        )
         self.session = aiohttp.ClientSession(
             connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE
         )

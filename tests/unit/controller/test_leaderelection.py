@@ -1,0 +1,85 @@
+"""The leader's term runs from when its last successful renewal was *sent*: a renewal
+answered late (a slow or partitioned API server) must not stretch it into the next
+leader's. A fake Lease client advances a fake monotonic clock as requests take time."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from msop.kube.errors import ApiError, ApiTimeout
+from msop.kube.resources import Resource
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class LeaseServer:
+    """get/create/replace of one Lease; ``plan`` scripts each renewal: ("ok", latency) or
+    ("fail", latency), then every later call fails."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.lease: dict[str, Any] | None = None
+        self.plan: list[tuple[str, float]] = []
+        self.rv = 0
+        self.calls: list[float] = []
+
+    def _step(self) -> tuple[str, float]:
+        return self.plan.pop(0) if self.plan else ("fail", 1.0)
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        if self.lease is None:
+            raise ApiError(404, "NotFound", "not found")
+        return copy.deepcopy(self.lease)
+
+    async def create(
+        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        self.rv += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
+        return copy.deepcopy(self.lease)
+
+    async def replace(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append(self.clock.t)
+        verdict, latency = self._step()
+        self.clock.t += latency
+        if verdict != "ok":
+            raise ApiTimeout("PUT lease: timed out")
+        self.rv += 1
+        self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
+        return copy.deepcopy(self.lease)
+
+
+@pytest.mark.parametrize("latency", [0.0, 3.0, 8.0])
+async def test_term_ends_renew_deadline_after_the_last_good_renewal_was_sent(
+    latency: float,
+) -> None:
+    clock = Clock()
+    server = LeaseServer(clock)
+    config = LeaderElectionConfig(
+        name="msop", namespace="ns", identity="a", lease_duration=15.0, renew_deadline=10.0,
+        retry_period=0.001,
+    )  # fmt: skip
+    elector = LeaderElector(server, config, clock=clock, now=lambda: 1_700_000_000.0)  # type: ignore[arg-type]
+    # One renewal that succeeds but is answered `latency` seconds after it was sent, then
+    # a partition: every later renewal times out after 1 s.
+    server.plan = [("ok", latency)]
+    with pytest.raises(LeaderElectionLost):
+        await elector.run()
+    good_sent = server.calls[0]
+    last_attempt = server.calls[-1]
+    assert not elector.is_leader()
+    # No renewal attempt (and so no term) reaches past sent + renew_deadline; another
+    # replica may take the Lease from sent + lease_duration on.
+    assert last_attempt < good_sent + config.renew_deadline
+    assert clock.t <= good_sent + config.renew_deadline + 1.0
+    assert clock.t < good_sent + config.lease_duration
