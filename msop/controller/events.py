@@ -9,7 +9,15 @@
   the queue holds distinct events only. Only when ``max_pending`` distinct events wait is a
   new one dropped, as a last resort: counted in ``msop_events_dropped_total{reason=
   "queue_full"}`` and logged once per ``log_interval`` (10 s) with the number dropped, never
-  once per event. Failed writes are counted the same way (``reason="write_failed"``).
+  once per event.
+* **An API server outage loses no Event.** A write that fails for a reason that passes
+  (no answer, a timeout, 5xx, 429 once the client's own retries are spent) is tried
+  again by its writer after 0.5 s, 1 s, 2 s ... (at most 10 s apart), up to
+  ``max_tries`` (12, as client-go's broadcaster) times in all. A retried create keeps its
+  Event name, so a create that was stored although its answer was lost is not stored
+  twice (the retry finds it: 409 AlreadyExists counts as written). Events that still fail,
+  and refusals that do not pass (403, 422 ...), are counted as
+  ``msop_events_dropped_total{reason="write_failed"}``.
 * ``await recorder.run()`` drains the queue and writes; the manager owns this task
   (``Manager.event_recorder()`` registers it). Write errors are logged and swallowed.
 * **Bounded shutdown.** The first cancellation of ``run()`` flushes what is pending
@@ -44,7 +52,7 @@ from cachetools import LRUCache
 
 from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
 from msop.kube.client import KubeClient
-from msop.kube.errors import is_not_found
+from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists, is_not_found
 from msop.kube.objects import format_time
 from msop.kube.resources import EVENTS
 
@@ -150,6 +158,25 @@ class _Pending:
     """Wall time of the first occurrence."""
     last: float
     """Wall time of the latest occurrence."""
+    name: str | None = None
+    """The Event's name once a create was tried (a retry creates the same name)."""
+    tries: int = 0
+    """Writes tried so far."""
+
+
+def _passes(e: BaseException) -> bool:
+    """A write failure worth trying again: no answer, 5xx or 429."""
+    if isinstance(e, ApiUnavailable):
+        return True
+    return isinstance(e, ApiError) and (e.status >= 500 or e.status == 429)
+
+
+#: How a write waits before its retry (a seam for tests).
+_sleep = asyncio.sleep
+
+
+def _retry_delay(tries: int) -> float:
+    return float(min(0.5 * 2 ** (tries - 1), 10.0))
 
 
 class EventRecorder:
@@ -170,6 +197,7 @@ class EventRecorder:
         window: float = 600.0,
         cache_size: int = 4096,
         log_interval: float = 10.0,
+        max_tries: int = 12,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
     ) -> None:
@@ -188,6 +216,9 @@ class EventRecorder:
         self._flushing = False
         self.max_pending = max_pending
         self.log_interval = log_interval
+        self.max_tries = max(1, max_tries)
+        self.retried = 0
+        """Writes tried again after a failure that passes."""
         self._clock = clock
         self._wall = wall
         self.dropped = 0
@@ -324,12 +355,21 @@ class EventRecorder:
                 self._in_flight -= 1
 
     async def _write_logged(self, key: EventKey, item: _Pending) -> None:
-        try:
-            await self._write(key, item)
-        except Exception as e:
-            self.failed += 1
-            self._m_dropped["write_failed"].inc()
-            log.warning("could not write event", reason=key.reason, error=str(e))
+        while True:
+            item.tries += 1
+            try:
+                await self._write(key, item)
+                return
+            except Exception as e:
+                if _passes(e) and item.tries < self.max_tries:
+                    self.retried += 1
+                    log.debug("event write failed; retrying", reason=key.reason, error=str(e))
+                    await _sleep(_retry_delay(item.tries))
+                    continue
+                self.failed += 1
+                self._m_dropped["write_failed"].inc()
+                log.warning("could not write event", reason=key.reason, error=str(e))
+                return
 
     async def _write(self, key: EventKey, item: _Pending) -> None:
         ref = item.ref
@@ -357,7 +397,9 @@ class EventRecorder:
                 )
                 self._m_written["patch"].inc()
                 return
-        name = f"{ref['name']}.{time.time_ns():x}"
+        if item.name is None:
+            item.name = f"{ref['name']}.{time.time_ns():x}"
+        name = item.name
         first = _timestamp(item.first)
         body = {
             "apiVersion": "v1",
@@ -374,6 +416,11 @@ class EventRecorder:
             "lastTimestamp": last,
             "count": item.count,
         }
-        await self.client.create(EVENTS, body, namespace)
+        try:
+            await self.client.create(EVENTS, body, namespace)
+        except ApiError as e:
+            # A retry of a create that was stored although its answer was lost.
+            if not (is_already_exists(e) and item.tries > 1):
+                raise
         self.correlator.record(key, name, item.count, first, now)
         self._m_written["create"].inc()

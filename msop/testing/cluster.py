@@ -17,12 +17,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 COMPONENTS = (
     "etcd",
@@ -98,6 +102,15 @@ def fake_node(
     }
 
 
+def _running(pid: int) -> bool:
+    """True while ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
 class ClusterStartError(RuntimeError):
     """The cluster did not come up; the message names the failed component and its log."""
 
@@ -135,6 +148,9 @@ class LocalCluster:
     inherit it, so they run in a network namespace."""
     ports: dict[str, int] = field(default_factory=dict, init=False)
     """The ports chosen for this start (kwokctl option name -> port)."""
+    _restarted: dict[str, subprocess.Popen[bytes]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         # kwokctl resolves binaries and data under its workdir; relative paths break it.
@@ -335,6 +351,58 @@ class LocalCluster:
         finally:
             self.kwokctl("start", "cluster")
         self.wait_healthy(timeout)
+
+    def component_pid(self, name: str) -> int:
+        """The pid of component ``name`` (kwokctl's pid file)."""
+        return int((self.cluster_dir / "pids" / f"{name}.pid").read_text().strip())
+
+    def kill_component(self, name: str, timeout: float = 30) -> None:
+        """SIGKILL one component (``kube-apiserver``, ``etcd`` ...), as a crash or an OOM
+        kill would, and wait until it is gone. The others keep running."""
+        pid = self.component_pid(name)
+        child = self._restarted.pop(name, None)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        if child is not None:
+            child.wait(timeout)
+            return
+        deadline = time.monotonic() + timeout
+        while _running(pid):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name} (pid {pid}) still running {timeout}s after SIGKILL")
+            time.sleep(0.05)
+
+    def start_component(self, name: str) -> None:
+        """Start one component again with the command line kwokctl gave it (its
+        ``kwok.yaml``), logging to its log and writing its pid file, and return at once.
+        (``kwokctl start cluster`` cannot do this: it waits for, and then stops, what it
+        did not start.)"""
+        spec = self._component_spec(name)
+        log = (self.cluster_dir / "logs" / f"{name}.log").open("ab")
+        try:
+            proc = subprocess.Popen(
+                [spec["binary"], *spec.get("args", [])],
+                cwd=spec.get("workDir") or self.cluster_dir,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        finally:
+            log.close()
+        self._restarted[name] = proc
+        (self.cluster_dir / "pids" / f"{name}.pid").write_text(f"{proc.pid}\n")
+
+    def _component_spec(self, name: str) -> dict[str, Any]:
+        for doc in yaml.safe_load_all((self.cluster_dir / "kwok.yaml").read_text()):
+            if doc and doc.get("kind") == "KwokctlConfiguration":
+                for comp in doc.get("components") or []:
+                    if comp.get("name") == name:
+                        spec: dict[str, Any] = comp
+                        return spec
+        raise KeyError(f"no component {name!r} in {self.cluster_dir / 'kwok.yaml'}")
 
     def _node_list(self) -> dict[str, object]:
         items = [

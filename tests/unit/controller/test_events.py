@@ -8,7 +8,9 @@ from typing import Any
 import pytest
 import structlog
 
+from msop.controller import events as events_module
 from msop.controller.events import EventCorrelator, EventKey, EventRecorder, involved_object
+from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.metrics import REGISTRY
 
 
@@ -213,3 +215,93 @@ async def test_drops_are_logged_once_per_interval_not_per_event() -> None:
     lines = [e for e in logged if e["event"] == "event queue full; events dropped"]
     assert len(lines) == 1
     assert lines[0]["count"] == 49
+
+
+class FlakyClient(RecordingClient):
+    """Fails the first ``fail`` creates with ``error``; ``stored_anyway`` creates that fail
+    were stored all the same (their answer was lost), like a real outage can do."""
+
+    def __init__(self, fail: int, error: Exception, stored_anyway: bool = False) -> None:
+        super().__init__()
+        self.fail = fail
+        self.error = error
+        self.stored_anyway = stored_anyway
+        self.stored: dict[str, dict[str, Any]] = {}
+
+    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+        await self._called(("create", body["count"], body["metadata"]["name"]))
+        name = body["metadata"]["name"]
+        if name in self.stored:
+            raise ApiError(409, "AlreadyExists", f"events {name!r} already exists")
+        if self.fail > 0:
+            self.fail -= 1
+            if self.stored_anyway:
+                self.stored[name] = body
+            raise self.error
+        self.stored[name] = body
+        return body
+
+
+@pytest.fixture
+def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    delays: list[float] = []
+    real_sleep = asyncio.sleep
+
+    async def record(seconds: float) -> None:
+        delays.append(seconds)
+        await real_sleep(0)
+
+    monkeypatch.setattr(events_module, "_sleep", record)
+    return delays
+
+
+async def _write_one(client: RecordingClient, **kw: Any) -> EventRecorder:
+    rec = EventRecorder(client, component="c-retry", host="h", writers=1, **kw)  # type: ignore[arg-type]
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)  # the writers wait for work
+    rec.event(OBJ, "Normal", "MSJobRunning", "running")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    return rec
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ApiUnavailable("POST events: connection refused"),
+        ApiTimeout("POST events: timed out"),
+        ApiError(503, "ServiceUnavailable", "etcd"),
+        ApiError(429, "TooManyRequests", "slow down"),
+    ],
+)
+async def test_an_outage_loses_no_event_and_stores_it_once(
+    no_backoff: list[float], error: Exception
+) -> None:
+    client = FlakyClient(fail=4, error=error)
+    rec = await _write_one(client)
+    assert len(client.stored) == 1 and rec.failed == 0 and rec.retried == 4
+    # Every try used the same name, and waited longer each time.
+    assert {c[2] for c in client.calls} == set(client.stored)
+    assert no_backoff == sorted(no_backoff) and no_backoff[0] == 0.5
+
+
+async def test_a_create_stored_without_an_answer_is_not_stored_twice(
+    no_backoff: list[float],
+) -> None:
+    client = FlakyClient(fail=1, error=ApiUnavailable("reset"), stored_anyway=True)
+    rec = await _write_one(client)
+    assert len(client.stored) == 1 and len(client.calls) == 2
+    assert rec.failed == 0
+
+
+async def test_refusals_that_do_not_pass_are_not_retried(no_backoff: list[float]) -> None:
+    client = FlakyClient(fail=1, error=ApiError(403, "Forbidden", "namespace terminating"))
+    rec = await _write_one(client)
+    assert not client.stored and len(client.calls) == 1 and rec.failed == 1 and not no_backoff
+
+
+async def test_gives_up_after_max_tries(no_backoff: list[float]) -> None:
+    client = FlakyClient(fail=100, error=ApiUnavailable("down"))
+    rec = await _write_one(client, max_tries=5)
+    assert len(client.calls) == 5 and rec.failed == 1 and max(no_backoff) <= 10
