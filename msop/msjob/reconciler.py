@@ -272,16 +272,19 @@ class MSJobReconciler:
         # A Workload write that conflicted is planned again from a fresher cache; one that
         # waits for its priority class is retried with the controller's backoff.
         workload_written = await self._scheduling_objects(ns, job, p, observed.workload)
-        for e in p.events:
-            self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
 
         w = status_write(observed, p, failure)
         if w.held:
             self._counts_unwritten.setdefault(key, observed.now)
         if w.status is not None:
             if await self._write_status(key, job, w.status, w.transitions) is None:
+                # The transitions these events announce are not stored: the next pass
+                # plans them again, with their events (emitting them now would announce
+                # a transition once per failed attempt, e.g. through an API outage).
                 return Result(requeue=True)
             self._counts_unwritten.pop(key, None)
+        for e in p.events:
+            self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
         if p.delete_job:
             await self._delete_job(job)
         if not workload_written:

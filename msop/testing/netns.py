@@ -110,10 +110,14 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-async def _relay(listener: socket.socket, host: str, port: int) -> None:
+async def _relay(
+    listener: socket.socket, host: str, port: int, source: str | None = None
+) -> None:
+    local = (source, 0) if source else None
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            up_reader, up_writer = await asyncio.open_connection(host, port)
+            up_reader, up_writer = await asyncio.open_connection(host, port, local_addr=local)
         except OSError:
             writer.close()
             return
@@ -137,10 +141,13 @@ def forward(
     connect: tuple[str, int],
     listen_netns: str | None = None,
     connect_netns: str | None = None,
+    source: str | None = None,
 ) -> None:
     """Relay TCP from ``listen`` (in ``listen_netns``, or the current namespace) to
-    ``connect`` (in ``connect_netns``). Prints the bound port on stdout, then serves
-    until SIGTERM or SIGINT. Connections the target refuses are closed at once."""
+    ``connect`` (in ``connect_netns``), from the address ``source`` if given (e.g.
+    ``127.0.0.2``, so that the target's logs tell this relay's clients apart). Prints the
+    bound port on stdout, then serves until SIGTERM or SIGINT. Connections the target
+    refuses are closed at once."""
     if listen_netns:
         setns(listen_netns)
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -152,7 +159,7 @@ def forward(
     if connect_netns:
         setns(connect_netns)
     print(listener.getsockname()[1], flush=True)
-    asyncio.run(_relay(listener, *connect))
+    asyncio.run(_relay(listener, *connect, source=source))
 
 
 def _addr(text: str) -> tuple[str, int]:
@@ -168,8 +175,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     fwd.add_argument("--connect", type=_addr, required=True, help="HOST:PORT")
     fwd.add_argument("--listen-netns", help="namespace path to listen in (default: current)")
     fwd.add_argument("--connect-netns", help="namespace path to connect from")
+    fwd.add_argument("--source", help="address to connect from (default: any)")
     args = parser.parse_args(argv)
-    forward(args.listen, args.connect, args.listen_netns, args.connect_netns)
+    forward(args.listen, args.connect, args.listen_netns, args.connect_netns, args.source)
 
 
 if __name__ == "__main__":

@@ -40,15 +40,33 @@ class OperatorProcess:
     metrics_port: int = 0
     health_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
+    command_prefix: Sequence[str] = ()
+    """Argv before the operator's (e.g. ``nsenter --net=...`` to run it in a network
+    namespace; its ports are then that namespace's, see ``probe_ports``)."""
+    probe_ports: tuple[int, int] | None = None
+    """Where this host reaches ``/metrics`` and the probes, when not at the ports the
+    operator binds (a relay into its namespace); set by the caller after ``start()``."""
+
+    @property
+    def _metrics_reach(self) -> int:
+        return self.probe_ports[0] if self.probe_ports else self.metrics_port
+
+    @property
+    def _health_reach(self) -> int:
+        return self.probe_ports[1] if self.probe_ports else self.health_port
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        return f"http://127.0.0.1:{self._metrics_reach}/metrics"
+
+    def ready(self) -> bool:
+        """``/readyz`` answers 200 now."""
+        return self._get("/readyz") == 200
 
     def _get(self, path: str) -> int:
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.health_port}{path}", timeout=2
+                f"http://127.0.0.1:{self._health_reach}{path}", timeout=2
             ) as resp:
                 status: int = resp.status
                 return status
@@ -63,6 +81,7 @@ class OperatorProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = self.log_path.open("ab")
         cmd = [
+            *self.command_prefix,
             sys.executable, "-m", "msop.cli", "run",
             "--kubeconfig", self.kubeconfig,
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",

@@ -9,19 +9,25 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import re
+import time
 import urllib.request
+import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
+from msop.testing import LocalCluster
 from msop.testing.kubelet import succeeded_status
 
 JSON = dict[str, Any]
@@ -271,3 +277,128 @@ async def wait_until(what: str, predicate: Any, within: float, interval: float =
         if loop.time() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what} (last: {last!r})")
         await asyncio.sleep(interval)
+
+
+# --- moved here to be shared by the reliability and the fault scenarios -----------------
+
+
+async def drive_to_success(
+    client: KubeClient, ns: str, names: set[str], within: float, stop: asyncio.Event | None = None
+) -> list[Any]:
+    """Run the kubelet pass until every job in ``names`` Succeeded; return the jobs."""
+    done: set[str] = set()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within
+    while True:
+        await succeed_running_workers(client, ns, done)
+        jobs = [
+            j for j in (await client.list(MSJOBS, ns))["items"] if j["metadata"]["name"] in names
+        ]
+        ok = [j for j in jobs if has_true(j, "Succeeded")]
+        if len(ok) == len(names) and (stop is None or stop.is_set()):
+            return jobs
+        if loop.time() > deadline:
+            stuck = sorted(
+                (j["metadata"]["name"], sorted(condition_types(j)))
+                for j in jobs
+                if not has_true(j, "Succeeded")
+            )[:10]
+            raise AssertionError(
+                f"{len(ok)}/{len(names)} jobs Succeeded after {within}s; e.g. {stuck}"
+            )
+        await asyncio.sleep(1.0)
+
+
+def expected_children(names: list[str], with_scheduler: set[str]) -> set[str]:
+    out = {f"pods/{n}-worker-0" for n in names}
+    out |= {f"pods/{n}-scheduler-0" for n in with_scheduler}
+    out |= {f"services/{n}-scheduler-0" for n in with_scheduler}
+    return out
+
+
+def assert_created_once(cluster: LocalCluster, ns: str, expected: set[str]) -> None:
+    """Per the audit log, the operator created each expected pod and Service exactly once
+    (HTTP 201), and nothing else."""
+    creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
+    twice = {k: n for k, n in creates.items() if n > 1}
+    assert not twice, f"created more than once (audit log): {twice}"
+    missing = expected - set(creates)
+    if missing:
+        trail = [
+            (
+                e.get("verb"),
+                e.get("objectRef", {}).get("name"),
+                e.get("responseStatus", {}).get("code"),
+                e.get("userAgent"),
+            )
+            for e in audit_events(cluster.audit_log)
+            if any(m.split("/", 1)[1] == (e.get("objectRef") or {}).get("name") for m in missing)
+        ]
+        raise AssertionError(f"never created per the audit log: {sorted(missing)}; trail {trail}")
+    assert set(creates) == expected, sorted(set(creates) - expected)
+
+
+async def delete_all_and_wait_gc(cluster: LocalCluster, client: KubeClient, ns: str) -> None:
+    cluster.kubectl("delete", "msjobs", "--all", "-n", ns, "--wait=false")
+    await wait_until(
+        "no pod or Service left after deleting every MSJob",
+        lambda: _no_children(client, ns),
+        within=120,
+        interval=1.0,
+    )
+
+
+async def _no_children(client: KubeClient, ns: str) -> bool:
+    return await children(client, ns) == (0, 0)
+
+
+def proxied_kubeconfig(cluster: LocalCluster, proxy_port: int, path: Path) -> tuple[str, int]:
+    """Write a copy of the cluster's kubeconfig that goes through the proxy; return the
+    API server's (host, port)."""
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = cfg["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy_port}"
+    path.write_text(yaml.safe_dump(cfg))
+    return host, int(port)
+
+
+def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
+    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+    server = cfg["clusters"][0]["cluster"]["server"]
+    host, port = server.removeprefix("https://").rsplit(":", 1)
+    return host, int(port)
+
+
+def new_namespace(cluster: LocalCluster, prefix: str = "rel") -> str:
+    """Create a namespace and wait for its default ServiceAccount (pods need it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    deadline = time.monotonic() + 30
+    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"namespace {name}: no default ServiceAccount within 30s")
+        time.sleep(0.2)
+    return name
+
+
+def etcd_compact(cluster: LocalCluster) -> int:
+    """Compact the cluster's etcd up to its current revision (gRPC gateway); return it."""
+    cfg = json.loads((cluster.workdir / f"{cluster.name}-kwokctl.yaml").read_text())
+    base = f"http://127.0.0.1:{cfg['options']['etcdPort']}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        req = urllib.request.Request(
+            f"{base}/{path}",
+            data=json.dumps(body).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            out: dict[str, Any] = json.loads(resp.read())
+            return out
+
+    key = base64.b64encode(b"/registry/").decode()
+    rev = int(post("range", {"key": key, "limit": 1})["header"]["revision"])
+    post("compaction", {"revision": rev, "physical": True})
+    return rev

@@ -11,13 +11,11 @@ Figures are printed (``-s``).
 from __future__ import annotations
 
 import asyncio
-import base64
 import copy
 import functools
 import json
 import os
 import time
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -40,11 +38,11 @@ from tests.e2e.reliability import (
     has_true,
     metric,
     msjob,
+    new_namespace,
     operator_calls,
     succeed_running_workers,
     wait_until,
 )
-from tests.e2e.tcpproxy import TcpProxy
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
@@ -78,17 +76,6 @@ def side_cluster() -> Iterator[LocalCluster]:
         c.stop()
 
 
-def new_namespace(cluster: LocalCluster) -> str:
-    name = f"rel-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_for(
-        f"namespace {name} default ServiceAccount",
-        lambda: cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode == 0,
-        30,
-    )
-    return name
-
-
 def operator_on(
     cluster: LocalCluster, ns: str, kubeconfig: str, *args: str, **env: str
 ) -> OperatorProcess:
@@ -100,24 +87,6 @@ def operator_on(
     )
 
 
-def proxied_kubeconfig(cluster: LocalCluster, proxy_port: int, path: Path) -> tuple[str, int]:
-    """Write a copy of the cluster's kubeconfig that goes through the proxy; return the
-    API server's (host, port)."""
-    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    server = cfg["clusters"][0]["cluster"]["server"]
-    host, port = server.removeprefix("https://").rsplit(":", 1)
-    cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy_port}"
-    path.write_text(yaml.safe_dump(cfg))
-    return host, int(port)
-
-
-def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
-    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
-    server = cfg["clusters"][0]["cluster"]["server"]
-    host, port = server.removeprefix("https://").rsplit(":", 1)
-    return host, int(port)
-
-
 def cluster_is_whole(cluster: LocalCluster) -> None:
     """Wait until a restarted control plane serves the next tests normally (the
     controller-manager creates a new namespace's default ServiceAccount)."""
@@ -126,148 +95,6 @@ def cluster_is_whole(cluster: LocalCluster) -> None:
     )
     probe = new_namespace(cluster)
     cluster.kubectl("delete", "namespace", probe, "--wait=false", check=False)
-
-
-# --- 2. API server restart -------------------------------------------------------------
-
-
-@pytest.mark.slow
-async def test_operator_converges_across_an_apiserver_restart(
-    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
-) -> None:
-    """Jobs run; the control plane is stopped and started; workers end right after it is
-    back; every job Succeeds, with the same operator process throughout."""
-    op = start_operator()
-    names = [f"ar-{i}" for i in range(6)]
-    await create_all(client, namespace, [msjob(n, scheduler=i < 2) for i, n in enumerate(names)])
-    for n in names:
-        await asyncio.to_thread(wait_condition, cluster, namespace, n, "Running", 90)
-    errors_before = metric(op.metrics_url, "informer_watch_restarts_total")
-    cluster.kwokctl("stop", "cluster")
-    try:
-        await asyncio.sleep(2)
-    finally:
-        cluster.kwokctl("start", "cluster")
-    started = time.monotonic()
-    done: set[str] = set()
-    await wait_until(
-        "every job Succeeded after the restart",
-        lambda: _all_succeeded_after_pass(client, namespace, names, done),
-        within=120,
-        interval=1,
-    )
-    restarts = metric(op.metrics_url, "informer_watch_restarts_total") - errors_before
-    print(
-        f"\napiserver restart: all {len(names)} jobs Succeeded {time.monotonic() - started:.1f}s "
-        f"after it came back; {restarts:.0f} watch restarts"
-    )
-    assert op.alive(), op.log_tail()
-    assert restarts >= 1
-    await asyncio.to_thread(cluster_is_whole, cluster)
-
-
-async def _all_succeeded_after_pass(
-    client: KubeClient, ns: str, names: list[str], done: set[str]
-) -> bool:
-    try:
-        await succeed_running_workers(client, ns, done)
-        jobs = (await client.list(MSJOBS, ns))["items"]
-    except Exception:  # the API server is still coming back
-        return False
-    ok = [j for j in jobs if j["metadata"]["name"] in names and has_true(j, "Succeeded")]
-    return len(ok) == len(names)
-
-
-# --- 3. watch expiry (410 Gone) ---------------------------------------------------------
-
-
-def etcd_compact(cluster: LocalCluster) -> int:
-    """Compact the cluster's etcd up to its current revision (gRPC gateway); return it."""
-    cfg = json.loads((cluster.workdir / f"{cluster.name}-kwokctl.yaml").read_text())
-    base = f"http://127.0.0.1:{cfg['options']['etcdPort']}/v3/kv"
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(
-            f"{base}/{path}",
-            data=json.dumps(body).encode(),
-            method="POST",
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            out: dict[str, Any] = json.loads(resp.read())
-            return out
-
-    key = base64.b64encode(b"/registry/").decode()
-    rev = int(post("range", {"key": key, "limit": 1})["header"]["revision"])
-    post("compaction", {"revision": rev, "physical": True})
-    return rev
-
-
-async def test_watch_expiry_relists_and_misses_no_deletion(
-    side_cluster: LocalCluster, tmp_path: Path
-) -> None:
-    """The operator is cut off (through a proxy); meanwhile a worker pod and a whole job
-    are deleted and etcd is compacted. Its watches resume from a compacted
-    resourceVersion, get 410, relist; the deleted pod is recreated (the deletion was
-    seen from the last known state) and the deleted job leaves nothing behind."""
-    c = side_cluster
-    ns = new_namespace(c)
-    async with (
-        TcpProxy(*apiserver_address(c)) as proxy,
-        await KubeClient.from_config(c.kubeconfig, user_agent=TEST_AGENT) as client,
-    ):
-        kc = tmp_path / "proxied.kubeconfig"
-        proxied_kubeconfig(c, proxy.port, kc)
-        op = operator_on(c, ns, str(kc))
-        await asyncio.to_thread(op.start)
-        try:
-            await create_all(client, ns, [msjob("keep", workers=2), msjob("gone")])
-            await wait_until(
-                "3 pods Running",
-                lambda: _phases(client, ns, "Running", 3),
-                within=60,
-            )
-            await wait_until("keep Running", lambda: _job_has(client, ns, "keep", "Running"), 60)
-            expired_before = metric(
-                op.metrics_url, "informer_watch_restarts_total", reason="expired"
-            )
-            lists_before = metric(op.metrics_url, "informer_lists_total")
-            proxy.hold_new()
-            proxy.cut()
-            await client.delete(PODS, "keep-worker-1", ns, grace_period_seconds=0)
-            await client.delete(MSJOBS, "gone", ns)
-            await wait_until(
-                "gone's pod collected", lambda: _absent(client, ns, "gone-worker-0"), 60
-            )
-            for i in range(20):  # more events the operator will never see one by one
-                await client.patch(MSJOBS, "keep", {"metadata": {"annotations": {"n": str(i)}}}, ns)
-            rev = await asyncio.to_thread(etcd_compact, c)
-            proxy.thaw()
-            await wait_until(
-                "a watch to expire (410) and relist",
-                lambda: (
-                    metric(op.metrics_url, "informer_watch_restarts_total", reason="expired")
-                    > expired_before
-                ),
-                within=60,
-            )
-            pod = await wait_until(
-                "keep-worker-1 recreated", lambda: _get_pod(client, ns, "keep-worker-1"), 60
-            )
-            assert pod["metadata"]["ownerReferences"][0]["name"] == "keep"
-            expired = metric(op.metrics_url, "informer_watch_restarts_total", reason="expired")
-            lists = metric(op.metrics_url, "informer_lists_total")
-            assert lists > lists_before
-            assert op.alive(), op.log_tail()
-            print(
-                f"\nwatch expiry: etcd compacted at {rev}; {expired - expired_before:.0f} watches "
-                f"expired, {lists - lists_before:.0f} relists; deleted pod recreated"
-            )
-        finally:
-            proxy.thaw()
-            code = await asyncio.to_thread(op.stop)
-            c.kubectl("delete", "namespace", ns, "--wait=false", check=False)
-        assert code == 0, op.log_tail()
 
 
 async def _phases(client: KubeClient, ns: str, phase: str, n: int) -> bool:
@@ -298,62 +125,6 @@ async def _get_pod(client: KubeClient, ns: str, name: str) -> dict[str, Any] | N
 
 async def _absent(client: KubeClient, ns: str, name: str) -> bool:
     return await _get_pod(client, ns, name) is None
-
-
-# --- 4. stuck watch ---------------------------------------------------------------------
-
-STALL = 6.0
-
-
-async def test_stuck_watch_is_restarted_within_the_bound(
-    cluster: LocalCluster, namespace: str, client: KubeClient, tmp_path: Path
-) -> None:
-    """Traffic to the operator freezes with every connection left open. Within the
-    stall bound (MSOP_WATCH_STALL_TIMEOUT=6 s, +4 s slack) the operator gives up the
-    frozen watches; once traffic flows again it converges on a job created meanwhile."""
-    async with TcpProxy(*apiserver_address(cluster)) as proxy:
-        kc = tmp_path / "proxied.kubeconfig"
-        proxied_kubeconfig(cluster, proxy.port, kc)
-        op = operator_on(cluster, namespace, str(kc), MSOP_WATCH_STALL_TIMEOUT=str(STALL))
-        await asyncio.to_thread(op.start)
-        try:
-            await create_all(client, namespace, [msjob("before")])
-            await wait_until(
-                "before Created", lambda: _job_has(client, namespace, "before", "Created"), 60
-            )
-            await asyncio.sleep(1)
-            stalled_before = metric(
-                op.metrics_url, "informer_watch_restarts_total", reason="stalled"
-            )
-            frozen = proxy.freeze()
-            t0 = time.monotonic()
-            await create_all(client, namespace, [msjob("during")])
-            # msjobs, pods, services: three watches, each must be given up.
-            await wait_until(
-                "the frozen watches restarted",
-                lambda: (
-                    metric(op.metrics_url, "informer_watch_restarts_total", reason="stalled")
-                    >= stalled_before + 3
-                ),
-                within=STALL + 4,
-                interval=0.2,
-            )
-            detected = time.monotonic() - t0
-            # Nothing reaches the operator now, so every watch it has, and every watch it
-            # opens again (on a pooled or a new connection, frozen either way), is stuck.
-            assert not await _job_has(client, namespace, "during", "Created")
-            proxy.thaw()
-            await wait_until(
-                "during Created", lambda: _job_has(client, namespace, "during", "Created"), 60
-            )
-            print(
-                f"\nstuck watch: bound {STALL}s; 3 stuck watches restarted {detected:.1f}s "
-                f"after the freeze ({len(frozen)} connections frozen)"
-            )
-        finally:
-            proxy.thaw()
-            code = await asyncio.to_thread(op.stop)
-        assert code == 0, op.log_tail()
 
 
 # --- 6. status conflicts ----------------------------------------------------------------

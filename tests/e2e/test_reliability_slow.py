@@ -20,18 +20,17 @@ import pytest
 from msop.kube.client import KubeClient
 from msop.testing import LocalCluster, OperatorProcess
 from tests.e2e.reliability import (
-    MSJOBS,
     TEST_AGENT,
-    audit_events,
-    children,
+    assert_created_once,
     condition_types,
     create_all,
-    has_true,
+    delete_all_and_wait_gc,
+    drive_to_success,
+    expected_children,
     metric,
     msjob,
     operator_creates,
     rss_kib,
-    succeed_running_workers,
     tcp_connections,
     wait_until,
 )
@@ -45,76 +44,6 @@ async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
         cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
     ) as c:
         yield c
-
-
-async def drive_to_success(
-    client: KubeClient, ns: str, names: set[str], within: float, stop: asyncio.Event | None = None
-) -> list[Any]:
-    """Run the kubelet pass until every job in ``names`` Succeeded; return the jobs."""
-    done: set[str] = set()
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while True:
-        await succeed_running_workers(client, ns, done)
-        jobs = [
-            j for j in (await client.list(MSJOBS, ns))["items"] if j["metadata"]["name"] in names
-        ]
-        ok = [j for j in jobs if has_true(j, "Succeeded")]
-        if len(ok) == len(names) and (stop is None or stop.is_set()):
-            return jobs
-        if loop.time() > deadline:
-            stuck = sorted(
-                (j["metadata"]["name"], sorted(condition_types(j)))
-                for j in jobs
-                if not has_true(j, "Succeeded")
-            )[:10]
-            raise AssertionError(
-                f"{len(ok)}/{len(names)} jobs Succeeded after {within}s; e.g. {stuck}"
-            )
-        await asyncio.sleep(1.0)
-
-
-def expected_children(names: list[str], with_scheduler: set[str]) -> set[str]:
-    out = {f"pods/{n}-worker-0" for n in names}
-    out |= {f"pods/{n}-scheduler-0" for n in with_scheduler}
-    out |= {f"services/{n}-scheduler-0" for n in with_scheduler}
-    return out
-
-
-def assert_created_once(cluster: LocalCluster, ns: str, expected: set[str]) -> None:
-    """Per the audit log, the operator created each expected pod and Service exactly once
-    (HTTP 201), and nothing else."""
-    creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
-    twice = {k: n for k, n in creates.items() if n > 1}
-    assert not twice, f"created more than once (audit log): {twice}"
-    missing = expected - set(creates)
-    if missing:
-        trail = [
-            (
-                e.get("verb"),
-                e.get("objectRef", {}).get("name"),
-                e.get("responseStatus", {}).get("code"),
-                e.get("userAgent"),
-            )
-            for e in audit_events(cluster.audit_log)
-            if any(m.split("/", 1)[1] == (e.get("objectRef") or {}).get("name") for m in missing)
-        ]
-        raise AssertionError(f"never created per the audit log: {sorted(missing)}; trail {trail}")
-    assert set(creates) == expected, sorted(set(creates) - expected)
-
-
-async def delete_all_and_wait_gc(cluster: LocalCluster, client: KubeClient, ns: str) -> None:
-    cluster.kubectl("delete", "msjobs", "--all", "-n", ns, "--wait=false")
-    await wait_until(
-        "no pod or Service left after deleting every MSJob",
-        lambda: _no_children(client, ns),
-        within=120,
-        interval=1.0,
-    )
-
-
-async def _no_children(client: KubeClient, ns: str) -> bool:
-    return await children(client, ns) == (0, 0)
 
 
 # --- 1. operator crash mid-burst -------------------------------------------------------

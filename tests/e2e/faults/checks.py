@@ -1,0 +1,211 @@
+"""The checks every control-plane fault scenario ends with (issue 25), and its figures.
+
+:func:`final_checks`, after the fault and the recovery:
+
+1. **every job in the state its pods say**: the kubelet pass ends the workers once their
+   job says Running; then every job is Succeeded, every worker pod Succeeded, and the
+   replica counts agree (``Worker.succeeded == 1``, nothing active);
+2. **every pod and Service created exactly once**, per the API server's audit log (a
+   create in flight when the API server was SIGKILLed may be stored without its audit
+   line; such an object counts once if it exists, or was deleted, and was never created
+   again);
+3. **no transition lost**: the conditions Created, Running and Succeeded on every job;
+   ``MSJobRunning`` and ``MSJobSucceeded`` each exactly one Event with count 1; every
+   pod named by exactly one ``SuccessfulCreatePod`` occurrence;
+4. **no loop spinning**: over a quiet window after convergence, the operator's requests
+   per job (``rest_client_requests_total``), reconciles, and writes to the jobs'
+   namespace (audit log: none at all);
+5. **healthy without a restart**: every operator that must live through the fault is
+   the same process (pid) and ``/readyz`` answers 200.
+
+Figures are printed and added to :data:`FIGURES` (a table at the end of the session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections import Counter
+from typing import Any
+
+from msop.kube.client import KubeClient
+from msop.kube.resources import PODS
+from msop.testing import LocalCluster, OperatorProcess
+from tests.e2e.reliability import (
+    audit_events,
+    condition_types,
+    drive_to_success,
+    expected_children,
+    has_true,
+    metric,
+    operator_creates,
+)
+
+JSON = dict[str, Any]
+
+#: One row per scenario: its name and what it measured.
+FIGURES: list[JSON] = []
+
+LIFECYCLE = {"Created", "Running", "Succeeded"}
+ONCE = ("MSJobRunning", "MSJobSucceeded")
+_CREATED = re.compile(r"^Created pods?: (.+)$")
+_WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def record(scenario: str, **figures: Any) -> None:
+    row = {"scenario": scenario, **figures}
+    FIGURES.append(row)
+    print(f"\n{scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def created_once(cluster: LocalCluster, ns: str, expected: set[str], existing: set[str]) -> None:
+    """Each expected ``resource/name`` stored exactly once by the operator (item 2)."""
+    creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
+    twice = {k: n for k, n in creates.items() if n > 1}
+    assert not twice, f"created more than once (audit log): {twice}"
+    deleted = {
+        f"{(e.get('objectRef') or {}).get('resource')}/{(e.get('objectRef') or {}).get('name')}"
+        for e in audit_events(cluster.audit_log)
+        if e.get("verb") == "delete"
+        and (e.get("objectRef") or {}).get("namespace") == ns
+        and (e.get("responseStatus") or {}).get("code") in (200, 202)
+    }
+    unaudited = expected - set(creates)
+    lost = unaudited - existing - deleted
+    assert not lost, f"never created (no audited create, not there, never deleted): {lost}"
+    extra = set(creates) - expected
+    assert not extra, f"created but not expected: {sorted(extra)[:10]}"
+
+
+def _event_problems(events: list[JSON], names: list[str], pods: set[str]) -> list[str]:
+    problems: list[str] = []
+    by_job: dict[tuple[str, str], list[JSON]] = {}
+    named: Counter[str] = Counter()
+    for e in events:
+        obj = e.get("involvedObject") or {}
+        if obj.get("kind") != "MSJob":
+            continue
+        by_job.setdefault((obj.get("name", ""), e.get("reason", "")), []).append(e)
+        m = _CREATED.match(e.get("message", ""))
+        if e.get("reason") == "SuccessfulCreatePod" and m:
+            for pod in m.group(1).split(", "):
+                named[pod] += int(e.get("count") or 1)
+    for job in names:
+        for reason in ONCE:
+            evs = by_job.get((job, reason), [])
+            total = sum(int(e.get("count") or 1) for e in evs)
+            if total != 1:
+                problems.append(f"{job}: {reason} x{total}")
+    for pod in pods:
+        if named[pod] != 1:
+            problems.append(f"pod {pod} named by {named[pod]} SuccessfulCreatePod occurrences")
+    return problems
+
+
+async def final_checks(
+    cluster: LocalCluster,
+    client: KubeClient,
+    ns: str,
+    names: list[str],
+    with_scheduler: set[str],
+    survivors: list[tuple[OperatorProcess, int]],
+    *,
+    within: float = 240,
+    quiet: float = 8.0,
+) -> JSON:
+    """Run checks 1-5 (see the module docstring) and return their figures.
+
+    ``survivors``: each operator that must live through the fault, with its pid before
+    it; the first is the one whose metrics measure the quiet window."""
+    started = time.monotonic()
+    jobs = await drive_to_success(client, ns, set(names), within=within)
+    converged = time.monotonic() - started
+    # 1. state
+    wrong = {}
+    for j in jobs:
+        statuses = (j.get("status") or {}).get("replicaStatuses") or {}
+        worker = statuses.get("Worker") or {}
+        if worker.get("succeeded") != 1 or worker.get("active"):
+            wrong[j["metadata"]["name"]] = statuses
+    assert not wrong, f"replica counts disagree with the pods: {dict(list(wrong.items())[:5])}"
+    pods = (await client.list(PODS, ns))["items"]
+    workers = {p["metadata"]["name"]: p for p in pods if "-worker-" in p["metadata"]["name"]}
+    not_done = [n for n, p in workers.items() if p.get("status", {}).get("phase") != "Succeeded"]
+    assert not not_done and len(workers) == len(names), (len(workers), not_done[:5])
+    # 3. transitions
+    lost = {
+        j["metadata"]["name"]: sorted(condition_types(j))
+        for j in jobs
+        if not condition_types(j) >= LIFECYCLE or not has_true(j, "Succeeded")
+    }
+    assert not lost, f"conditions lost: {dict(list(lost.items())[:5])}"
+    expected = expected_children(names, with_scheduler)
+    expected_pods = {k.split("/", 1)[1] for k in expected if k.startswith("pods/")}
+    # Event writes refused during the outage are retried with backoff (up to 10 s apart):
+    # give the recorder that long to catch up, then nothing may be missing or doubled.
+    problems: list[str] = []
+    events_started = time.monotonic()
+    events_deadline = events_started + 45
+    while True:
+        events = json.loads(cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout)
+        problems = _event_problems(events["items"], names, expected_pods)
+        if not problems or time.monotonic() > events_deadline:
+            break
+        await asyncio.sleep(2)
+    assert not problems, f"events lost or doubled: {problems[:10]} ({len(problems)} in all)"
+    events_done = time.monotonic() - events_started
+    # 2. created once
+    existing = {f"pods/{p['metadata']['name']}" for p in pods}
+    existing |= {
+        f"services/{s['metadata']['name']}"
+        for s in json.loads(cluster.kubectl("get", "services", "-n", ns, "-o", "json").stdout)[
+            "items"
+        ]
+    }
+    created_once(cluster, ns, expected, existing)
+    # 4. quiet window
+    probe = survivors[0][0]
+    requests0 = metric(probe.metrics_url, "rest_client_requests_total")
+    reconciles0 = metric(probe.metrics_url, "controller_runtime_reconcile_total")
+    lines0 = len(audit_events(cluster.audit_log))
+    await asyncio.sleep(quiet)
+    requests = metric(probe.metrics_url, "rest_client_requests_total") - requests0
+    reconciles = metric(probe.metrics_url, "controller_runtime_reconcile_total") - reconciles0
+    writes = [
+        (e.get("verb"), (e.get("objectRef") or {}).get("resource"))
+        for e in audit_events(cluster.audit_log)[lines0:]
+        if e.get("verb") in _WRITES
+        and (e.get("objectRef") or {}).get("namespace") == ns
+        and str(e.get("userAgent", "")).startswith("msop/")
+    ]
+    assert not writes, f"the operator still writes after converging: {Counter(writes)}"
+    # Lease renewals (leader election) and watch bookmarks are all that may remain.
+    assert requests <= quiet * 2, f"{requests:.0f} requests in a {quiet}s quiet window"
+    assert reconciles <= len(names) * 0.05 + 2, f"{reconciles:.0f} reconciles while quiet"
+    # 5. health
+    for op, pid in survivors:
+        assert op.alive() and op.proc is not None and op.proc.pid == pid, op.log_tail()
+        assert op.ready(), f"/readyz not 200:\n{op.log_tail()}"
+    return {
+        "converged_s": round(converged, 1),
+        "events_complete_after_s": round(events_done, 1),
+        "duplicates": 0,
+        "lost": 0,
+        "quiet_requests_per_job": round(requests / len(names), 3),
+        "quiet_reconciles": int(reconciles),
+    }
+
+
+def operator_writes(
+    cluster: LocalCluster, source_ip: str, user: str, since_line: int = 0
+) -> list[JSON]:
+    """Audited writes (any resource, any namespace) by ``user`` from ``source_ip``."""
+    return [
+        e
+        for e in audit_events(cluster.audit_log)[since_line:]
+        if e.get("verb") in _WRITES
+        and (e.get("user") or {}).get("username") == user
+        and source_ip in (e.get("sourceIPs") or [])
+    ]

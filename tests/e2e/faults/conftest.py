@@ -1,0 +1,135 @@
+"""Fixtures of the control-plane fault scenarios (issue 25; ``make e2e-faults``).
+
+- ``cluster`` (session): a kwok cluster of its own, since the scenarios kill its API
+  server and etcd. Unlike the shared e2e cluster it keeps the API server's default
+  limits with API Priority and Fairness on (the shared one turns both off for speed), as
+  production clusters run. CRDs and the operator's RBAC (config/rbac) installed.
+- ``operator_kubeconfig`` (session): the operator's ServiceAccount token, so that every
+  operator here runs with exactly its production permissions and is classified by APF as
+  a workload (an admin certificate would be exempt).
+- ``start_operator``: ``msop run`` processes as that ServiceAccount, stopped at the end.
+- ``client``: the test's own client (admin, user agent ``reliability-e2e``).
+
+Each scenario ends with :func:`tests.e2e.faults.checks.final_checks`; the figures each
+measured are printed and gathered in a table at the end of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msop.kube.client import KubeClient
+from msop.testing import LocalCluster, OperatorProcess
+from msop.testing.serviceaccount import install_rbac, service_account_kubeconfig
+from tests.e2e.conftest import build_binaries, install_crds, run_session_cluster
+from tests.e2e.faults.checks import FIGURES
+from tests.e2e.reliability import TEST_AGENT, new_namespace
+
+REPO = Path(__file__).resolve().parents[3]
+CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
+
+
+#: The scheduler and the controller-manager run without leader election: with it, an API
+#: server down for longer than their renew deadline (10 s, which a 5-8 s outage plus the
+#: API server's own start can reach) makes them exit, and nothing here restarts them.
+ONE_INSTANCE = (
+    "--extra-args", "kube-scheduler=leader-elect=false",
+    "--extra-args", "kube-controller-manager=leader-elect=false",
+)  # fmt: skip
+
+
+def fault_cluster(name: str, *extra_args: str, **options: Any) -> LocalCluster:
+    """A kwok cluster with the API server's default limits and APF on; ``extra_args``
+    are more kwokctl arguments (``--extra-args component=flag=value``), ``options`` more
+    kwokctl options."""
+    return LocalCluster(
+        name=f"{name}-{os.getpid()}",
+        bin_dir=build_binaries(),
+        workdir=CACHE / "kwok",
+        nodes=2,
+        extra_options={"disableQPSLimits": False, **options},
+        extra_kwokctl_args=(*ONE_INSTANCE, *extra_args),
+    )
+
+
+def prepare(c: LocalCluster) -> None:
+    install_crds(c)
+    install_rbac(c, REPO / "config")
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    yield from run_session_cluster(fault_cluster("msop-faults"), prepare)
+
+
+@pytest.fixture(scope="session")
+def operator_kubeconfig(cluster: LocalCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return service_account_kubeconfig(cluster, tmp_path_factory.mktemp("sa") / "kubeconfig")
+
+
+@pytest.fixture
+def start_operator(
+    cluster: LocalCluster, namespace: str, operator_kubeconfig: Path
+) -> Iterator[Any]:
+    """``start_operator(*flags, kubeconfig=..., command_prefix=..., wait_ready=True)``."""
+    started: list[OperatorProcess] = []
+
+    def start(
+        *args: str,
+        kubeconfig: Path | None = None,
+        command_prefix: tuple[str, ...] = (),
+        wait_ready: bool = True,
+        **env: str,
+    ) -> OperatorProcess:
+        op = OperatorProcess(
+            kubeconfig=str(kubeconfig or operator_kubeconfig),
+            log_path=CACHE / "e2e-logs" / f"{namespace}-{len(started)}.log",
+            args=("--namespace", namespace, "--log-level", "debug", *args),
+            env=env,
+            command_prefix=command_prefix,
+        )
+        started.append(op)
+        try:
+            op.start(wait_ready=wait_ready)
+        except RuntimeError as e:
+            pytest.fail(str(e), pytrace=False)
+        return op
+
+    yield start
+    for op in started:
+        if op.alive():
+            op.stop()
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    async with await KubeClient.from_config(
+        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = new_namespace(cluster, prefix="fault")
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if not FIGURES:
+        return
+    terminalreporter.section("control-plane faults: figures")
+    for row in FIGURES:
+        terminalreporter.write_line(json.dumps(row))
+    out = CACHE / "e2e-logs" / f"faults-figures-{uuid.uuid4().hex[:6]}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(FIGURES, indent=2))
+    terminalreporter.write_line(f"(also in {out})")
