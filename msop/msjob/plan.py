@@ -1146,8 +1146,15 @@ class _Planner:
         ``workers``, ``lastReconcileTime``; None in the Plan when nothing changed."""
         status = self.status
         if not is_finished(self.old_status):
-            # Once finished, replica counts stay as they were at that moment.
+            # Once finished, replica counts stay as they were at that moment, except that
+            # the pods the cleanup deletes now (cleanPodPolicy) are no longer active.
             counts = counts if counts is not None else self.count_replicas()
+            if is_finished(status):
+                for pod in self.plan.delete_pods:
+                    slot = slot_of(pod)
+                    if slot is not None and slot[0] in counts and _phase(pod) in ACTIVE_PHASES:
+                        entry = counts[slot[0]]
+                        entry["active"] = max(0, int(entry.get("active", 0)) - 1)
             for rtype, entry in counts.items():
                 entry["selector"] = naming.replica_selector_string(self.view.name, rtype)
             status["replicaStatuses"] = counts

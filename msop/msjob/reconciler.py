@@ -49,6 +49,15 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
+- **Children are made again only for a job that still exists.** A job that had pods
+  (its stored status has ``Created``) and would get pods or Services again in a pass that
+  did not write its status first (which already proves it stored) is read once from the
+  API server: if it is gone, being deleted, or another object under the same name, the
+  pass creates nothing. The cache can lag behind a deletion by a relist: after a watch
+  expired (410), the pods relist may report a deleted job's pods gone (the garbage
+  collector took them) before the jobs relist drops the job, and without this read the
+  pass would create pods for a job that no longer exists. Recreations are rare (a member
+  lost, a restart, a scale), so the read costs little; a job's first pods do not need it.
 """
 
 from __future__ import annotations
@@ -61,6 +70,7 @@ from datetime import UTC, datetime
 import structlog
 from cachetools import LRUCache
 
+from msop.api import constants as c
 from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
@@ -240,6 +250,8 @@ class MSJobReconciler:
         )
         p = plan(observed, self.options)
         failure: ApiError | None = None
+        if p.create_services and not p.status_first and not await self._still_there(job, p):
+            p = replace(p, create_services=[], create_pods=[])
         if p.create_services and not p.status_first:
             # The create response carries the Service's ClusterIP: plan again with it, so
             # the pods that need it go out in this pass, not after a watch round trip.
@@ -300,6 +312,9 @@ class MSJobReconciler:
     ) -> ApiError | None:
         """Services, then pods (the first refused create stops the creates), then
         deletes; returns the refusal."""
+        creates = bool(p.create_services or p.create_pods)
+        if creates and failure is None and not await self._still_there(job, p):
+            p = replace(p, create_services=[], create_pods=[])
         if failure is None:
             failure, _ = await self._create(
                 key, ns, job, SERVICES, p.create_services, services_key(key)
@@ -310,6 +325,29 @@ class MSJobReconciler:
         await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
         await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
         return failure
+
+    async def _still_there(self, job: JSON, p: Plan) -> bool:
+        """False if ``job``, which had children before, is gone or being deleted per the
+        API server (see the module docstring); True without asking for a job's first
+        children or after a status write this pass."""
+        stored = job.get("status") or {}
+        if p.status_first or not any(
+            cond.get("type") == c.CREATED for cond in stored.get("conditions") or []
+        ):
+            return True
+        meta = job["metadata"]
+        try:
+            live = await self.client.get(MSJOBS, meta["name"], meta["namespace"])
+        except ApiError as e:
+            if is_not_found(e):
+                log.info("job gone; not recreating its children", job=meta["name"])
+                return False
+            raise
+        live_meta = live.get("metadata") or {}
+        if live_meta.get("uid") != meta.get("uid") or live_meta.get("deletionTimestamp"):
+            log.info("job replaced or being deleted; not recreating its children")
+            return False
+        return True
 
     async def _write_status(
         self, key: str, job: JSON, status: JSON, transitions: Sequence[str]

@@ -110,9 +110,7 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
                 writer.write_eof()
 
 
-async def _relay(
-    listener: socket.socket, host: str, port: int, source: str | None = None
-) -> None:
+async def _relay(listener: socket.socket, host: str, port: int, source: str | None = None) -> None:
     local = (source, 0) if source else None
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -309,8 +309,8 @@ async def drive_to_success(
         await asyncio.sleep(1.0)
 
 
-def expected_children(names: list[str], with_scheduler: set[str]) -> set[str]:
-    out = {f"pods/{n}-worker-0" for n in names}
+def expected_children(names: list[str], with_scheduler: set[str], workers: int = 1) -> set[str]:
+    out = {f"pods/{n}-worker-{i}" for n in names for i in range(workers)}
     out |= {f"pods/{n}-scheduler-0" for n in with_scheduler}
     out |= {f"services/{n}-scheduler-0" for n in with_scheduler}
     return out
@@ -352,10 +352,12 @@ async def _no_children(client: KubeClient, ns: str) -> bool:
     return await children(client, ns) == (0, 0)
 
 
-def proxied_kubeconfig(cluster: LocalCluster, proxy_port: int, path: Path) -> tuple[str, int]:
-    """Write a copy of the cluster's kubeconfig that goes through the proxy; return the
-    API server's (host, port)."""
-    cfg = yaml.safe_load(Path(cluster.kubeconfig).read_text())
+def proxied_kubeconfig(
+    cluster: LocalCluster, proxy_port: int, path: Path, source: Path | None = None
+) -> tuple[str, int]:
+    """Write a copy of the cluster's kubeconfig (or of ``source``, e.g. a ServiceAccount's)
+    that goes through the proxy; return the API server's (host, port)."""
+    cfg = yaml.safe_load((source or Path(cluster.kubeconfig)).read_text())
     server = cfg["clusters"][0]["cluster"]["server"]
     host, port = server.removeprefix("https://").rsplit(":", 1)
     cfg["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy_port}"

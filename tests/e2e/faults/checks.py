@@ -30,6 +30,7 @@ import time
 from collections import Counter
 from typing import Any
 
+from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
 from msop.testing import LocalCluster, OperatorProcess
@@ -60,10 +61,17 @@ def record(scenario: str, **figures: Any) -> None:
     print(f"\n{scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-def created_once(cluster: LocalCluster, ns: str, expected: set[str], existing: set[str]) -> None:
-    """Each expected ``resource/name`` stored exactly once by the operator (item 2)."""
+def created_once(
+    cluster: LocalCluster,
+    ns: str,
+    expected: set[str],
+    existing: set[str],
+    recreated: frozenset[str] = frozenset(),
+) -> None:
+    """Each expected ``resource/name`` stored exactly once by the operator (twice if it
+    is in ``recreated``: deleted on purpose) (item 2)."""
     creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
-    twice = {k: n for k, n in creates.items() if n > 1}
+    twice = {k: n for k, n in creates.items() if n > (2 if k in recreated else 1)}
     assert not twice, f"created more than once (audit log): {twice}"
     deleted = {
         f"{(e.get('objectRef') or {}).get('resource')}/{(e.get('objectRef') or {}).get('name')}"
@@ -79,7 +87,34 @@ def created_once(cluster: LocalCluster, ns: str, expected: set[str], existing: s
     assert not extra, f"created but not expected: {sorted(extra)[:10]}"
 
 
-def _event_problems(events: list[JSON], names: list[str], pods: set[str]) -> list[str]:
+def _disagreements(jobs: list[JSON], pods: list[JSON]) -> dict[str, Any]:
+    """Jobs whose Worker counts (succeeded, active) differ from their worker pods'."""
+    seen: dict[str, Counter[str]] = {}
+    for p in pods:
+        labels = p["metadata"].get("labels") or {}
+        if labels.get("training.kubeflow.org/replica-type") != "worker":
+            continue
+        phase = (p.get("status") or {}).get("phase", "Pending")
+        if p["metadata"].get("deletionTimestamp"):
+            continue
+        job = labels.get("training.kubeflow.org/job-name", "")
+        seen.setdefault(job, Counter())[
+            "succeeded" if phase == "Succeeded" else "failed" if phase == "Failed" else "active"
+        ] += 1
+    out: dict[str, Any] = {}
+    for j in jobs:
+        name = j["metadata"]["name"]
+        worker = ((j.get("status") or {}).get("replicaStatuses") or {}).get("Worker") or {}
+        want = seen.get(name, Counter())
+        got = {k: int(worker.get(k) or 0) for k in ("succeeded", "active")}
+        if got != {k: want[k] for k in ("succeeded", "active")} or not want["succeeded"]:
+            out[name] = {"status": got, "pods": dict(want)}
+    return out
+
+
+def _event_problems(
+    events: list[JSON], names: list[str], pods: set[str], recreated: set[str]
+) -> list[str]:
     problems: list[str] = []
     by_job: dict[tuple[str, str], list[JSON]] = {}
     named: Counter[str] = Counter()
@@ -99,7 +134,8 @@ def _event_problems(events: list[JSON], names: list[str], pods: set[str]) -> lis
             if total != 1:
                 problems.append(f"{job}: {reason} x{total}")
     for pod in pods:
-        if named[pod] != 1:
+        want = 2 if f"pods/{pod}" in recreated else 1
+        if named[pod] != want:
             problems.append(f"pod {pod} named by {named[pod]} SuccessfulCreatePod occurrences")
     return problems
 
@@ -114,26 +150,37 @@ async def final_checks(
     *,
     within: float = 240,
     quiet: float = 8.0,
+    workers: int = 1,
+    recreated: frozenset[str] = frozenset(),
+    deleted_jobs: tuple[str, ...] = (),
 ) -> JSON:
     """Run checks 1-5 (see the module docstring) and return their figures.
 
     ``survivors``: each operator that must live through the fault, with its pid before
-    it; the first is the one whose metrics measure the quiet window."""
+    it; the first is the one whose metrics measure the quiet window. ``recreated``: the
+    objects the scenario deleted on purpose, which the operator creates twice;
+    ``deleted_jobs``: jobs the scenario deleted, whose children were made once and are
+    gone."""
     started = time.monotonic()
     jobs = await drive_to_success(client, ns, set(names), within=within)
     converged = time.monotonic() - started
-    # 1. state
-    wrong = {}
-    for j in jobs:
-        statuses = (j.get("status") or {}).get("replicaStatuses") or {}
-        worker = statuses.get("Worker") or {}
-        if worker.get("succeeded") != 1 or worker.get("active"):
-            wrong[j["metadata"]["name"]] = statuses
-    assert not wrong, f"replica counts disagree with the pods: {dict(list(wrong.items())[:5])}"
-    pods = (await client.list(PODS, ns))["items"]
-    workers = {p["metadata"]["name"]: p for p in pods if "-worker-" in p["metadata"]["name"]}
-    not_done = [n for n, p in workers.items() if p.get("status", {}).get("phase") != "Succeeded"]
-    assert not not_done and len(workers) == len(names), (len(workers), not_done[:5])
+    # 1. state: each job's replica counts are what its pods say (polled: counts are
+    # written up to a second after the pods change).
+    disagree: dict[str, Any] = {}
+    pods: list[JSON] = []
+    state_deadline = time.monotonic() + 20
+    while True:
+        jobs = [
+            j for j in (await client.list(MSJOBS, ns))["items"] if j["metadata"]["name"] in names
+        ]
+        pods = (await client.list(PODS, ns))["items"]
+        disagree = _disagreements(jobs, pods)
+        if not disagree or time.monotonic() > state_deadline:
+            break
+        await asyncio.sleep(1)
+    assert not disagree, (
+        f"replica counts disagree with the pods: {dict(list(disagree.items())[:5])}"
+    )
     # 3. transitions
     lost = {
         j["metadata"]["name"]: sorted(condition_types(j))
@@ -141,7 +188,7 @@ async def final_checks(
         if not condition_types(j) >= LIFECYCLE or not has_true(j, "Succeeded")
     }
     assert not lost, f"conditions lost: {dict(list(lost.items())[:5])}"
-    expected = expected_children(names, with_scheduler)
+    expected = expected_children(names, with_scheduler, workers)
     expected_pods = {k.split("/", 1)[1] for k in expected if k.startswith("pods/")}
     # Event writes refused during the outage are retried with backoff (up to 10 s apart):
     # give the recorder that long to catch up, then nothing may be missing or doubled.
@@ -150,7 +197,7 @@ async def final_checks(
     events_deadline = events_started + 45
     while True:
         events = json.loads(cluster.kubectl("get", "events", "-n", ns, "-o", "json").stdout)
-        problems = _event_problems(events["items"], names, expected_pods)
+        problems = _event_problems(events["items"], names, expected_pods, set(recreated))
         if not problems or time.monotonic() > events_deadline:
             break
         await asyncio.sleep(2)
@@ -164,7 +211,12 @@ async def final_checks(
             "items"
         ]
     }
-    created_once(cluster, ns, expected, existing)
+    ghosts = {
+        p for p in existing if any(p.split("/", 1)[1].startswith(f"{j}-") for j in deleted_jobs)
+    }
+    assert not ghosts, f"children of deleted jobs: {sorted(ghosts)}"
+    expected |= expected_children(list(deleted_jobs), set(), workers)
+    created_once(cluster, ns, expected, existing, recreated)
     # 4. quiet window
     probe = survivors[0][0]
     requests0 = metric(probe.metrics_url, "rest_client_requests_total")

@@ -314,6 +314,13 @@ def test_clean_pod_policy_on_success(policy: str, deleted: set[str]) -> None:
     p = run(j, pods, [service()])
     assert names(p.delete_pods) - {"j-scheduler-0"} == deleted
     assert bool(p.delete_services) is (policy != "None")
+    # The counts written with Succeeded say what the pods are once the cleanup is done: a
+    # worker it deletes is not active (it did not succeed either).
+    assert p.status is not None
+    workers = p.status["replicaStatuses"]["Worker"]
+    still_running = 0 if deleted else 1
+    assert (workers["active"], workers["succeeded"]) == (still_running, 1)
+    assert p.status["workers"] == f"{still_running}/2"
 
 
 def test_ttl_requeues_precisely_then_deletes() -> None:

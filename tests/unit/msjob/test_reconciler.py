@@ -40,6 +40,7 @@ SCHEMA = ApiError(
     body={"details": {"name": "j", "kind": "MSJob"}},
 )  # the stored object fails the CRD's schema (a failed patch test has no details)
 GONE = ApiError(404, "NotFound", 'pods "j-worker-3" not found')
+GONE_JOB = ApiError(404, "NotFound", 'msjobs.mindspore.gitee.com "j" not found')
 
 
 def _job(workers: int = 2, scheduler: bool = False) -> JSON:
@@ -69,6 +70,9 @@ class Cluster:
         self.patches: list[list[JSON]] = []
         self.deletes: list[JSON] = []
         self._rv = 1
+        self.gets = 0
+        self.live: JSON | None = job
+        """The job as the API server has it (None: deleted); the cache keeps ``job``."""
 
     def fail(self, verb: str, kind: str, *errors: ApiError) -> None:
         """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order."""
@@ -84,6 +88,14 @@ class Cluster:
         return str(self._rv)
 
     # the client seam
+    async def get(self, res: Resource, name: str, ns: str) -> JSON:
+        """A live read (of the job only): what the API server holds, not the cache."""
+        assert res.kind == c.KIND and name == "j"
+        self.gets += 1
+        if self.live is None:
+            raise GONE_JOB
+        return self.live
+
     async def create(self, res: Resource, obj: JSON, ns: str) -> JSON:
         name = obj["metadata"]["name"]
         self.calls.append(("create", res.kind, name))
@@ -323,3 +335,56 @@ def test_a_restart_is_written_before_the_failed_pod_is_deleted() -> None:
     ]  # fmt: skip
     assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
     assert h.conditions()["Restarting"]["status"] == "True"
+
+
+@pytest.mark.parametrize("error", [SERVER, ApiError(503, "ServiceUnavailable", "etcd down")])
+def test_a_transition_is_announced_once_however_often_its_status_write_fails(
+    error: ApiError,
+) -> None:
+    """An API outage fails the status write that carries Running several times: the
+    MSJobRunning event goes out once, with the write that stores it."""
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    for _ in range(3):
+        h.cluster.fail("patch", c.KIND, error)
+        with pytest.raises(ApiError):
+            h.reconcile()
+        assert "MSJobRunning" not in h.reasons()
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
+    assert h.conditions()["Running"]["status"] == "True"
+
+
+def test_a_deleted_job_the_cache_still_holds_gets_no_pods_again() -> None:
+    """After a relist the pods of a deleted job (collected by the garbage collector) can
+    be gone from the cache before the job is: its pods are not made again."""
+    h = Harness(_job(workers=2, scheduler=True))
+    h.reconcile()
+    assert h.cluster.gets == 0  # a job's first children need no read
+    h.cluster.live = None  # deleted; the garbage collector takes its children
+    for kind, name in list(h.cluster.objects):
+        h.cluster.objects.pop((kind, name))
+    creates = [x for x in h.cluster.calls if x[0] == "create"]
+    h.reconcile()
+    assert [x for x in h.cluster.calls if x[0] == "create"] == creates
+    assert h.cluster.gets == 1
+
+
+def test_a_job_replaced_under_its_name_gets_no_pods_for_the_old_one() -> None:
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.live = {**h.cluster.job, "metadata": {**h.cluster.job["metadata"], "uid": "u-2"}}
+    h.cluster.objects.clear()
+    h.reconcile()
+    assert [x for x in h.cluster.calls if x[0] == "create"] == [("create", "Pod", "j-worker-0")]
+
+
+def test_a_lost_member_of_a_live_job_is_made_again_after_one_read() -> None:
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.live = h.cluster.job
+    h.cluster.objects.clear()
+    h.reconcile()
+    assert h.cluster.calls.count(("create", "Pod", "j-worker-0")) == 2
+    assert h.cluster.gets == 1
