@@ -121,6 +121,8 @@ async def _relay(listener: socket.socket, host: str, port: int, source: str | No
             return
         try:
             await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
+        except asyncio.CancelledError:
+            pass  # the relay is stopping: the connection just closes
         finally:
             writer.close()
             up_writer.close()
