@@ -125,6 +125,18 @@ def _retry_wait(status: int, retry_after: float | None) -> float | None:
     return min(max(retry_after, 0.0), MAX_RETRY_AFTER) * random.uniform(1.0, 1.0 + RETRY_JITTER)
 
 
+def _drop(resp: aiohttp.ClientResponse) -> None:
+    """Drop a response's connection at once: abort its transport (a reset, see
+    :mod:`msop.kube.transport`), then close the response. A plain close would first try
+    a TLS shutdown, which a peer that stopped answering (a stuck watch, a partition)
+    never completes: the socket would stay open for asyncio's 30 s shutdown timeout."""
+    connection = resp.connection
+    transport = connection.transport if connection is not None else None
+    if transport is not None:
+        transport.abort()
+    resp.close()
+
+
 def _decode(data: bytes) -> Any:
     if not data:
         return None
@@ -408,7 +420,7 @@ class KubeClient:
                     return
                 yield chunk
         finally:
-            resp.close()
+            _drop(resp)
 
     # -- verbs ------------------------------------------------------------------------
 
@@ -681,5 +693,5 @@ class KubeClient:
                     raise ApiError.from_status(code if isinstance(code, int) else 500, obj)
                 yield event
         finally:
-            # Closing (not releasing) drops the connection: the body was not fully read.
-            resp.close()
+            # Dropping (not releasing) the connection: the body was not fully read.
+            _drop(resp)

@@ -1,11 +1,13 @@
 """A TCP proxy for fault injection between the operator and the API server.
 
 TLS passes through as raw bytes, so a kubeconfig whose server is the proxy works as is
-(the serving certificate is for 127.0.0.1 either way). Two faults:
+(the serving certificate is for 127.0.0.1 either way). Three faults:
 
 - ``freeze()``: every byte stops moving, in both directions, and connections stay open:
   a watch that stays open but delivers nothing. New connections are accepted and held.
   ``thaw()`` lets the held bytes through.
+- ``freeze_open()``: the connections open now go silent (open, nothing moves), new ones
+  flow: the watches of an idle client go silent, its new requests are served.
 - ``hold_new()`` + ``cut()``: every open connection is closed, new ones are accepted but
   not connected upstream until ``thaw()``: a network partition the client notices.
 
@@ -26,6 +28,7 @@ class _Conn:
     opened: float
     writers: list[asyncio.StreamWriter] = field(default_factory=list)
     client_closed: float | None = None
+    flowing: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class TcpProxy:
@@ -56,11 +59,21 @@ class TcpProxy:
         self._flowing.clear()
         return [c for c in self.conns if c.client_closed is None]
 
+    def freeze_open(self) -> list[_Conn]:
+        """Stop the traffic of the connections open now, without closing them; new
+        connections flow. Return the frozen ones."""
+        frozen = [c for c in self.conns if c.client_closed is None]
+        for c in frozen:
+            c.flowing.clear()
+        return frozen
+
     def hold_new(self) -> None:
         self._flowing.clear()
 
     def thaw(self) -> None:
         self._flowing.set()
+        for c in self.conns:
+            c.flowing.set()
 
     def cut(self) -> None:
         for c in self.conns:
@@ -72,6 +85,7 @@ class TcpProxy:
         assert task is not None
         self._tasks.add(task)  # owned: cancelled and awaited by __aexit__
         conn = _Conn(opened=time.monotonic(), writers=[cwriter])
+        conn.flowing.set()
         self.conns.append(conn)
         try:
             await self._flowing.wait()
@@ -110,6 +124,7 @@ class TcpProxy:
         async def write() -> None:
             while data := await queue.get():
                 await self._flowing.wait()
+                await conn.flowing.wait()
                 writer.write(data)
                 await writer.drain()
 
