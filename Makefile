@@ -68,12 +68,17 @@ unit: venv prometheus ## pure unit tests (no cluster; promtool checks the alert 
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 .PHONY: e2e
-e2e: e2e-kwok e2e-real ## end-to-end tests: the kwok tier, then the real-node tier
+e2e: e2e-kwok e2e-faults e2e-real ## end-to-end tests: the kwok tier, the control-plane faults, the real-node tier
 
 .PHONY: e2e-kwok
 e2e-kwok: venv prometheus volcano kueue ## end-to-end tests on the local control plane with kwok nodes (and a real Volcano and Kueue)
 	@hack/cluster/build.sh >/dev/null
-	$(BIN)/pytest -q tests/e2e --ignore=tests/e2e/real $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/e2e --ignore=tests/e2e/real --ignore=tests/e2e/faults $(PYTEST_ARGS)
+
+.PHONY: e2e-faults
+e2e-faults: venv realnode-deps ## faults of the control plane (API server and etcd killed, compaction, partitioned leader, APF 429s, silent watches) on a kwok cluster of their own (root)
+	@hack/cluster/build.sh >/dev/null
+	$(BIN)/pytest -q -rA tests/e2e/faults $(PYTEST_ARGS)
 
 .PHONY: realnode-deps
 realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, buildah, ...)

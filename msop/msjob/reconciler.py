@@ -49,6 +49,14 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
+- **Writes in doubt are announced once they prove stored.** A create or a status write
+  that got no answer (connection lost, timeout) or a 5xx may have been carried out. Its
+  Events are not emitted then (a write that failed must not be announced) but kept with
+  the job: a pod or Service in doubt that later shows up in the cache, or whose create
+  is answered AlreadyExists, is announced then (``SuccessfulCreatePod``); a status in
+  doubt whose conditions the stored status then holds is announced with the Events of
+  its pass (``MSJobRunning``, ``MSJobSucceeded`` ...). So an API server killed in the
+  middle of a write neither doubles nor loses an announcement.
 - **Children are made again only for a job that still exists.** A job that had pods
   (its stored status has ``Created``) and would get pods or Services again in a pass that
   did not write its status first (which already proves it stored) is read once from the
@@ -64,7 +72,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -82,6 +90,7 @@ from msop.kube import jsonpatch
 from msop.kube.client import KubeClient
 from msop.kube.errors import (
     ApiError,
+    ApiUnavailable,
     is_already_exists,
     is_conflict,
     is_invalid,
@@ -99,7 +108,7 @@ from msop.kube.resources import (
     Resource,
 )
 from msop.msjob import kueue, metrics
-from msop.msjob.plan import Observed, Options, Plan, plan, status_write
+from msop.msjob.plan import Event, Observed, Options, Plan, plan, status_write
 
 log = structlog.get_logger("msop.msjob")
 
@@ -147,6 +156,24 @@ def created_messages(kind: str, names: Sequence[str]) -> list[str]:
 def _created(kind: str, names: list[str]) -> str:
     noun = kind.lower() if len(names) == 1 else f"{kind.lower()}s"
     return f"Created {noun}: {', '.join(names)}"
+
+
+def in_doubt(e: ApiError) -> bool:
+    """The refused write may have been carried out all the same: no answer came, or a
+    server error (the API server may have stored it and failed after)."""
+    return isinstance(e, ApiUnavailable) or e.status >= 500
+
+
+@dataclass
+class _Doubt:
+    """A job's writes whose outcome is not known, with what announces them."""
+
+    creates: dict[str, set[str]] = field(default_factory=dict)
+    """Kind -> names of children created without an answer."""
+    status: JSON | None = None
+    """A status written without an answer."""
+    events: list[Event] = field(default_factory=list)
+    """The Events of the pass that wrote ``status``."""
 
 
 def pods_key(job_key: str) -> str:
@@ -199,6 +226,8 @@ class MSJobReconciler:
         # pod events and see an unchanged job, so it is not copied and defaulted again.
         # The same resourceVersion is the same content; bounded to the recent jobs.
         self._defaulted: LRUCache[str, tuple[str, JSON]] = LRUCache(maxsize=DEFAULTED_CACHE)
+        # job key -> writes in doubt and their announcements (see the module docstring).
+        self._doubts: dict[str, _Doubt] = {}
 
     async def reconcile(self, request: Request) -> Result:
         key = f"{request.namespace}/{request.name}"
@@ -207,6 +236,7 @@ class MSJobReconciler:
             self._superseded.pop(key, None)
             self._counts_unwritten.pop(key, None)
             self._defaulted.pop(key, None)
+            self._doubts.pop(key, None)
             self.expectations.delete_expectations(pods_key(key))
             self.expectations.delete_expectations(services_key(key))
             await self._release_orphaned_workloads(request.namespace, request.name)
@@ -248,6 +278,8 @@ class MSJobReconciler:
             progress=self.progress(key) if self.progress is not None else None,
             counts_unwritten_since=self._counts_unwritten.get(key),
         )
+        if key in self._doubts:
+            self._settle(key, observed)
         p = plan(observed, self.options)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
@@ -272,7 +304,7 @@ class MSJobReconciler:
         job = observed.job
         ns = job["metadata"]["namespace"]
         if p.status is not None and p.status_first:
-            written = await self._write_status(key, job, p.status, p.transitions)
+            written = await self._write_status(key, job, p.status, p.transitions, p.events)
             if written is None:
                 return Result(requeue=True)
             # The status is out: what is left of the Plan is applied to the job it returned.
@@ -289,7 +321,7 @@ class MSJobReconciler:
         if w.held:
             self._counts_unwritten.setdefault(key, observed.now)
         if w.status is not None:
-            if await self._write_status(key, job, w.status, w.transitions) is None:
+            if await self._write_status(key, job, w.status, w.transitions, p.events) is None:
                 # The transitions these events announce are not stored: the next pass
                 # plans them again, with their events (emitting them now would announce
                 # a transition once per failed attempt, e.g. through an API outage).
@@ -349,11 +381,57 @@ class MSJobReconciler:
             return False
         return True
 
+    def _settle(self, key: str, observed: Observed) -> None:
+        """Announce the writes in doubt that the cache now shows stored; forget a status
+        in doubt either way (if it was not stored, this pass plans it again)."""
+        doubt = self._doubts[key]
+        job = observed.job
+        for kind, children in (("Pod", observed.pods), ("Service", observed.services)):
+            names = doubt.creates.get(kind)
+            if names:
+                self._announce_created(job, kind, names & {o["metadata"]["name"] for o in children})
+        if doubt.status is not None:
+            stored = (job.get("status") or {}).get("conditions") or []
+            wanted = doubt.status.get("conditions") or []
+            if wanted and all(cond in stored for cond in wanted):
+                for e in doubt.events:
+                    self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+            doubt.status, doubt.events = None, []
+        self._forget_settled(key)
+
+    def _announce_created(self, job: JSON, kind: str, names: set[str]) -> None:
+        """``SuccessfulCreate<kind>`` for children in doubt now known to exist."""
+        if not names:
+            return
+        key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
+        doubt = self._doubts.get(key)
+        if doubt is not None:
+            doubt.creates.get(kind, set()).difference_update(names)
+        for message in created_messages(kind, sorted(names)):
+            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
+
     async def _write_status(
-        self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
+        self,
+        key: str,
+        job: JSON,
+        status: JSON,
+        transitions: Sequence[str],
+        events: Sequence[Event] = (),
     ) -> JSON | None:
         """Write the status if the stored one is still ``job``'s; return the updated job,
-        or None when it moved or the job is gone (requeue)."""
+        or None when it moved or the job is gone (requeue). A write in doubt keeps
+        ``events`` to announce it once it shows stored."""
+        try:
+            return await self._patch_status(key, job, status, transitions)
+        except ApiError as e:
+            if in_doubt(e):
+                doubt = self._doubts.setdefault(key, _Doubt())
+                doubt.status, doubt.events = status, list(events)
+            raise
+
+    async def _patch_status(
+        self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
+    ) -> JSON | None:
         meta = job["metadata"]
         ops = [
             {"op": "test", "path": "/status", "value": job.get("status")},
@@ -389,6 +467,9 @@ class MSJobReconciler:
         names = [o["metadata"]["name"] for o in objs]
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
+        job_key = f"{ns}/{job['metadata']['name']}"
+        doubts = self._doubts.setdefault(job_key, _Doubt()).creates.setdefault(kind, set())
+        found: set[str] = set()
         failure: ApiError | None = None
         done = 0
         batch = 1
@@ -401,8 +482,12 @@ class MSJobReconciler:
                 name = obj["metadata"]["name"]
                 if isinstance(result, ApiError) and is_already_exists(result):
                     self.expectations.creation_observed(exp_key, name)
+                    if name in doubts:
+                        found.add(name)  # our create in doubt had stored it
                 elif isinstance(result, ApiError):
                     self.expectations.creation_observed(exp_key, name)
+                    if in_doubt(result):
+                        doubts.add(name)
                     if failure is not None:
                         continue  # one event and one log line per pass: the first failure
                     failure = result
@@ -425,11 +510,25 @@ class MSJobReconciler:
             batch *= 2
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
-        # One event per pass names every object it created (not one event per object).
+        self._announce_pass(job_key, job, kind, created, found)
+        return failure, created
+
+    def _announce_pass(
+        self, job_key: str, job: JSON, kind: str, created: list[JSON], found: set[str]
+    ) -> None:
+        """One event per pass names every object it created (not one event per object),
+        another the objects in doubt it found stored."""
         names = [o["metadata"]["name"] for o in created]
+        self._doubts[job_key].creates[kind].difference_update(names)
         for message in created_messages(kind, names):
             self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
-        return failure, created
+        self._announce_created(job, kind, found)
+        self._forget_settled(job_key)
+
+    def _forget_settled(self, key: str) -> None:
+        doubt = self._doubts.get(key)
+        if doubt is not None and doubt.status is None and not any(doubt.creates.values()):
+            del self._doubts[key]
 
     async def _delete(
         self,

@@ -19,7 +19,7 @@ from msop.api import constants as c
 from msop.controller.expectations import Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.store import BY_CONTROLLER_UID
-from msop.kube.errors import ApiError
+from msop.kube.errors import ApiError, ApiUnavailable
 from msop.kube.resources import Resource
 from msop.msjob.plan import COUNT_WRITE_DELAY, Options
 from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
@@ -66,6 +66,7 @@ class Cluster:
         self.objects: dict[tuple[str, str], JSON] = {}
         self.expectations = expectations
         self.errors: dict[tuple[str, str], list[ApiError]] = {}
+        self.lost: dict[tuple[str, str], list[ApiError]] = {}
         self.calls: list[tuple[str, str, str]] = []
         self.patches: list[list[JSON]] = []
         self.deletes: list[JSON] = []
@@ -77,6 +78,16 @@ class Cluster:
     def fail(self, verb: str, kind: str, *errors: ApiError) -> None:
         """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order."""
         self.errors.setdefault((verb, kind), []).extend(errors)
+
+    def lose_answer(self, verb: str, kind: str, *errors: ApiError) -> None:
+        """The next calls of ``verb`` on ``kind`` are carried out, then raise ``errors``
+        (the API server stored the write; its answer was lost)."""
+        self.lost.setdefault((verb, kind), []).extend(errors)
+
+    def _raise_lost(self, verb: str, kind: str) -> None:
+        queued = self.lost.get((verb, kind))
+        if queued:
+            raise queued.pop(0)
 
     def _raise(self, verb: str, kind: str) -> None:
         queued = self.errors.get((verb, kind))
@@ -107,9 +118,12 @@ class Cluster:
             made["spec"]["clusterIP"] = "10.0.0.7"
         if res.kind == "Pod":
             made["status"] = {"phase": "Pending"}
+        if (res.kind, name) in self.objects:
+            raise ApiError(409, "AlreadyExists", f"{res.kind} {name!r} already exists")
         self.objects[(res.kind, name)] = made
         key = pods_key("ns/j") if res.kind == "Pod" else services_key("ns/j")
         self.expectations.creation_observed(key, name)
+        self._raise_lost("create", res.kind)
         return made
 
     async def delete(self, res: Resource, name: str, ns: str, **kw: Any) -> None:
@@ -129,6 +143,7 @@ class Cluster:
         self.patches.append(ops)
         self.job = {**self.job, "status": ops[1]["value"]}
         self.job["metadata"] = {**self.job["metadata"], "resourceVersion": self._next_rv()}
+        self._raise_lost("patch", res.kind)
         return self.job
 
     # the caches
@@ -388,3 +403,62 @@ def test_a_lost_member_of_a_live_job_is_made_again_after_one_read() -> None:
     h.reconcile()
     assert h.cluster.calls.count(("create", "Pod", "j-worker-0")) == 2
     assert h.cluster.gets == 1
+
+
+RESET = ApiUnavailable("POST /api/v1/namespaces/ns/pods: connection reset")
+
+
+def test_a_create_stored_without_an_answer_is_announced_once_the_cache_shows_it() -> None:
+    h = Harness(_job(workers=2))
+    h.cluster.lose_answer("create", "Pod", RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    # worker-0 was stored (answer lost); worker-1 was not attempted after the failure.
+    assert ("Pod", "j-worker-0") in h.cluster.objects
+    h.reconcile()
+    created = [m for _, r, m in h.recorder.events if r == "SuccessfulCreatePod"]
+    named = [n for m in created for n in m.split(": ", 1)[1].split(", ")]
+    assert sorted(named) == ["j-worker-0", "j-worker-1"]
+
+
+def test_a_create_in_doubt_the_cache_does_not_show_yet_is_announced_on_already_exists() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.lose_answer("create", "Pod", RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.cluster.objects.pop(("Pod", "j-worker-0"))  # the cache lags behind
+    real_create = h.cluster.create
+
+    async def create(res: Resource, obj: JSON, ns: str) -> JSON:
+        if res.kind == "Pod" and obj["metadata"]["name"] == "j-worker-0":
+            h.cluster.calls.append(("create", "Pod", "j-worker-0"))
+            raise EXISTS
+        return await real_create(res, obj, ns)
+
+    h.cluster.create = create  # type: ignore[method-assign]
+    h.reconcile()
+    assert h.reasons().count("SuccessfulCreatePod") == 1
+
+
+def test_a_create_in_doubt_that_was_not_stored_is_announced_once_when_made() -> None:
+    h = Harness(_job(workers=1))
+    h.cluster.fail("create", "Pod", RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.reconcile()
+    assert h.reasons().count("SuccessfulCreatePod") == 1
+
+
+def test_a_status_stored_without_an_answer_is_announced_once() -> None:
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    h.cluster.lose_answer("patch", c.KIND, RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    assert h.conditions()["Running"]["status"] == "True"  # stored
+    assert "MSJobRunning" not in h.reasons()
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
