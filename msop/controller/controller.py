@@ -39,7 +39,7 @@ from msop.controller import metrics
 from msop.controller.clock import Clock, MonotonicClock
 from msop.controller.handler import EventHandler, Obj
 from msop.controller.ratelimiter import RateLimiter
-from msop.controller.reconcile import Reconciler, Request, Result, TerminalError
+from msop.controller.reconcile import Reconciler, Request, Result, StopAware, TerminalError
 from msop.controller.workqueue import ShutDown, WorkQueue
 from msop.informers.informer import final_state
 from msop.kube.errors import ApiError
@@ -212,6 +212,8 @@ class Controller:
                 if w.registration is not None:
                     w.source.remove_event_handler(w.registration)
                     w.registration = None
+            if isinstance(self.reconciler, StopAware):
+                self.reconciler.stopped()
             self.log.info("all workers finished")
 
     async def _worker(self) -> None:

@@ -19,9 +19,9 @@ What the controller does with the outcome of ``reconcile``:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-__all__ = ["Reconciler", "Request", "Result", "TerminalError"]
+__all__ = ["Reconciler", "Request", "Result", "StopAware", "TerminalError"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +57,14 @@ class Reconciler(Protocol):
     async def reconcile(self, request: Request) -> Result:
         """Reconcile ``request``; see the module docstring for how outcomes are handled."""
         ...
+
+
+@runtime_checkable
+class StopAware(Protocol):
+    """A reconciler that wants to know when its controller has stopped (to report what it
+    leaves undone); :meth:`stopped` is called once, after the last reconcile."""
+
+    def stopped(self) -> None: ...
 
 
 class TerminalError(Exception):

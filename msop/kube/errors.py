@@ -19,6 +19,7 @@ __all__ = [
     "ApiError",
     "ApiTimeout",
     "ApiUnavailable",
+    "is_allocation_failure",
     "is_already_exists",
     "is_conflict",
     "is_forbidden",
@@ -164,10 +165,30 @@ def is_patch_test_failed(e: BaseException) -> bool:
     )
 
 
-def is_invalid(e: BaseException) -> bool:
-    """422 Invalid: the object failed validation; retrying the same body cannot succeed."""
+def is_allocation_failure(e: BaseException) -> bool:
+    """422 Invalid that is not about the object's content: the API server could not
+    allocate a Service's cluster IP or node port (its range is full, or the allocator's
+    storage failed, e.g. ``failed to allocate IP: rpc error: code = Unavailable`` while
+    etcd restarts). The storage layer reports these as field errors on
+    ``spec.clusterIPs``/``spec.ports[i].nodePort`` all the same; the same body can
+    succeed later. Every cause must be one: a content error among them stays permanent."""
     a = _api(e)
-    return a is not None and (a.status == 422 or a.reason == "Invalid")
+    if a is None or not (a.status == 422 or a.reason == "Invalid"):
+        return False
+    causes = ((a.body or {}).get("details") or {}).get("causes") or []
+    texts = [str(c.get("message", "")) for c in causes if isinstance(c, dict)] or [a.message]
+    return all("failed to allocate" in t for t in texts)
+
+
+def is_invalid(e: BaseException) -> bool:
+    """422 Invalid: the object failed validation; retrying the same body cannot succeed.
+    An allocation failure (:func:`is_allocation_failure`) is not one."""
+    a = _api(e)
+    return (
+        a is not None
+        and (a.status == 422 or a.reason == "Invalid")
+        and not is_allocation_failure(e)
+    )
 
 
 def is_too_many_requests(e: BaseException) -> bool:

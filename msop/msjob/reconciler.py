@@ -525,6 +525,26 @@ class MSJobReconciler:
         self._announce_created(job, kind, found)
         self._forget_settled(job_key)
 
+    def unannounced(self) -> int:
+        """Events held back for writes still in doubt: one per job and kind of child
+        created without an answer, and those of each status write without one."""
+        return sum(
+            sum(1 for names in d.creates.values() if names) + (len(d.events) if d.status else 0)
+            for d in self._doubts.values()
+        )
+
+    def stopped(self) -> None:
+        """Called by the controller once its workers have finished: say how many Events
+        this process never wrote because their writes were still in doubt (the process
+        that follows sees the objects stored and does not announce them again)."""
+        held = self.unannounced()
+        if held:
+            log.warning(
+                "events not written: writes still in doubt at stop",
+                count=held,
+                jobs=sum(1 for d in self._doubts.values() if d.status or any(d.creates.values())),
+            )
+
     def _forget_settled(self, key: str) -> None:
         doubt = self._doubts.get(key)
         if doubt is not None and doubt.status is None and not any(doubt.creates.values()):

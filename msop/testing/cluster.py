@@ -14,6 +14,7 @@ tail of its log. Every other failure of a ``kubectl`` call raises
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -464,4 +465,10 @@ class LocalCluster:
     def stop(self) -> None:
         """Delete the cluster and its processes. Never raises."""
         self.kwokctl("delete", "cluster", check=False)
+        # kwokctl does not stop what start_component started (it would outlive the run).
+        for proc in self._restarted.values():
+            proc.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(30)
+        self._restarted.clear()
         Path(self.kubeconfig).unlink(missing_ok=True)

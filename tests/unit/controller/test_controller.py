@@ -330,3 +330,25 @@ async def test_initial_list_enqueued_low() -> None:
     assert c.queue.get_nowait() == Request("ns", "fresh")
     assert c.queue.get_nowait() == Request("ns", "old")
     assert PRIORITY_LOW < 0
+
+
+async def test_a_stop_aware_reconciler_hears_of_the_stop_after_its_last_reconcile() -> None:
+    order: list[str] = []
+
+    class Aware(FakeReconciler):
+        def stopped(self) -> None:
+            order.append("stopped")
+
+    async def fn(req: Request) -> Result:
+        order.append(req.name)
+        return Result()
+
+    r = Aware(fn)
+    c = Controller("t-stop-aware", r)
+    c.watch(FakeSource(obj("a")), EnqueueRequestForObject())
+    task = asyncio.create_task(c.run())
+    await r.called.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert order == ["a", "stopped"]

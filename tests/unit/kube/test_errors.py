@@ -8,6 +8,7 @@ from msop.kube.errors import (
     ApiError,
     ApiTimeout,
     ApiUnavailable,
+    is_allocation_failure,
     is_already_exists,
     is_conflict,
     is_forbidden,
@@ -80,3 +81,32 @@ def test_failed_json_patch_test_is_told_from_a_validation_error() -> None:
     }
     assert not is_patch_test_failed(ApiError.from_status(422, invalid))
     assert not is_patch_test_failed(ApiError.from_status(409, status(409, "Conflict")))
+
+
+def test_an_allocation_failure_is_not_invalid_content() -> None:
+    cause = {
+        "reason": "FieldValueInvalid",
+        "field": "spec.clusterIPs",
+        "message": 'Invalid value: [""]: failed to allocate IP: rpc error: code = Unavailable',
+    }
+    nodeport = {
+        "reason": "FieldValueInvalid",
+        "field": "spec.ports[0].nodePort",
+        "message": "Invalid value: 30000: failed to allocate port",
+    }
+    content = {"reason": "FieldValueRequired", "field": "spec.ports", "message": "Required value"}
+
+    def err(*causes: dict[str, str]) -> ApiError:
+        body = {
+            **status(422, "Invalid", 'Service "s" is invalid'),
+            "details": {"name": "s", "kind": "Service", "causes": list(causes)},
+        }
+        return ApiError.from_status(422, body)
+
+    for e in (err(cause), err(cause, nodeport)):
+        assert is_allocation_failure(e) and not is_invalid(e)
+    for e in (err(cause, content), err(content), err()):
+        assert is_invalid(e) and not is_allocation_failure(e)
+    # Without a Status body the message decides.
+    assert is_allocation_failure(ApiError(422, "Invalid", "failed to allocate IP: range is full"))
+    assert not is_allocation_failure(ApiError.from_status(500, status(500, "InternalError")))

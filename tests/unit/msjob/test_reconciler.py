@@ -462,3 +462,24 @@ def test_a_status_stored_without_an_answer_is_announced_once() -> None:
     assert h.reasons().count("MSJobRunning") == 1
     h.reconcile()
     assert h.reasons().count("MSJobRunning") == 1
+
+
+def test_events_held_for_writes_in_doubt_are_counted_at_stop(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A process that stops with writes in doubt (its lease lost mid-outage) never writes
+    their Events, and its successor, seeing the objects stored, does not either: the stop
+    says how many, as the recorder does for its own queue."""
+    h = Harness(_job(workers=1))
+    h.cluster.lose_answer("create", "Pod", RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    assert h.reconciler.unannounced() == 1
+    h.reconciler.stopped()
+    line = next(x for x in capsys.readouterr().out.splitlines() if "events not written" in x)
+    assert "count=1" in line
+    h.reconcile()  # seen stored: announced, nothing held any more
+    assert h.reasons().count("SuccessfulCreatePod") == 1
+    assert h.reconciler.unannounced() == 0
+    h.reconciler.stopped()
+    assert "events not written" not in capsys.readouterr().out

@@ -23,6 +23,16 @@ INVALID = ApiError(
     422, "Invalid", 'Pod "j-worker-0" is invalid: spec.containers[0].resources.requests: bad'
 )
 QUOTA = ApiError(403, "Forbidden", 'pods "j-worker-0" is forbidden: exceeded quota: pods')
+#: What kube-apiserver 1.36 answered to a Service create while etcd was being restarted.
+ALLOCATION = ApiError.from_status(422, {
+    "kind": "Status", "status": "Failure", "reason": "Invalid", "code": 422,
+    "message": 'Service "j-scheduler-0" is invalid: spec.clusterIPs: Invalid value: [""]: '
+               "failed to allocate IP: rpc error: code = Unavailable desc = error reading from "
+               "server: EOF",
+    "details": {"name": "j-scheduler-0", "kind": "Service", "causes": [{
+        "reason": "FieldValueInvalid", "field": "spec.clusterIPs",
+        "message": 'Invalid value: [""]: failed to allocate IP: rpc error: code = Unavailable'}]},
+})  # fmt: skip
 RBAC = ApiError(
     403, "Forbidden", 'pods is forbidden: User "x" cannot create resource "pods" in API group ""'
 )
@@ -148,7 +158,9 @@ def test_policy_refusal_is_retried_without_an_error() -> None:
     assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
 
 
-@pytest.mark.parametrize("error", [RBAC, ApiError(500, "InternalError", "etcd timeout")])
+@pytest.mark.parametrize(
+    "error", [RBAC, ApiError(500, "InternalError", "etcd timeout"), ALLOCATION]
+)
 def test_other_refusals_are_reconcile_errors(error: ApiError) -> None:
     result, client, _ = _reconcile(error)
     assert result is error
@@ -160,3 +172,14 @@ def test_refused_by_policy() -> None:
     assert refused_by_policy(ApiError(403, "Forbidden", 'violates PodSecurity "restricted"'))
     assert not refused_by_policy(RBAC)
     assert not refused_by_policy(INVALID)
+
+
+def test_an_allocation_failure_is_retried_not_fatal() -> None:
+    # A cluster IP the API server could not allocate (etcd restarting, range full) is
+    # reported as 422 Invalid on spec.clusterIPs, but the same Service succeeds later.
+    result, client, recorder = _reconcile(ALLOCATION)
+    assert result is ALLOCATION  # a reconcile error: retried with backoff
+    conditions = _conditions(_status(client))
+    assert "Failed" not in conditions
+    assert conditions["ReplicaFailure"]["reason"] == "Invalid"
+    assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
