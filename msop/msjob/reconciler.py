@@ -172,6 +172,9 @@ class _Doubt:
     """Kind -> names of children created without an answer."""
     status: JSON | None = None
     """A status written without an answer."""
+    base: str | None = None
+    """The job's resourceVersion that status was written over: while the cache still
+    shows it, the cache cannot tell whether the write was stored."""
     events: list[Event] = field(default_factory=list)
     """The Events of the pass that wrote ``status``."""
 
@@ -390,7 +393,7 @@ class MSJobReconciler:
             names = doubt.creates.get(kind)
             if names:
                 self._announce_created(job, kind, names & {o["metadata"]["name"] for o in children})
-        if doubt.status is not None:
+        if doubt.status is not None and job["metadata"].get("resourceVersion") != doubt.base:
             stored = (job.get("status") or {}).get("conditions") or []
             wanted = doubt.status.get("conditions") or []
             if wanted and all(cond in stored for cond in wanted):
@@ -422,12 +425,20 @@ class MSJobReconciler:
         or None when it moved or the job is gone (requeue). A write in doubt keeps
         ``events`` to announce it once it shows stored."""
         try:
-            return await self._patch_status(key, job, status, transitions)
+            written = await self._patch_status(key, job, status, transitions)
         except ApiError as e:
             if in_doubt(e):
                 doubt = self._doubts.setdefault(key, _Doubt())
                 doubt.status, doubt.events = status, list(events)
+                doubt.base = job["metadata"].get("resourceVersion")
             raise
+        doubt = self._doubts.get(key)
+        if written is not None and doubt is not None and doubt.status is not None:
+            # Written over the very version the doubtful write was tested against: that
+            # one was not stored, and this write's Events announce the same transitions.
+            doubt.status, doubt.events = None, []
+            self._forget_settled(key)
+        return written
 
     async def _patch_status(
         self, key: str, job: JSON, status: JSON, transitions: Sequence[str]

@@ -40,6 +40,7 @@ SCHEMA = ApiError(
     body={"details": {"name": "j", "kind": "MSJob"}},
 )  # the stored object fails the CRD's schema (a failed patch test has no details)
 GONE = ApiError(404, "NotFound", 'pods "j-worker-3" not found')
+TEST_FAILED = ApiError(422, "Invalid", "the server rejected our request", body={"details": {}})
 GONE_JOB = ApiError(404, "NotFound", 'msjobs.mindspore.gitee.com "j" not found')
 
 
@@ -74,6 +75,8 @@ class Cluster:
         self.gets = 0
         self.live: JSON | None = job
         """The job as the API server has it (None: deleted); the cache keeps ``job``."""
+        self.cached: JSON | None = None
+        """A job the cache shows instead of ``job`` (a cache that lags behind)."""
 
     def fail(self, verb: str, kind: str, *errors: ApiError) -> None:
         """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order."""
@@ -139,6 +142,8 @@ class Cluster:
         self.calls.append(("patch", res.kind, name))
         self._raise("patch", res.kind)
         assert kw == {"patch_type": "json", "subresource": "status"}
+        if self.cached is not None and ops[0]["value"] != self.job.get("status"):
+            raise TEST_FAILED  # written from a stale cache
         assert ops[0] == {"op": "test", "path": "/status", "value": self.job.get("status")}
         self.patches.append(ops)
         self.job = {**self.job, "status": ops[1]["value"]}
@@ -159,7 +164,9 @@ class Reader:
         self.cluster, self.kind = cluster, kind
 
     def get(self, name: str, namespace: str) -> Any:
-        return self.cluster.job if self.kind == c.KIND and self.cluster.job else None
+        if self.kind != c.KIND:
+            return None
+        return self.cluster.cached or self.cluster.job or None
 
     def by_index(self, index_name: str, value: str) -> list[Any]:
         assert index_name == BY_CONTROLLER_UID and value == "u-1"
@@ -483,3 +490,38 @@ def test_events_held_for_writes_in_doubt_are_counted_at_stop(
     assert h.reconciler.unannounced() == 0
     h.reconciler.stopped()
     assert "events not written" not in capsys.readouterr().out
+
+
+def test_a_status_in_doubt_the_cache_does_not_show_yet_is_announced_once_it_does() -> None:
+    """After an API server restart the cache can still hold the job as it was before the
+    unanswered write: that write is neither taken as lost (its Events dropped) nor made
+    again with its Events twice."""
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    before = h.cluster.job
+    h.cluster.lose_answer("patch", c.KIND, RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.cluster.cached = before  # stored, but the cache lags
+    h.reconcile()  # plans the same write again over the stale status: refused
+    assert "MSJobRunning" not in h.reasons()
+    h.cluster.cached = None  # the watch delivers the stored job
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
+
+
+def test_a_status_in_doubt_that_was_not_stored_is_announced_once_when_written() -> None:
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    h.cluster.fail("patch", c.KIND, RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.reconcile()  # the cache shows the same version: written again, announced with it
+    assert h.reasons().count("MSJobRunning") == 1
+    assert h.reconciler.unannounced() == 0
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
