@@ -179,6 +179,15 @@ class _Doubt:
     """The Events of the pass that wrote ``status``."""
 
 
+def _condition_states(status: JSON) -> set[tuple[str, str, str]]:
+    """A status's conditions without their times: a write in doubt retried in a later
+    pass carries new timestamps for the same transitions."""
+    return {
+        (str(x.get("type")), str(x.get("status")), str(x.get("reason")))
+        for x in status.get("conditions") or []
+    }
+
+
 def pods_key(job_key: str) -> str:
     return f"{job_key}/pods"
 
@@ -394,9 +403,9 @@ class MSJobReconciler:
             if names:
                 self._announce_created(job, kind, names & {o["metadata"]["name"] for o in children})
         if doubt.status is not None and job["metadata"].get("resourceVersion") != doubt.base:
-            stored = (job.get("status") or {}).get("conditions") or []
-            wanted = doubt.status.get("conditions") or []
-            if wanted and all(cond in stored for cond in wanted):
+            stored = _condition_states(job.get("status") or {})
+            wanted = _condition_states(doubt.status)
+            if wanted and wanted <= stored:
                 for e in doubt.events:
                     self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
             doubt.status, doubt.events = None, []

@@ -263,8 +263,11 @@ def tcp_connections(pid: int) -> int:
     return established
 
 
-async def wait_until(what: str, predicate: Any, within: float, interval: float = 0.5) -> Any:
-    """Await ``predicate()`` (sync or async) until truthy; AssertionError after ``within``."""
+async def wait_until(
+    what: str, predicate: Any, within: float, interval: float = 0.5, explain: Any = None
+) -> Any:
+    """Await ``predicate()`` (sync or async) until truthy; AssertionError after ``within``,
+    with what the awaitable ``explain()`` says, if given (e.g. where the cluster stands)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + within
     last: Any = None
@@ -275,7 +278,10 @@ async def wait_until(what: str, predicate: Any, within: float, interval: float =
         if last:
             return last
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what} (last: {last!r})")
+            detail = f"; {await explain()}" if explain is not None else ""
+            raise AssertionError(
+                f"timed out after {within}s waiting for {what} (last: {last!r}){detail}"
+            )
         await asyncio.sleep(interval)
 
 
@@ -372,14 +378,14 @@ def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
     return host, int(port)
 
 
-def new_namespace(cluster: LocalCluster, prefix: str = "rel") -> str:
+def new_namespace(cluster: LocalCluster, prefix: str = "rel", within: float = 30) -> str:
     """Create a namespace and wait for its default ServiceAccount (pods need it)."""
     name = f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + within
     while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
         if time.monotonic() > deadline:
-            raise AssertionError(f"namespace {name}: no default ServiceAccount within 30s")
+            raise AssertionError(f"namespace {name}: no default ServiceAccount within {within}s")
         time.sleep(0.2)
     return name
 

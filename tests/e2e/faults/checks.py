@@ -55,6 +55,24 @@ _CREATED = re.compile(r"^Created pods?: (.+)$")
 _WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
+async def picture(client: KubeClient, ns: str) -> str:
+    """Where the jobs and pods of ``ns`` stand, to tell a stuck operator from a stuck
+    scheduler or kwok when a wait times out."""
+    jobs = (await client.list(MSJOBS, ns))["items"]
+    pods = (await client.list(PODS, ns))["items"]
+    conditions = Counter(
+        next((x["type"] for x in reversed(j.get("status", {}).get("conditions") or [])
+              if x.get("status") == "True"), "none")
+        for j in jobs
+    )  # fmt: skip
+    phases = Counter((p.get("status") or {}).get("phase", "none") for p in pods)
+    unbound = sum(1 for p in pods if not p["spec"].get("nodeName"))
+    return (
+        f"{len(jobs)} jobs by latest true condition {dict(conditions)}; {len(pods)} pods by "
+        f"phase {dict(phases)}, {unbound} not bound to a node"
+    )
+
+
 def record(scenario: str, **figures: Any) -> None:
     row = {"scenario": scenario, **figures}
     FIGURES.append(row)

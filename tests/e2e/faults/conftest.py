@@ -118,7 +118,10 @@ async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
 
 @pytest.fixture
 def namespace(cluster: LocalCluster) -> Iterator[str]:
-    name = new_namespace(cluster, prefix="fault")
+    # The cluster's own controllers recover from the previous test's outage on client-go's
+    # backoff (up to 30 s): each test starts once the scheduler and kwok run a pod again.
+    cluster.wait_healthy(120)
+    name = new_namespace(cluster, prefix="fault", within=90)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

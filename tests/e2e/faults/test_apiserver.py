@@ -12,7 +12,7 @@ from typing import Any
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
 from msop.testing import LocalCluster
-from tests.e2e.faults.checks import final_checks, record
+from tests.e2e.faults.checks import final_checks, picture, record
 from tests.e2e.reliability import (
     MSJOBS,
     create_all,
@@ -84,6 +84,7 @@ async def test_apiserver_sigkilled_mid_burst_and_while_jobs_complete(
         f"all {JOBS} jobs Running after the restart",
         lambda: _all(client, namespace, "Running"),
         within=180,
+        explain=lambda: picture(client, namespace),
     )
     burst_recovery = time.monotonic() - back
 
@@ -103,6 +104,7 @@ async def test_apiserver_sigkilled_mid_burst_and_while_jobs_complete(
             f"all {JOBS} jobs Succeeded after the second restart",
             lambda: _all(client, namespace, "Succeeded"),
             within=180,
+            explain=lambda: picture(client, namespace),
         )
         completion_recovery = time.monotonic() - back2
     finally:

@@ -17,7 +17,7 @@ from msop.kube.resources import PODS
 from msop.testing import LocalCluster, OperatorProcess
 from msop.testing.serviceaccount import service_account_kubeconfig
 from tests.e2e.conftest import run_session_cluster
-from tests.e2e.faults.checks import final_checks, record
+from tests.e2e.faults.checks import final_checks, picture, record
 from tests.e2e.faults.conftest import CACHE, fault_cluster, prepare
 from tests.e2e.faults.test_apiserver import outage
 from tests.e2e.reliability import (
@@ -60,6 +60,7 @@ async def test_etcd_sigkilled_mid_burst(
         "all 100 jobs Running after etcd came back",
         lambda: _all(client, namespace, names, "Running"),
         within=180,
+        explain=lambda: picture(client, namespace),
     )
     recovery = time.monotonic() - back
     figures = await final_checks(cluster, client, namespace, names, sched, [(op, pid)])

@@ -525,3 +525,24 @@ def test_a_status_in_doubt_that_was_not_stored_is_announced_once_when_written() 
     assert h.reconciler.unannounced() == 0
     h.reconcile()
     assert h.reasons().count("MSJobRunning") == 1
+
+
+def test_a_status_in_doubt_retried_later_is_still_announced_once_stored() -> None:
+    """The write stored without an answer is tried again in later passes while the API
+    server is down (connection refused), each with its own timestamps: the stored one
+    still counts as the transition announced."""
+    h = Harness(_job(workers=1))
+    h.reconcile()
+    h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    before = h.cluster.job
+    h.cluster.lose_answer("patch", c.KIND, RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.cluster.cached = before  # the cache lags behind the stored write
+    h.now = NOW + timedelta(seconds=5)
+    h.cluster.fail("patch", c.KIND, ApiUnavailable("connection refused"))
+    with pytest.raises(ApiError):
+        h.reconcile()
+    h.cluster.cached = None
+    h.reconcile()
+    assert h.reasons().count("MSJobRunning") == 1
