@@ -441,11 +441,11 @@ class MSJobReconciler:
                 doubt.status, doubt.events = status, list(events)
                 doubt.base = job["metadata"].get("resourceVersion")
             raise
-        doubt = self._doubts.get(key)
-        if written is not None and doubt is not None and doubt.status is not None:
+        held = self._doubts.get(key)
+        if written is not None and held is not None and held.status is not None:
             # Written over the very version the doubtful write was tested against: that
             # one was not stored, and this write's Events announce the same transitions.
-            doubt.status, doubt.events = None, []
+            held.status, held.events = None, []
             self._forget_settled(key)
         return written
 
