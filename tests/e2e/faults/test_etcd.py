@@ -55,6 +55,11 @@ async def test_etcd_sigkilled_mid_burst(
         interval=0.2,
     )
     back = await outage(cluster, "etcd", 5.0)
+    # kwok, which plays the kubelets, does not always come through an etcd restart (in
+    # one run of four it never ran 2 of 125 bound pods): it is not under test, so it is
+    # started again, as a node agent would be.
+    await asyncio.to_thread(cluster.kill_component, "kwok-controller")
+    await asyncio.to_thread(cluster.start_component, "kwok-controller")
     await create_all(client, namespace, jobs[50:], parallel=16)
     await wait_until(
         "all 100 jobs Running after etcd came back",
