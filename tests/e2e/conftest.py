@@ -12,22 +12,26 @@ path is printed), e.g. to look at what a failed test left behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import pytest
 
+from msop.kube.client import KubeClient
 from msop.testing import KubeletStandIn, LocalCluster
 from msop.testing.cluster import fake_node, pod_cidr
 from msop.testing.operator import OperatorProcess
+from tests.e2e.reliability import TEST_AGENT
 
 REPO = Path(__file__).resolve().parents[2]
+CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -170,19 +174,27 @@ def kubectl_json(cluster: LocalCluster, *args: str) -> dict[str, object]:
 OperatorFactory = Callable[..., OperatorProcess]
 
 
-@pytest.fixture
-def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFactory]:
-    """Start ``msop run`` processes watching this test's namespace only (so tests never
-    share an operator); extra flags are passed through. Every process started is stopped
-    with SIGTERM at the end and must exit 0. Logs: .cache/e2e-logs/<namespace>-<n>.log."""
+@contextlib.contextmanager
+def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[OperatorFactory]:
+    """``start(*flags, kubeconfig=..., command_prefix=(), wait_ready=True, **env)`` starts
+    ``msop run`` watching ``namespace`` only (so tests never share an operator). Every
+    process still running at the end is stopped with SIGTERM and must exit 0. Logs:
+    .cache/e2e-logs/<namespace>-<n>.log."""
     started: list[OperatorProcess] = []
 
-    def start(*args: str, wait_ready: bool = True, **env: str) -> OperatorProcess:
+    def start(
+        *args: str,
+        kubeconfig: str | Path | None = None,
+        command_prefix: tuple[str, ...] = (),
+        wait_ready: bool = True,
+        **env: str,
+    ) -> OperatorProcess:
         op = OperatorProcess(
-            kubeconfig=cluster.kubeconfig,
-            log_path=REPO / ".cache" / "e2e-logs" / f"{namespace}-{len(started)}.log",
+            kubeconfig=str(kubeconfig or default_kubeconfig),
+            log_path=CACHE / "e2e-logs" / f"{namespace}-{len(started)}.log",
             args=("--namespace", namespace, "--log-level", "debug", *args),
             env=env,
+            command_prefix=command_prefix,
         )
         started.append(op)
         try:
@@ -191,11 +203,28 @@ def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFa
             pytest.fail(str(e), pytrace=False)
         return op
 
+    default_kubeconfig = kubeconfig
     yield start
     for op in started:
         if op.alive():
             code = op.stop()
             assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"
+
+
+@pytest.fixture
+def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFactory]:
+    """Operators as the cluster's admin (see :func:`operator_factory`)."""
+    with operator_factory(cluster.kubeconfig, namespace) as start:
+        yield start
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    """A client of the test's own (the cluster's admin, generous client-side limits)."""
+    async with await KubeClient.from_config(
+        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
+    ) as c:
+        yield c
 
 
 @pytest.fixture

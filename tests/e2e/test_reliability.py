@@ -17,7 +17,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +32,6 @@ from tests.e2e.conftest import build_binaries, install_crds
 from tests.e2e.msjobs import condition, event_reasons, events, get, wait_condition, wait_for
 from tests.e2e.reliability import (
     MSJOBS,
-    TEST_AGENT,
     condition_types,
     create_all,
     has_true,
@@ -46,14 +45,6 @@ from tests.e2e.reliability import (
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
-
-
-@pytest.fixture
-async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_config(
-        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
-    ) as c:
-        yield c
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,6 @@ import asyncio
 import os
 import random
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ import pytest
 from msop.kube.client import KubeClient
 from msop.testing import LocalCluster, OperatorProcess
 from tests.e2e.reliability import (
-    TEST_AGENT,
     assert_created_once,
     condition_types,
     create_all,
@@ -36,14 +34,6 @@ from tests.e2e.reliability import (
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_config(
-        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
-    ) as c:
-        yield c
 
 
 # --- 1. operator crash mid-burst -------------------------------------------------------

@@ -19,18 +19,23 @@ from __future__ import annotations
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from msop.kube.client import KubeClient
-from msop.testing import LocalCluster, OperatorProcess
+from msop.testing import LocalCluster
 from msop.testing.serviceaccount import install_rbac, service_account_kubeconfig
-from tests.e2e.conftest import build_binaries, install_crds, run_session_cluster
+from tests.e2e.conftest import (
+    OperatorFactory,
+    build_binaries,
+    install_crds,
+    operator_factory,
+    run_session_cluster,
+)
 from tests.e2e.faults.checks import FIGURES
-from tests.e2e.reliability import TEST_AGENT, new_namespace
+from tests.e2e.reliability import new_namespace
 
 REPO = Path(__file__).resolve().parents[3]
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
@@ -77,43 +82,10 @@ def operator_kubeconfig(cluster: LocalCluster, tmp_path_factory: pytest.TempPath
 @pytest.fixture
 def start_operator(
     cluster: LocalCluster, namespace: str, operator_kubeconfig: Path
-) -> Iterator[Any]:
-    """``start_operator(*flags, kubeconfig=..., command_prefix=..., wait_ready=True)``."""
-    started: list[OperatorProcess] = []
-
-    def start(
-        *args: str,
-        kubeconfig: Path | None = None,
-        command_prefix: tuple[str, ...] = (),
-        wait_ready: bool = True,
-        **env: str,
-    ) -> OperatorProcess:
-        op = OperatorProcess(
-            kubeconfig=str(kubeconfig or operator_kubeconfig),
-            log_path=CACHE / "e2e-logs" / f"{namespace}-{len(started)}.log",
-            args=("--namespace", namespace, "--log-level", "debug", *args),
-            env=env,
-            command_prefix=command_prefix,
-        )
-        started.append(op)
-        try:
-            op.start(wait_ready=wait_ready)
-        except RuntimeError as e:
-            pytest.fail(str(e), pytrace=False)
-        return op
-
-    yield start
-    for op in started:
-        if op.alive():
-            op.stop()
-
-
-@pytest.fixture
-async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    async with await KubeClient.from_config(
-        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
-    ) as c:
-        yield c
+) -> Iterator[OperatorFactory]:
+    """Operators as the ServiceAccount of config/rbac (see ``operator_factory``)."""
+    with operator_factory(operator_kubeconfig, namespace) as start:
+        yield start
 
 
 @pytest.fixture

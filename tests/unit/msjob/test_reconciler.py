@@ -492,10 +492,9 @@ def test_events_held_for_writes_in_doubt_are_counted_at_stop(
     assert "events not written" not in capsys.readouterr().out
 
 
-def test_a_status_in_doubt_the_cache_does_not_show_yet_is_announced_once_it_does() -> None:
-    """After an API server restart the cache can still hold the job as it was before the
-    unanswered write: that write is neither taken as lost (its Events dropped) nor made
-    again with its Events twice."""
+def _running_written_without_an_answer() -> tuple[Harness, JSON]:
+    """A job whose worker runs and whose status write (Running) was stored but not
+    answered; returns the harness and the job as it was before that write."""
     h = Harness(_job(workers=1))
     h.reconcile()
     h.cluster.set_phase("Pod", "j-worker-0", "Running")
@@ -503,6 +502,14 @@ def test_a_status_in_doubt_the_cache_does_not_show_yet_is_announced_once_it_does
     h.cluster.lose_answer("patch", c.KIND, RESET)
     with pytest.raises(ApiError):
         h.reconcile()
+    return h, before
+
+
+def test_a_status_in_doubt_the_cache_does_not_show_yet_is_announced_once_it_does() -> None:
+    """After an API server restart the cache can still hold the job as it was before the
+    unanswered write: that write is neither taken as lost (its Events dropped) nor made
+    again with its Events twice."""
+    h, before = _running_written_without_an_answer()
     h.cluster.cached = before  # stored, but the cache lags
     h.reconcile()  # plans the same write again over the stale status: refused
     assert "MSJobRunning" not in h.reasons()
@@ -531,13 +538,7 @@ def test_a_status_in_doubt_retried_later_is_still_announced_once_stored() -> Non
     """The write stored without an answer is tried again in later passes while the API
     server is down (connection refused), each with its own timestamps: the stored one
     still counts as the transition announced."""
-    h = Harness(_job(workers=1))
-    h.reconcile()
-    h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    before = h.cluster.job
-    h.cluster.lose_answer("patch", c.KIND, RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
+    h, before = _running_written_without_an_answer()
     h.cluster.cached = before  # the cache lags behind the stored write
     h.now = NOW + timedelta(seconds=5)
     h.cluster.fail("patch", c.KIND, ApiUnavailable("connection refused"))
