@@ -73,6 +73,17 @@ async def picture(client: KubeClient, ns: str) -> str:
     )
 
 
+async def all_pods_made(client: KubeClient, ns: str, names: list[str], sched: set[str]) -> bool:
+    """Every pod the jobs want exists: the operator's part of a recovery (that they then
+    run is the scheduler's and kwok's)."""
+    want = {k.split("/", 1)[1] for k in expected_children(names, sched) if k.startswith("pods/")}
+    try:
+        pods = (await client.list(PODS, ns))["items"]
+    except Exception:  # the API server still coming back
+        return False
+    return want <= {p["metadata"]["name"] for p in pods}
+
+
 def record(scenario: str, **figures: Any) -> None:
     row = {"scenario": scenario, **figures}
     FIGURES.append(row)

@@ -12,7 +12,7 @@ from typing import Any
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
 from msop.testing import LocalCluster
-from tests.e2e.faults.checks import final_checks, picture, record
+from tests.e2e.faults.checks import all_pods_made, final_checks, picture, record
 from tests.e2e.reliability import (
     MSJOBS,
     create_all,
@@ -81,6 +81,13 @@ async def test_apiserver_sigkilled_mid_burst_and_while_jobs_complete(
     back = await outage(cluster, "kube-apiserver", down)
     await create_all(client, namespace, jobs[JOBS // 2 :], parallel=16)
     await wait_until(
+        "every pod made after the restart",
+        lambda: all_pods_made(client, namespace, names, sched),
+        within=120,
+        explain=lambda: picture(client, namespace),
+    )
+    made = time.monotonic() - back
+    await wait_until(
         f"all {JOBS} jobs Running after the restart",
         lambda: _all(client, namespace, "Running"),
         within=180,
@@ -115,6 +122,7 @@ async def test_apiserver_sigkilled_mid_burst_and_while_jobs_complete(
         "apiserver SIGKILL",
         jobs=JOBS,
         down_s=[round(down, 1), round(down2, 1)],
+        all_pods_made_after_restart_s=round(made, 1),
         all_running_after_restart_s=round(burst_recovery, 1),
         all_succeeded_after_restart_s=round(completion_recovery, 1),
         **figures,
