@@ -435,6 +435,12 @@ class MSJobReconciler:
         ``events`` to announce it once it shows stored."""
         try:
             written = await self._patch_status(key, job, status, transitions)
+        except TerminalError:
+            # No status can be stored for this object as it is (it fails the CRD's current
+            # schema), and it is not retried: its Events are the only word the user gets.
+            for e in events:
+                self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+            raise
         except ApiError as e:
             if in_doubt(e):
                 doubt = self._doubts.setdefault(key, _Doubt())

@@ -311,6 +311,20 @@ def test_a_status_the_schema_refuses_is_terminal() -> None:
         h.reconcile()
 
 
+def test_an_invalid_job_whose_status_the_schema_refuses_still_gets_its_warning() -> None:
+    """Stored under an older, looser schema: no status can be written, so the Warning
+    naming the bad field is all the user gets, and it must go out."""
+    job = _job(workers=1)
+    job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = "abc"
+    h = Harness(job)
+    h.cluster.fail("patch", c.KIND, SCHEMA)
+    with pytest.raises(TerminalError):
+        h.reconcile()
+    warnings = [(t, r) for t, r, _ in h.recorder.events if t == "Warning"]
+    assert warnings == [("Warning", "InvalidSpec")]
+    assert not [x for x in h.cluster.calls if x[0] == "create"]
+
+
 def test_a_status_write_failing_with_500_is_a_reconcile_error() -> None:
     h = Harness(_job(workers=1))
     h.cluster.fail("patch", c.KIND, SERVER)
