@@ -53,10 +53,13 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   that got no answer (connection lost, timeout) or a 5xx may have been carried out. Its
   Events are not emitted then (a write that failed must not be announced) but kept with
   the job: a pod or Service in doubt that later shows up in the cache, or whose create
-  is answered AlreadyExists, is announced then (``SuccessfulCreatePod``); a status in
-  doubt whose conditions the stored status then holds is announced with the Events of
-  its pass (``MSJobRunning``, ``MSJobSucceeded`` ...). So an API server killed in the
-  middle of a write neither doubles nor loses an announcement.
+  is answered AlreadyExists, is announced then (``SuccessfulCreatePod``). A status in
+  doubt is judged once the cache holds a newer job than the one it was written over: if
+  the stored conditions then hold its conditions' states (type, status, reason), it is
+  announced with the Events of its pass (``MSJobRunning``, ``MSJobSucceeded`` ...); a
+  later write that succeeds over the same version takes its place. So an API server
+  killed in the middle of a write neither doubles nor loses an announcement. A process
+  that stops with writes in doubt logs how many Events it held (``stopped``).
 - **Children are made again only for a job that still exists.** A job that had pods
   (its stored status has ``Created``) and would get pods or Services again in a pass that
   did not write its status first (which already proves it stored) is read once from the
@@ -394,8 +397,9 @@ class MSJobReconciler:
         return True
 
     def _settle(self, key: str, observed: Observed) -> None:
-        """Announce the writes in doubt that the cache now shows stored; forget a status
-        in doubt either way (if it was not stored, this pass plans it again)."""
+        """Announce the writes in doubt that the cache now shows stored. A status in doubt
+        is judged once the cache holds a newer job than the one it was written over, and
+        forgotten then either way (if it was not stored, this pass plans it again)."""
         doubt = self._doubts[key]
         job = observed.job
         for kind, children in (("Pod", observed.pods), ("Service", observed.services)):
@@ -555,7 +559,8 @@ class MSJobReconciler:
         """Events held back for writes still in doubt: one per job and kind of child
         created without an answer, and those of each status write without one."""
         return sum(
-            sum(1 for names in d.creates.values() if names) + (len(d.events) if d.status else 0)
+            sum(1 for names in d.creates.values() if names)
+            + (len(d.events) if d.status is not None else 0)
             for d in self._doubts.values()
         )
 
@@ -568,7 +573,11 @@ class MSJobReconciler:
             log.warning(
                 "events not written: writes still in doubt at stop",
                 count=held,
-                jobs=sum(1 for d in self._doubts.values() if d.status or any(d.creates.values())),
+                jobs=sum(
+                    1
+                    for d in self._doubts.values()
+                    if d.status is not None or any(d.creates.values())
+                ),
             )
 
     def _forget_settled(self, key: str) -> None:
