@@ -50,7 +50,8 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
 - **Writes in doubt are announced once they prove stored.** A create or a status write
-  that got no answer (connection lost, timeout) or a 5xx may have been carried out. Its
+  that got no answer (connection lost, timeout, the pass cancelled while it was out) or a
+  5xx may have been carried out. Its
   Events are not emitted then (a write that failed must not be announced) but kept with
   the job: a pod or Service in doubt that later shows up in the cache, or whose create
   is answered AlreadyExists, is announced then (``SuccessfulCreatePod``). A status in
@@ -445,8 +446,9 @@ class MSJobReconciler:
             for e in events:
                 self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
             raise
-        except ApiError as e:
-            if in_doubt(e):
+        except (ApiError, asyncio.CancelledError) as e:
+            # No answer, a server error, or a pass cancelled while the write was out.
+            if not isinstance(e, ApiError) or in_doubt(e):
                 doubt = self._doubts.setdefault(key, _Doubt())
                 doubt.status, doubt.events = status, list(events)
                 doubt.base = job["metadata"].get("resourceVersion")
@@ -505,6 +507,11 @@ class MSJobReconciler:
         batch = 1
         while done < len(objs) and failure is None:
             chunk = objs[done : done + batch]
+            sent = [o["metadata"]["name"] for o in chunk]
+            before = doubts.intersection(sent)
+            # In doubt until answered: a pass cancelled meanwhile (a lost Lease stops the
+            # process at once) leaves them so, and says so when it stops.
+            doubts.update(sent)
             results = await asyncio.gather(
                 *(self.client.create(res, o, ns) for o in chunk), return_exceptions=True
             )
@@ -512,12 +519,14 @@ class MSJobReconciler:
                 name = obj["metadata"]["name"]
                 if isinstance(result, ApiError) and is_already_exists(result):
                     self.expectations.creation_observed(exp_key, name)
-                    if name in doubts:
+                    if name in before:
                         found.add(name)  # our create in doubt had stored it
+                    else:
+                        doubts.discard(name)
                 elif isinstance(result, ApiError):
                     self.expectations.creation_observed(exp_key, name)
-                    if in_doubt(result):
-                        doubts.add(name)
+                    if not in_doubt(result) and name not in before:
+                        doubts.discard(name)  # refused: not stored
                     if failure is not None:
                         continue  # one event and one log line per pass: the first failure
                     failure = result

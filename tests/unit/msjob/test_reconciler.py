@@ -561,3 +561,36 @@ def test_a_status_in_doubt_retried_later_is_still_announced_once_stored() -> Non
     h.cluster.cached = None
     h.reconcile()
     assert h.reasons().count("MSJobRunning") == 1
+
+
+@pytest.mark.parametrize(
+    ("verb", "kind"), [("create", "Pod"), ("patch", c.KIND)], ids=["create", "status"]
+)
+def test_a_pass_cancelled_with_a_write_out_counts_it_in_doubt(verb: str, kind: str) -> None:
+    """A lost Lease stops the process at once, cancelling passes whose writes are out:
+    they may be stored, so their Events are counted as held, not silently dropped."""
+    h = Harness(_job(workers=1))
+    if verb == "patch":
+        h.reconcile()
+        h.cluster.set_phase("Pod", "j-worker-0", "Running")
+    real = getattr(h.cluster, verb)
+    out = asyncio.Event()
+
+    async def hang(res: Resource, *args: Any, **kw: Any) -> JSON:
+        if res.kind != kind:
+            return await real(res, *args, **kw)  # type: ignore[no-any-return]
+        out.set()
+        await asyncio.Event().wait()
+        raise AssertionError("never answered")
+
+    setattr(h.cluster, verb, hang)
+
+    async def cancel_mid_write() -> None:
+        task = asyncio.create_task(h.reconciler.reconcile(Request("ns", "j")))
+        await out.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_mid_write())
+    assert h.reconciler.unannounced() == 1
