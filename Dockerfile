@@ -3,8 +3,9 @@
 #   docker build -t msop:latest .
 # Without an index (air-gapped): mount or copy a wheelhouse of the dependencies and pass
 #   --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/path/to/wheelhouse
-# (the real-node tests build it this way with buildah, see msop/testing/images.py).
-# The same install steps run without Docker in tests/unit/test_dockerfile_install.py.
+# (the real-node tests build it this way with buildah, see tests/harness/images.py in the checkout).
+# The same build and install steps run without Docker in tests/e2e/kwok/test_dockerfile.py,
+# which also checks that the installed wheel holds the package msop and no test harness.
 
 ARG PYTHON_IMAGE=python:3.11.11-slim-bookworm
 

@@ -73,7 +73,7 @@ e2e: e2e-kwok e2e-faults e2e-real ## end-to-end tests: the kwok tier, the contro
 .PHONY: e2e-kwok
 e2e-kwok: venv prometheus volcano kueue ## end-to-end tests on the local control plane with kwok nodes (and a real Volcano and Kueue)
 	@hack/cluster/build.sh >/dev/null
-	$(BIN)/pytest -q tests/e2e --ignore=tests/e2e/real --ignore=tests/e2e/faults $(PYTEST_ARGS)
+	$(BIN)/pytest -q tests/e2e/kwok $(PYTEST_ARGS)
 
 .PHONY: e2e-faults
 e2e-faults: venv realnode-deps ## faults of the control plane (API server and etcd killed, compaction, partitioned leader, APF 429s, silent watches) on a kwok cluster of their own (root)

@@ -13,13 +13,14 @@ from typing import Any
 
 from bench import workload
 from bench.audit import READ_VERBS, WRITE_VERBS, count_file
-from bench.environment import create_namespace, sample, start_operator
+from bench.environment import sample, start_operator
 from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
 from msop.api.resources import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
-from msop.testing import LocalCluster
-from msop.testing.kubelet import succeeded_status
+from tests.harness import LocalCluster
+from tests.harness.cluster import create_namespace
+from tests.harness.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 PODS_PER_JOB = 6  # 1 Scheduler + 1 PS + 4 Workers

@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from msop.testing import LocalCluster, OperatorProcess
-from msop.testing.operator import free_port
+from tests.harness import LocalCluster, OperatorProcess
+from tests.harness.operator import free_port
+from tests.harness.paths import CACHE, REPO
 
-REPO = Path(__file__).resolve().parents[1]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 #: kube-apiserver's default Service range (10.0.0.0/24) holds 254 Services; the burst
@@ -45,7 +45,7 @@ def start_cluster(name: str, nodes: int) -> LocalCluster:
     cluster = LocalCluster(
         name=name,
         bin_dir=binaries(),
-        workdir=Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache")) / "kwok-bench",
+        workdir=CACHE / "kwok-bench",
         nodes=nodes,
         extra_config_docs=(WIDE_SERVICE_RANGE,),
     )
@@ -68,16 +68,6 @@ def _wait_established(cluster: LocalCluster, crd: Path, timeout: float = 60) -> 
     while cluster.kubectl("get", name, "-o", query, check=False).stdout.strip() != "True":
         if time.monotonic() > deadline:
             raise TimeoutError(f"{name} not Established within {timeout}s")
-        time.sleep(0.2)
-
-
-def create_namespace(cluster: LocalCluster, name: str, timeout: float = 60) -> None:
-    """Create ``name`` and wait for its default ServiceAccount (pods need it)."""
-    cluster.kubectl("create", "namespace", name)
-    deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"namespace {name}: no default ServiceAccount")
         time.sleep(0.2)
 
 

@@ -16,10 +16,11 @@ from typing import Any
 
 from bench import workload
 from bench.burst import bench_client, bounded
-from bench.environment import create_namespace, sample
+from bench.environment import sample
 from msop.api.resources import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
-from msop.testing import LocalCluster, OperatorProcess
+from tests.harness import LocalCluster, OperatorProcess
+from tests.harness.cluster import create_namespace
 
 JSON = dict[str, Any]
 OWNED_NS = "bench-mem-owned"

@@ -47,7 +47,7 @@ from typing import Any
 from bench import workload
 from bench.audit import WRITE_VERBS, Request, requests_of
 from bench.burst import OPERATOR_USER_AGENT_PREFIX, _stop_and_time, bench_client, bounded
-from bench.environment import create_namespace, sample, start_operator
+from bench.environment import sample, start_operator
 from bench.observe import ConditionTimes, wait_until, watch_forever
 from bench.reporters import Reporters, raise_fd_limit
 from bench.stats import summarize
@@ -56,7 +56,8 @@ from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.kube import PODS
 from msop.msjob.progress import FIRST_POLL_DELAY
-from msop.testing import LocalCluster
+from tests.harness import LocalCluster
+from tests.harness.cluster import create_namespace
 
 JSON = dict[str, Any]
 NAMESPACE = "bench-progress"

@@ -14,9 +14,10 @@ import sys
 import time
 from pathlib import Path
 
-from msop.testing import ClusterStartError, LocalCluster
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # the test harness lives in the checkout, not in the package
+
+from tests.harness import ClusterStartError, LocalCluster  # noqa: E402
 
 
 def cluster() -> LocalCluster:

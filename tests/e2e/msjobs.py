@@ -5,14 +5,13 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-from msop.testing import KubeletStandIn, LocalCluster
+from tests.harness import KubeletStandIn, LocalCluster
+from tests.harness.paths import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 SAMPLES = REPO / "config" / "samples"
 JSON = dict[str, Any]
 

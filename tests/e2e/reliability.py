@@ -1,4 +1,4 @@
-"""Shared tools of the reliability scenarios (tests/e2e/test_reliability*.py).
+"""Shared tools of the reliability scenarios (tests/e2e/kwok/test_reliability*.py).
 
 - small MSJobs and an async driver that creates them in bulk and ends their workers the
   way the kubelet stand-in does (status-subresource patches), fast enough for hundreds;
@@ -13,9 +13,7 @@ import base64
 import json
 import os
 import re
-import time
 import urllib.request
-import uuid
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
@@ -27,8 +25,8 @@ from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
-from msop.testing import LocalCluster
-from msop.testing.kubelet import succeeded_status
+from tests.harness import LocalCluster
+from tests.harness.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 #: The test's own client: its user agent must not look like the operator's (``msop/``).
@@ -376,18 +374,6 @@ def apiserver_address(cluster: LocalCluster) -> tuple[str, int]:
     server = cfg["clusters"][0]["cluster"]["server"]
     host, port = server.removeprefix("https://").rsplit(":", 1)
     return host, int(port)
-
-
-def new_namespace(cluster: LocalCluster, prefix: str = "rel", within: float = 30) -> str:
-    """Create a namespace and wait for its default ServiceAccount (pods need it)."""
-    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    deadline = time.monotonic() + within
-    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"namespace {name}: no default ServiceAccount within {within}s")
-        time.sleep(0.2)
-    return name
 
 
 def etcd_compact(cluster: LocalCluster) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.util
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -13,12 +12,11 @@ import pytest
 import yaml
 
 from msop.api import constants as c
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.paths import REPO
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_crd", ROOT / "hack/gen_crd.py")
+    spec = importlib.util.spec_from_file_location("gen_crd", REPO / "hack/gen_crd.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

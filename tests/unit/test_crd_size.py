@@ -7,12 +7,13 @@ configuration annotation, and the annotations of an object are limited to 256 Ki
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-CRD = Path(__file__).resolve().parents[2] / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
+from tests.harness.paths import REPO
+
+CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
 ANNOTATION_LIMIT = 262144  # bytes (TotalAnnotationSizeLimitB)
 
 

@@ -11,12 +11,11 @@ from types import ModuleType
 import pytest
 
 from msop.api import constants as c
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.paths import REPO
 
 
 def _load_generator() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gen_docs", ROOT / "hack/gen_docs.py")
+    spec = importlib.util.spec_from_file_location("gen_docs", REPO / "hack/gen_docs.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["gen_docs"] = module  # dataclasses look their module up
@@ -32,7 +31,7 @@ def test_generated_page_is_fresh(page: Path) -> None:
     generated = gen_docs.PAGES[page]()
     committed = page.read_text() if page.is_file() else ""
     assert committed == generated, (
-        f"{page.relative_to(ROOT)} is stale: run `make generate-docs` (hack/gen_docs.py)"
+        f"{page.relative_to(REPO)} is stale: run `make generate-docs` (hack/gen_docs.py)"
     )
 
 
@@ -84,7 +83,7 @@ def test_flags_page_lists_every_flag_with_its_variable() -> None:
 
 
 def test_metrics_page_lists_every_series_msop_serves() -> None:
-    from msop.testing.monitoring import exported_metrics
+    from tests.harness.monitoring import exported_metrics
 
     text = gen_docs.metrics_page()
     for name in exported_metrics():
@@ -94,13 +93,13 @@ def test_metrics_page_lists_every_series_msop_serves() -> None:
 
 
 def test_every_condition_type_is_documented() -> None:
-    text = (ROOT / "docs/reference/conditions.md").read_text()
+    text = (REPO / "docs/reference/conditions.md").read_text()
     for type_ in c.CONDITION_TYPES:
         assert f"| `{type_}` |" in text, type_
 
 
 def test_every_label_and_variable_the_operator_sets_is_documented() -> None:
-    text = (ROOT / "docs/reference/labels.md").read_text()
+    text = (REPO / "docs/reference/labels.md").read_text()
     names = [
         c.LABEL_JOB_NAME,
         c.LABEL_REPLICA_TYPE,

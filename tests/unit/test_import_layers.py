@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.harness.paths import REPO
 
 
 def _loaded_by(statement: str) -> list[str]:
@@ -30,13 +30,13 @@ def _loaded_by(statement: str) -> list[str]:
         print(json.dumps({{"file": sys.modules["msop"].__file__, "mods": sorted(sys.modules)}}))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
         timeout=60,
     )  # fmt: skip
     result = json.loads(out.stdout.splitlines()[-1])
-    assert Path(result["file"]).resolve() == ROOT / "msop" / "__init__.py"  # this checkout
+    assert Path(result["file"]).resolve() == REPO / "msop" / "__init__.py"  # this checkout
     mods: list[str] = result["mods"]
     return mods
 

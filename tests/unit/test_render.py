@@ -20,8 +20,9 @@ from msop.sdk.render import (
     InvalidJobError,
     render,
 )
+from tests.harness.paths import REPO
 
-SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
+SAMPLES = REPO / "config" / "samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.yaml"))
 
 

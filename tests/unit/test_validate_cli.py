@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from msop.cli import main
+from tests.harness.paths import REPO
 
-SAMPLES = Path(__file__).resolve().parents[2] / "config" / "samples"
+SAMPLES = REPO / "config" / "samples"
 
 BAD = """\
 apiVersion: mindspore.gitee.com/v1

@@ -33,7 +33,6 @@ from typing import Any
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
-from msop.testing import LocalCluster, OperatorProcess
 from tests.e2e.reliability import (
     audit_events,
     condition_types,
@@ -42,7 +41,9 @@ from tests.e2e.reliability import (
     has_true,
     metric,
     operator_creates,
+    wait_until,
 )
+from tests.harness import LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 
@@ -316,3 +317,18 @@ def operator_writes(
         and (e.get("user") or {}).get("username") == user
         and source_ip in (e.get("sourceIPs") or [])
     ]
+
+
+async def outage(cluster: LocalCluster, component: str, down: float) -> float:
+    """SIGKILL ``component``, start it again ``down`` seconds later, wait until the API
+    server answers again; return when (monotonic) it did."""
+    await asyncio.to_thread(cluster.kill_component, component)
+    await asyncio.sleep(down)
+    await asyncio.to_thread(cluster.start_component, component)
+    await wait_until("the API server to answer again", lambda: _serving(cluster), within=90)
+    return time.monotonic()
+
+
+def _serving(cluster: LocalCluster) -> bool:
+    proc = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
+    return proc.returncode == 0

@@ -25,21 +25,18 @@ from typing import Any
 
 import pytest
 
-from msop.testing import LocalCluster
-from msop.testing.serviceaccount import install_rbac, service_account_kubeconfig
-from tests.e2e.conftest import (
+from tests.e2e.faults.checks import FIGURES
+from tests.e2e.sessions import (
     OperatorFactory,
     build_binaries,
     install_crds,
     operator_factory,
     run_session_cluster,
 )
-from tests.e2e.faults.checks import FIGURES
-from tests.e2e.reliability import new_namespace
-
-REPO = Path(__file__).resolve().parents[3]
-CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
-
+from tests.harness import LocalCluster
+from tests.harness.cluster import create_namespace
+from tests.harness.paths import CACHE, REPO
+from tests.harness.serviceaccount import install_rbac, service_account_kubeconfig
 
 #: The scheduler and the controller-manager run without leader election: with it, an API
 #: server down for longer than their renew deadline (10 s, which a 5-8 s outage plus the
@@ -93,7 +90,7 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     # The cluster's own controllers recover from the previous test's outage on client-go's
     # backoff (up to 30 s): each test starts once the scheduler and kwok run a pod again.
     cluster.wait_healthy(120)
-    name = new_namespace(cluster, prefix="fault", within=90)
+    name = create_namespace(cluster, prefix="fault", timeout=90)
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 

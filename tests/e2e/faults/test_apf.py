@@ -20,14 +20,14 @@ from typing import Any
 
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
-from msop.testing import LocalCluster, OperatorProcess
-from msop.testing.serviceaccount import (
+from tests.e2e.faults.checks import final_checks, record
+from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
+from tests.harness import LocalCluster, OperatorProcess
+from tests.harness.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     service_account_user,
 )
-from tests.e2e.faults.checks import final_checks, record
-from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
 
 BATCH = 40
 PRIORITY_LEVEL = "msop-faults-tiny"

@@ -11,8 +11,7 @@ from typing import Any
 
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
-from msop.testing import LocalCluster
-from tests.e2e.faults.checks import all_pods_made, final_checks, picture, record
+from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.reliability import (
     MSJOBS,
     create_all,
@@ -21,24 +20,10 @@ from tests.e2e.reliability import (
     succeed_running_workers,
     wait_until,
 )
+from tests.harness import LocalCluster
 
 JOBS = 200
 SEED = 25
-
-
-async def outage(cluster: LocalCluster, component: str, down: float) -> float:
-    """SIGKILL ``component``, start it again ``down`` seconds later, wait until the API
-    server answers again; return when (monotonic) it did."""
-    await asyncio.to_thread(cluster.kill_component, component)
-    await asyncio.sleep(down)
-    await asyncio.to_thread(cluster.start_component, component)
-    await wait_until("the API server to answer again", lambda: _serving(cluster), within=90)
-    return time.monotonic()
-
-
-def _serving(cluster: LocalCluster) -> bool:
-    proc = cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
-    return proc.returncode == 0
 
 
 async def _count(client: KubeClient, ns: str, condition: str) -> int:

@@ -14,12 +14,8 @@ import pytest
 
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
-from msop.testing import LocalCluster, OperatorProcess
-from msop.testing.serviceaccount import service_account_kubeconfig
-from tests.e2e.conftest import run_session_cluster
-from tests.e2e.faults.checks import all_pods_made, final_checks, picture, record
+from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.faults.conftest import CACHE, fault_cluster, prepare
-from tests.e2e.faults.test_apiserver import outage
 from tests.e2e.reliability import (
     MSJOBS,
     TEST_AGENT,
@@ -29,11 +25,14 @@ from tests.e2e.reliability import (
     has_true,
     metric,
     msjob,
-    new_namespace,
     proxied_kubeconfig,
     wait_until,
 )
+from tests.e2e.sessions import run_session_cluster
 from tests.e2e.tcpproxy import TcpProxy
+from tests.harness import LocalCluster, OperatorProcess
+from tests.harness.cluster import create_namespace
+from tests.harness.serviceaccount import service_account_kubeconfig
 
 RESOURCES = ("msjobs.mindspore.gitee.com", "pods", "services")
 
@@ -108,7 +107,7 @@ async def test_compaction_expires_every_watch_and_nothing_is_lost(
     watches resumes from a compacted revision, gets 410 and relists; the deleted pod is
     recreated, the deleted job leaves nothing, the new jobs run."""
     c = uncached
-    ns = new_namespace(c, prefix="fault")
+    ns = create_namespace(c, prefix="fault")
     sa = service_account_kubeconfig(c, tmp_path / "sa.kubeconfig")
     async with (
         TcpProxy(*apiserver_address(c)) as proxy,

@@ -1,8 +1,8 @@
-"""Fixtures for the real-node tier (see msop.testing.realnode).
+"""Fixtures for the real-node tier (see tests.harness.realnode).
 
 - ``real_cluster`` (session): Debian packages installed (hack/realnode/ensure-packages.sh),
   the control plane and kubelet/kube-proxy built (hack/cluster/build.sh), the images
-  built or taken from the cache (msop.testing.images), then one control plane and one real
+  built or taken from the cache (tests.harness.images), then one control plane and one real
   node in a network namespace of their own. A failure at any step fails every test of the
   tier with the step's (or the component's) output; nothing is skipped.
 - ``images``: the images imported into the node (``operator``, ``python``, ``pause``).
@@ -27,12 +27,11 @@ from pathlib import Path
 
 import pytest
 
-from msop.testing.cluster import ClusterStartError
-from msop.testing.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
-from tests.e2e.conftest import run_session_cluster
+from tests.e2e.sessions import run_session_cluster
+from tests.harness.cluster import ClusterStartError
+from tests.harness.paths import CACHE, REPO
+from tests.harness.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
 
-REPO = Path(__file__).resolve().parents[3]
-CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
 OPERATOR_NAMESPACE = "msop-system"
 DEPLOYMENT = "msop-controller-manager"
 LEASE = "msop.mindspore.gitee.com"

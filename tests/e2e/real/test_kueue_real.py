@@ -11,25 +11,23 @@ CPU and 512Mi: 300m, 1536Mi), with preemption of lower priorities.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from msop.testing.examples import MINDSPORE_JOB as NAME
-from msop.testing.examples import mindspore_example
-from msop.testing.kueue import Kueue, build
-from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import condition, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.conftest import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.joblogs import JobLogs
-from tests.e2e.real.test_mindspore_real import apply, records, wait_training
+from tests.e2e.real.training import apply, records, wait_training
+from tests.harness.examples import MINDSPORE_JOB as NAME
+from tests.harness.examples import mindspore_example
+from tests.harness.kueue import Kueue, build
+from tests.harness.paths import CACHE
+from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
-REPO = Path(__file__).resolve().parents[3]
-CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
 URGENT = "urgent"
 
 

@@ -26,16 +26,11 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from msop.testing.examples import MINDSPORE_JOB as NAME
-from msop.testing.examples import mindspore_example
-from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     condition,
     env_of,
@@ -46,11 +41,19 @@ from tests.e2e.msjobs import (
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
-
-JSON = dict[str, Any]
-REPO = Path(__file__).resolve().parents[3]
-CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
-               "MS_NODE_ID")  # fmt: skip
+from tests.e2e.real.training import (
+    CLUSTER_ENV,
+    apply,
+    exit_codes,
+    kill_training_process,
+    launch,
+    records,
+    wait_training,
+    worker_records,
+)
+from tests.harness.examples import MINDSPORE_JOB as NAME
+from tests.harness.examples import mindspore_example
+from tests.harness.realnode import NodeImages, RealCluster
 
 
 @pytest.fixture
@@ -58,66 +61,6 @@ def logs(installed: RealCluster, namespace: str) -> Iterator[JobLogs]:
     """The job's pod logs, followed from the start: a timed-out wait shows their tails."""
     with JobLogs(installed, namespace, NAME) as followed:
         yield followed
-
-
-def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
-    listed = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(listed))
-
-
-def launch(
-    cluster: RealCluster, ns: str, images: NodeImages, checkpoints: Path, **env: str
-) -> None:
-    """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica."""
-    apply(cluster, ns, *mindspore_example(cluster, images.mindspore.ref, checkpoints, **env))
-
-
-def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> list[JSON]:
-    """The JSON lines train.py printed in ``pod`` (MindSpore's own log lines skipped)."""
-    args = ["logs", "-n", ns, pod, "-c", "mindspore", *(["--previous"] if previous else [])]
-    proc = cluster.kubectl(*args, check=False)
-    out = []
-    for line in proc.stdout.splitlines():
-        if line.startswith("{"):
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                continue
-    return out
-
-
-def worker_records(cluster: RealCluster, ns: str, n: int) -> dict[str, list[JSON]]:
-    return {f"{NAME}-worker-{i}": records(cluster, ns, f"{NAME}-worker-{i}") for i in range(n)}
-
-
-def last_epoch(cluster: RealCluster, ns: str, pod: str) -> int:
-    epochs = [r["epoch"] for r in records(cluster, ns, pod) if r.get("event") == "epoch"]
-    return max(epochs, default=0)
-
-
-def exit_codes(pods: dict[str, JSON]) -> dict[str, int | None]:
-    out: dict[str, int | None] = {}
-    for name, pod in pods.items():
-        states = [cs.get("state", {}) for cs in pod["status"].get("containerStatuses", [])]
-        out[name] = next((s["terminated"]["exitCode"] for s in states if "terminated" in s), None)
-    return out
-
-
-def kill_training_process(cluster: RealCluster, ns: str, pod: str, sig: str = "KILL") -> None:
-    """Send ``sig`` to the container's main process from the host, as the OOM killer
-    (KILL) or the kubelet stopping a container (TERM) does. (The kernel ignores a SIGKILL
-    that a container sends to its own PID 1.)"""
-    obj = get(cluster, ns, "pod", pod)
-    assert obj is not None
-    cid = obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
-    tasks = cluster.ctr("tasks", "ls").stdout.splitlines()
-    pid = next(int(line.split()[1]) for line in tasks if line.startswith(cid))
-    subprocess.run(["kill", f"-{sig}", str(pid)], check=True)
-
-
-def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int, logs: JobLogs) -> None:
-    wait_for(f"{pod} past epoch {epoch}", lambda: last_epoch(cluster, ns, pod) >= epoch,
-             timeout=180, interval=1, details=logs.tail)  # fmt: skip
 
 
 def test_trains_to_success(

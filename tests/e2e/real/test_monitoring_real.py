@@ -30,11 +30,11 @@ from typing import Any
 import pytest
 import yaml
 
-from msop.testing.monitoring import ALERTS, alert_exprs, panel_exprs
-from msop.testing.realnode import NodeImages, Prepared, RealCluster
 from tests.e2e.msjobs import sample, wait_condition, wait_for
 from tests.e2e.real.conftest import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
-from tests.e2e.real.test_msjob_real import PRINT_ENV, apply_job, real_job
+from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
+from tests.harness.monitoring import ALERTS, alert_exprs, panel_exprs
+from tests.harness.realnode import NodeImages, Prepared, RealCluster
 
 FIRES_WHEN_STOPPED = {"MsopDown", "MsopNoLeader"}
 #: Series that exist only while a job's Worker 0 runs and reports progress.

@@ -18,7 +18,6 @@ import json
 from typing import Any
 
 from msop.sdk import MSJobClient
-from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     event_reasons,
     events,
@@ -28,33 +27,10 @@ from tests.e2e.msjobs import (
     wait_condition,
     wait_for,
 )
+from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
+from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
-
-PRINT_ENV = "env | grep '^MS_' | sort"
-
-
-def real_job(base: JSON, image: str, commands: dict[str, str], workers: int) -> JSON:
-    """The sample with an image that exists here and the given shell commands: no GPU
-    limits, no hostPath data (what a user trying the operator on CPU changes)."""
-    job = json.loads(json.dumps(base))
-    specs = job["spec"]["msReplicaSpecs"]
-    specs["Worker"]["replicas"] = workers
-    for rtype, spec in specs.items():
-        pod = spec["template"]["spec"]
-        pod.pop("volumes", None)
-        pod["terminationGracePeriodSeconds"] = 1
-        for container in pod["containers"]:
-            container["image"] = image
-            container["command"] = ["sh", "-c", commands[rtype]]
-            for key in ("volumeMounts", "resources"):
-                container.pop(key, None)
-    return job
-
-
-def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
-    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job))
-    return str(job["metadata"]["name"])
 
 
 def logs(cluster: RealCluster, ns: str, pod: str) -> dict[str, str]:

@@ -25,12 +25,12 @@ from typing import Any
 
 import pytest
 
-from msop.testing.examples import MSRUN_EXAMPLE, mindspore_example
-from msop.testing.examples import MSRUN_JOB as NAME
-from msop.testing.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import condition, env_of, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.joblogs import JobLogs
-from tests.e2e.real.test_mindspore_real import apply, exit_codes, records
+from tests.e2e.real.training import apply, exit_codes, records
+from tests.harness.examples import MSRUN_EXAMPLE, mindspore_example
+from tests.harness.examples import MSRUN_JOB as NAME
+from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 

@@ -11,8 +11,9 @@ import sys
 import textwrap
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[3]
-PACKAGE = ROOT / "msop" / "integrations"
+from tests.harness.paths import REPO
+
+PACKAGE = REPO / "msop" / "integrations"
 
 
 def test_importing_the_integrations_loads_only_the_standard_library() -> None:
@@ -25,13 +26,13 @@ def test_importing_the_integrations_loads_only_the_standard_library() -> None:
         print(json.dumps({"file": sys.modules["msop"].__file__, "new": sorted(new)}))
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
         timeout=60,
     )  # fmt: skip
     result = json.loads(out.stdout)
-    assert Path(result["file"]).resolve() == ROOT / "msop" / "__init__.py"  # this checkout
+    assert Path(result["file"]).resolve() == REPO / "msop" / "__init__.py"  # this checkout
     new = result["new"]
     assert "msop" in new and "mindspore" not in new
     assert [m for m in new if m != "msop" and m not in sys.stdlib_module_names] == []
@@ -49,11 +50,11 @@ def imports_of(path: Path) -> set[str]:
 
 def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
     # Also catches imports inside functions, which the runtime check above cannot see.
-    files = [*sorted(PACKAGE.glob("*.py")), ROOT / "msop" / "__init__.py"]
+    files = [*sorted(PACKAGE.glob("*.py")), REPO / "msop" / "__init__.py"]
     assert len(files) >= 4
     for path in files:
         for name in imports_of(path):
             top = name.split(".")[0]
             assert top in sys.stdlib_module_names or name.startswith("msop.integrations"), (
-                f"{path.relative_to(ROOT)} imports {name}"
+                f"{path.relative_to(REPO)} imports {name}"
             )

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from msop.integrations import msrun
+from tests.harness.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[3]
 FAKES = Path(__file__).resolve().parent / "msrun_fakes"
 POD = {
     "MS_WORKER_NUM": "4",
@@ -96,7 +96,7 @@ class Pod:
             "MSOP_MSRUN": f"{sys.executable} {FAKES / 'fake_msrun.py'}",
             "MSOP_TERMINATION_FILE": str(self.termination),
             "MSOP_MSRUN_GRACE": "5",
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": str(REPO),
             "OUT": str(self.out),
             **env,
         }

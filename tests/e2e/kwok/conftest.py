@@ -1,0 +1,110 @@
+"""Fixtures of the kwok tier: one local control plane for the session, kwok nodes.
+
+- ``cluster`` (session): built once (hack/cluster/build.sh) and started once per run,
+  with every CRD under config/crd/bases installed.
+- ``namespace``: a fresh namespace per test, deleted afterwards.
+- ``kubelet``: a ``KubeletStandIn`` that runs, ends and restarts simulated pods.
+- ``start_operator``/``operator``: ``msop run`` processes watching the test's namespace.
+- ``client``: the test's own API client; ``pool``: tainted kwok nodes with devices.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from msop.kube.client import KubeClient
+from tests.e2e.reliability import TEST_AGENT
+from tests.e2e.sessions import (
+    DEVICE,
+    POOL_LABEL,
+    OperatorFactory,
+    Pool,
+    build_binaries,
+    install_crds,
+    operator_factory,
+    run_session_cluster,
+)
+from tests.harness import KubeletStandIn, LocalCluster
+from tests.harness.cluster import create_namespace, fake_node, pod_cidr
+from tests.harness.operator import OperatorProcess
+from tests.harness.paths import CACHE
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[LocalCluster]:
+    c = LocalCluster(
+        name=f"msop-e2e-{os.getpid()}",
+        bin_dir=build_binaries(),
+        workdir=CACHE / "kwok",
+    )
+    yield from run_session_cluster(c, install_crds)
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = create_namespace(cluster, prefix="e2e", timeout=30)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kubelet(cluster: LocalCluster) -> KubeletStandIn:
+    return KubeletStandIn(cluster)
+
+
+@pytest.fixture
+def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFactory]:
+    """Operators as the cluster's admin (see :func:`operator_factory`)."""
+    with operator_factory(cluster.kubeconfig, namespace) as start:
+        yield start
+
+
+@pytest.fixture
+async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
+    """A client of the test's own (the cluster's admin, generous client-side limits)."""
+    async with await KubeClient.from_config(
+        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
+    ) as c:
+        yield c
+
+
+@pytest.fixture
+def operator(start_operator: OperatorFactory) -> OperatorProcess:
+    """One operator for this test's namespace, with default flags."""
+    return start_operator()
+
+
+@pytest.fixture
+def pool(cluster: LocalCluster, namespace: str) -> Iterator[Pool]:
+    """``pool(nodes, devices, labels)``: kwok nodes with ``devices`` Ascend devices each
+    (and ``labels``), tainted for this test's jobs only; deleted afterwards."""
+    made: list[str] = []
+
+    def make(nodes: int = 2, devices: int = 2, labels: dict[str, str] | None = None) -> list[str]:
+        names = []
+        for _ in range(nodes):
+            name = f"{namespace}-n{len(made)}"
+            capacity = {"cpu": "16", "memory": "64Gi", "pods": "110", DEVICE: str(devices)}
+            node = fake_node(
+                name, pod_cidr(50 + len(made)), capacity, {POOL_LABEL: namespace, **(labels or {})},
+                [{"key": POOL_LABEL, "value": namespace, "effect": "NoSchedule"}],
+            )  # fmt: skip
+            cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+            made.append(name)
+            names.append(name)
+        for name in names:
+            cluster.kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"node/{name}")
+        return names
+
+    yield make
+    # Pods that terminate for their grace period still count as used in Volcano's
+    # accounting, and slowed the tests after them: end this test's jobs at once.
+    cluster.kubectl("delete", "msjobs", "--all", "-n", namespace, "--wait=false", check=False)
+    cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
+                    check=False)  # fmt: skip
+    if made:
+        cluster.kubectl("delete", "node", *made, "--wait=false", check=False)

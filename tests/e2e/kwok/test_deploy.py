@@ -1,0 +1,365 @@
+"""msop deployed the way users deploy it: config/ on a real apiserver, the operator running
+as its own ServiceAccount, Prometheus scraping it, and replicas handing over on SIGTERM.
+
+- ``test_rbac_is_sufficient``: msop authenticates with a token of the config/rbac
+  ServiceAccount (no other credentials) and runs the dataparallel sample to Succeeded;
+  the audit log shows every request it made was allowed (no 403), including Events,
+  status writes and the Lease in msop-system.
+- ``test_rbac_is_not_over_broad``: the same identity may not read secrets or update
+  pods (can-i and a real request), and the roles have no wildcards.
+- ``test_user_roles_aggregate``: the editor/viewer roles reach the built-in edit/view.
+- ``test_default_kustomization_server_dry_run``: the apiserver accepts
+  ``kubectl apply -k config/default --dry-run=server``; the Deployment is hardened.
+- ``test_prometheus_scrapes_metrics``: a real Prometheus (built from its Go module) scrapes
+  /metrics on loopback and answers a PromQL query for controller_runtime_reconcile_total.
+- ``test_sigterm_hands_over_the_lease``: SIGTERM to the leader while it reconciles → exit
+  0, Lease released, and the other replica leads within 5 s (the lease is 15 s).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.parse
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condition, wait_for
+from tests.e2e.sessions import OperatorFactory
+from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
+from tests.harness.monitoring import prometheus_tools
+from tests.harness.operator import free_port
+from tests.harness.paths import REPO
+from tests.harness.serviceaccount import (
+    OPERATOR_NAMESPACE,
+    install_rbac,
+    service_account_kubeconfig,
+    service_account_user,
+)
+
+CONFIG = REPO / "config"
+LOGS = REPO / ".cache" / "e2e-logs"
+SA_USER = service_account_user()
+
+
+@pytest.fixture
+def operator_rbac(cluster: LocalCluster) -> str:
+    """config/rbac installed; returns the ServiceAccount's user name."""
+    install_rbac(cluster, CONFIG)
+    return SA_USER
+
+
+def can_i(cluster: LocalCluster, *args: str, ns: str | None = None) -> bool:
+    extra = ["-n", ns] if ns else []
+    proc = cluster.kubectl("auth", "can-i", *args, f"--as={SA_USER}", *extra, check=False)
+    return proc.stdout.strip() == "yes"
+
+
+def audit_entries(cluster: LocalCluster, user: str, since: str) -> list[dict[str, Any]]:
+    out = []
+    for line in cluster.audit_log.read_text().splitlines():
+        if f'"username":"{user}"' not in line:
+            continue
+        entry = json.loads(line)
+        if entry.get("stage") == "ResponseComplete" and entry["requestReceivedTimestamp"] >= since:
+            out.append(entry)
+    return out
+
+
+def refusal(line: str) -> bool:
+    """A JSON log line that reports a 403 from the API server (timestamps aside)."""
+    try:
+        fields = json.loads(line)
+    except ValueError:
+        return "forbidden" in line.lower()
+    fields.pop("timestamp", None)
+    text = json.dumps(fields).lower()
+    return "forbidden" in text or re.search(r"\b403\b", text) is not None
+
+
+def test_rbac_is_sufficient(
+    cluster: LocalCluster, operator_rbac: str, namespace: str, kubelet: KubeletStandIn
+) -> None:
+    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 1))
+    kubeconfig = service_account_kubeconfig(cluster, LOGS / f"{namespace}-sa.kubeconfig")
+    lease = f"msop-rbac-{namespace}"
+    op = OperatorProcess(
+        kubeconfig=str(kubeconfig),
+        log_path=LOGS / f"{namespace}-sa.log",
+        args=("--namespace", namespace, "--log-level", "debug", "--leader-elect",
+              "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-id", lease),
+    )  # fmt: skip
+    try:
+        op.start()
+        job = sample("ms_wide_deep_dataparallel.yaml")
+        name = job["metadata"]["name"]
+        apply(cluster, namespace, job)
+        wait_condition(cluster, namespace, name, "Created")
+        pods = wait_for("5 pods", lambda: len(job_pods(cluster, namespace, name)) == 5)
+        assert pods
+        for pod in job_pods(cluster, namespace, name):
+            kubelet.run(namespace, pod)
+        wait_condition(cluster, namespace, name, "Running")
+        for pod in job_pods(cluster, namespace, name):
+            if "-worker-" in pod:
+                kubelet.succeed(namespace, pod)
+        wait_condition(cluster, namespace, name, "Succeeded")
+        wait_for(
+            "the MSJobSucceeded event",
+            lambda: "MSJobSucceeded" in event_reasons(cluster, namespace, name),
+        )
+        holder = cluster.kubectl(
+            "get", "lease", lease, "-n", OPERATOR_NAMESPACE,
+            "-o", "jsonpath={.spec.holderIdentity}",
+        ).stdout  # fmt: skip
+        assert holder, "the operator holds its Lease in msop-system"
+    finally:
+        code = op.stop()
+    assert code == 0, op.log_tail()
+    refused = [line for line in op.log_path.read_text().splitlines() if refusal(line)]
+    assert not refused, "\n".join(refused)
+
+    def requests() -> list[dict[str, Any]]:
+        entries = audit_entries(cluster, SA_USER, since)
+        seen = {(e["verb"], e["objectRef"].get("resource"), e["objectRef"].get("subresource"))
+                for e in entries if "objectRef" in e}  # fmt: skip
+        needed = {("create", "pods", None), ("create", "services", None),
+                  ("patch", "msjobs", "status"), ("create", "events", None),
+                  ("update", "leases", None), ("watch", "pods", None)}  # fmt: skip
+        return entries if needed <= seen else []
+
+    entries = wait_for("the operator's requests in the audit log", requests, timeout=20)
+    denied = [(e["verb"], e["requestURI"]) for e in entries if e["responseStatus"]["code"] == 403]
+    assert not denied, f"requests the RBAC denied: {denied}"
+    # Released on SIGTERM: the next replica need not wait for it to expire.
+    holder = cluster.kubectl(
+        "get", "lease", lease, "-n", OPERATOR_NAMESPACE, "-o", "jsonpath={.spec.holderIdentity}"
+    ).stdout
+    assert holder == ""
+
+
+def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, namespace: str) -> None:
+    # What the operator needs (everywhere) ...
+    needed = [("list", "msjobs.mindspore.gitee.com"), ("watch", "pods"), ("create", "pods"),
+              ("delete", "pods"), ("create", "services"), ("patch", "events"),
+              ("patch", "msjobs.mindspore.gitee.com", "--subresource=status")]  # fmt: skip
+    for args in needed:
+        assert can_i(cluster, *args, ns=namespace), f"{args} should be allowed"
+    assert can_i(cluster, "update", "leases.coordination.k8s.io", ns=OPERATOR_NAMESPACE)
+    # ... and nothing else.
+    for verb, res, ns in [
+        ("list", "secrets", namespace), ("get", "secrets", OPERATOR_NAMESPACE),
+        ("list", "secrets", None), ("update", "pods", namespace), ("patch", "pods", namespace),
+        ("get", "configmaps", namespace), ("create", "msjobs.mindspore.gitee.com", namespace),
+        ("update", "msjobs.mindspore.gitee.com", namespace), ("list", "nodes", None),
+        ("update", "leases.coordination.k8s.io", namespace), ("delete", "namespaces", None),
+        ("create", "clusterrolebindings.rbac.authorization.k8s.io", None), ("*", "*", None),
+    ]:  # fmt: skip
+        assert not can_i(cluster, verb, res, ns=ns), f"{verb} {res} in {ns} must be denied"
+    for sub in ("status", "exec", "eviction"):
+        assert not can_i(cluster, "create", "pods", f"--subresource={sub}", ns=namespace), sub
+        assert not can_i(cluster, "update", "pods", f"--subresource={sub}", ns=namespace), sub
+    # Status is patched (with a test of the stored status), never replaced.
+    assert not can_i(cluster, "update", "msjobs.mindspore.gitee.com", "--subresource=status",
+                     ns=namespace)  # fmt: skip
+
+    # A real request with the ServiceAccount's token is refused too.
+    kubeconfig = service_account_kubeconfig(cluster, LOGS / f"{namespace}-sa.kubeconfig")
+    proc = subprocess.run(
+        [cluster.binary("kubectl"), "--kubeconfig", str(kubeconfig), "get", "secrets", "-A"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "Forbidden" in proc.stderr, proc.stderr
+
+    for path in sorted((CONFIG / "rbac").glob("*role*.yaml")):
+        doc = yaml.safe_load(path.read_text())
+        for rule in doc.get("rules") or []:
+            for key in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule.get(key, []), f"{path.name}: wildcard in {key}"
+            assert "secrets" not in rule.get("resources", []), path.name
+
+
+def test_user_roles_aggregate(cluster: LocalCluster, operator_rbac: str, namespace: str) -> None:
+    alice, bob = f"alice-{namespace}", f"bob-{namespace}"
+    cluster.kubectl("create", "rolebinding", "alice-edit", "--clusterrole=edit",
+                    f"--user={alice}", "-n", namespace)  # fmt: skip
+    cluster.kubectl("create", "rolebinding", "bob-view", "--clusterrole=view",
+                    f"--user={bob}", "-n", namespace)  # fmt: skip
+
+    def allowed(user: str, verb: str) -> bool:
+        proc = cluster.kubectl("auth", "can-i", verb, "msjobs.mindspore.gitee.com",
+                               f"--as={user}", "-n", namespace, check=False)  # fmt: skip
+        return proc.stdout.strip() == "yes"
+
+    # kube-controller-manager's aggregation controller fills edit/view in shortly.
+    wait_for("edit to include msjobs", lambda: allowed(alice, "create"), timeout=30)
+    wait_for("view to include msjobs", lambda: allowed(bob, "list"), timeout=30)
+    assert allowed(alice, "delete")
+    assert not allowed(bob, "create") and not allowed(bob, "delete")
+
+
+def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
+    rendered = list(
+        yaml.safe_load_all(cluster.kubectl("kustomize", str(CONFIG / "default")).stdout)
+    )
+    kinds = sorted(d["kind"] for d in rendered)
+    assert kinds.count("ClusterRole") == 3 and "CustomResourceDefinition" in kinds
+    assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
+    namespaced = [d for d in rendered if d["kind"] not in (
+        "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
+    assert {d["metadata"]["namespace"] for d in namespaced} == {OPERATOR_NAMESPACE}
+
+    # A server-side dry run does not persist the Namespace, so objects in it would be
+    # NotFound on a cluster that never had it: create it as the first apply would.
+    if cluster.kubectl("get", "ns", OPERATOR_NAMESPACE, check=False).returncode != 0:
+        cluster.kubectl("create", "namespace", OPERATOR_NAMESPACE)
+    proc = cluster.kubectl("apply", "-k", str(CONFIG / "default"), "--dry-run=server")
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == len(rendered), proc.stdout
+    assert all(line.endswith("(server dry run)") for line in lines), proc.stdout
+
+    (deploy,) = [d for d in rendered if d["kind"] == "Deployment"]
+    spec = deploy["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    assert deploy["spec"]["replicas"] == 2 and "--leader-elect" in c["args"]
+    assert spec["serviceAccountName"] == "msop-controller-manager"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert {p["containerPort"] for p in c["ports"]} == {8080, 8081}
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    assert spec["securityContext"]["runAsNonRoot"]
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    (svc,) = [d for d in rendered if d["kind"] == "Service"]
+    assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
+    # The ServiceMonitor renders too (it is applied only where its CRD exists).
+    monitor = yaml.safe_load(cluster.kubectl("kustomize", str(CONFIG / "prometheus")).stdout)
+    assert monitor["kind"] == "ServiceMonitor"
+
+
+def prom_get(base: str, path: str, **params: str) -> Any:
+    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read()) if resp.headers.get_content_type() == "application/json" \
+            else resp.read().decode()  # fmt: skip
+
+
+def test_prometheus_scrapes_metrics(
+    cluster: LocalCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
+) -> None:
+    apply(cluster, namespace, sample("ms_wide_deep_dataparallel.yaml"))
+    wait_condition(cluster, namespace, "ms-widedeep-dataparallel", "Created")
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    config = tmp_path / "prometheus.yml"
+    target = operator.metrics_url.removeprefix("http://").removesuffix("/metrics")
+    config.write_text(json.dumps({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "msop", "static_configs": [{"targets": [target]}]}],
+    }))  # fmt: skip
+    log = (LOGS / f"{namespace}-prometheus.log").open("wb")
+    proc = subprocess.Popen(
+        [str(prometheus_tools() / "prometheus"), f"--config.file={config}",
+         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
+    )  # fmt: skip
+    log.close()
+    try:
+
+        def ready() -> bool:
+            assert proc.poll() is None, f"prometheus exited {proc.returncode}"
+            try:
+                return "Ready" in prom_get(base, "/-/ready")
+            except OSError:
+                return False
+
+        wait_for("prometheus ready", ready, timeout=60)
+
+        def reconciles() -> list[Any]:
+            query = "sum by (controller) (controller_runtime_reconcile_total) > 0"
+            body = prom_get(base, "/api/v1/query", query=query)
+            assert body["status"] == "success", body
+            result: list[Any] = body["data"]["result"]
+            return result
+
+        result = wait_for("controller_runtime_reconcile_total in Prometheus", reconciles, 60)
+        assert result[0]["metric"]["controller"] == "msjob"
+        assert float(result[0]["value"][1]) > 0
+        targets = prom_get(base, "/api/v1/targets")["data"]["activeTargets"]
+        assert [t["health"] for t in targets] == ["up"], targets
+        created = prom_get(base, "/api/v1/query", query="training_operator_jobs_created_total")
+        assert created["data"]["result"], created
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def master_status(op: OperatorProcess, lease: str) -> float | None:
+    try:
+        with urllib.request.urlopen(op.metrics_url, timeout=2) as resp:
+            text = resp.read().decode()
+    except OSError:
+        return None
+    prefix = f'leader_election_master_status{{name="{lease}"}} '
+    for line in text.splitlines():
+        if line.startswith(prefix):
+            return float(line[len(prefix) :])
+    return None
+
+
+def small_job(name: str) -> dict[str, Any]:
+    job = sample("ms_wide_deep_dataparallel.yaml")
+    job["metadata"]["name"] = name
+    job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 2
+    return job
+
+
+def test_sigterm_hands_over_the_lease(
+    cluster: LocalCluster, start_operator: OperatorFactory, namespace: str
+) -> None:
+    lease = f"msop-takeover-{uuid.uuid4().hex[:6]}"
+    flags = ("--leader-elect", "--leader-election-namespace", namespace,
+             "--leader-election-id", lease)  # fmt: skip
+    first = start_operator(*flags)
+    wait_for("the first replica to lead", lambda: master_status(first, lease) == 1.0, 30, 0.05)
+    second = start_operator(*flags)
+    assert master_status(second, lease) == 0.0
+
+    # Work in flight: jobs arriving while the leader is told to stop.
+    names = [f"handover-{i}" for i in range(6)]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-",
+                    input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                      "items": [small_job(n) for n in names]}))  # fmt: skip
+    wait_for("the leader to start on them",
+             lambda: job_pods(cluster, namespace, names[0]), 30, 0.05)  # fmt: skip
+    assert first.proc is not None
+    sigterm = time.monotonic()
+    first.proc.send_signal(signal.SIGTERM)
+    wait_for("the second replica to lead", lambda: master_status(second, lease) == 1.0, 15, 0.05)
+    takeover = time.monotonic() - sigterm
+    code = first.proc.wait(60)
+    print(f"\ntakeover after SIGTERM: {takeover:.2f}s (lease duration 15s)")
+    assert code == 0, first.log_tail()
+    assert "released leader lease" in first.log_path.read_text(), first.log_tail()
+    # Expiry would take the whole 15 s lease; a release is seen at the follower's next
+    # retry (2-3.5 s measured). 10 s tells the two apart with room for a loaded machine.
+    assert takeover < 10, f"takeover took {takeover:.1f}s: the Lease was not released"
+    # The new leader finishes the work: every job gets its pods.
+    for n in names:
+        wait_condition(cluster, namespace, n, "Created", timeout=60)
+        wait_for(f"{n}'s 3 pods", lambda n=n: len(job_pods(cluster, namespace, n)) == 3, 60)

@@ -1,0 +1,110 @@
+"""Helpers of the real tier's training tests: apply objects, launch a sample, read the
+records the training scripts print, wait for an epoch, kill a training process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.msjobs import (
+    get,
+    wait_for,
+)
+from tests.e2e.real.joblogs import JobLogs
+from tests.harness.examples import MINDSPORE_JOB as NAME
+from tests.harness.examples import mindspore_example
+from tests.harness.realnode import NodeImages, RealCluster
+
+JSON = dict[str, Any]
+
+
+CLUSTER_ENV = ("MS_ROLE", "MS_SCHED_HOST", "MS_SCHED_PORT", "MS_WORKER_NUM", "MS_SERVER_NUM",
+               "MS_NODE_ID")  # fmt: skip
+
+
+def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
+    listed = {"apiVersion": "v1", "kind": "List", "items": list(objs)}
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(listed))
+
+
+def launch(
+    cluster: RealCluster, ns: str, images: NodeImages, checkpoints: Path, **env: str
+) -> None:
+    """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica."""
+    apply(cluster, ns, *mindspore_example(cluster, images.mindspore.ref, checkpoints, **env))
+
+
+def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> list[JSON]:
+    """The JSON lines train.py printed in ``pod`` (MindSpore's own log lines skipped)."""
+    args = ["logs", "-n", ns, pod, "-c", "mindspore", *(["--previous"] if previous else [])]
+    proc = cluster.kubectl(*args, check=False)
+    out = []
+    for line in proc.stdout.splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def worker_records(cluster: RealCluster, ns: str, n: int) -> dict[str, list[JSON]]:
+    return {f"{NAME}-worker-{i}": records(cluster, ns, f"{NAME}-worker-{i}") for i in range(n)}
+
+
+def last_epoch(cluster: RealCluster, ns: str, pod: str) -> int:
+    epochs = [r["epoch"] for r in records(cluster, ns, pod) if r.get("event") == "epoch"]
+    return max(epochs, default=0)
+
+
+def exit_codes(pods: dict[str, JSON]) -> dict[str, int | None]:
+    out: dict[str, int | None] = {}
+    for name, pod in pods.items():
+        states = [cs.get("state", {}) for cs in pod["status"].get("containerStatuses", [])]
+        out[name] = next((s["terminated"]["exitCode"] for s in states if "terminated" in s), None)
+    return out
+
+
+def kill_training_process(cluster: RealCluster, ns: str, pod: str, sig: str = "KILL") -> None:
+    """Send ``sig`` to the container's main process from the host, as the OOM killer
+    (KILL) or the kubelet stopping a container (TERM) does. (The kernel ignores a SIGKILL
+    that a container sends to its own PID 1.)"""
+    obj = get(cluster, ns, "pod", pod)
+    assert obj is not None
+    cid = obj["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
+    tasks = cluster.ctr("tasks", "ls").stdout.splitlines()
+    pid = next(int(line.split()[1]) for line in tasks if line.startswith(cid))
+    subprocess.run(["kill", f"-{sig}", str(pid)], check=True)
+
+
+def wait_training(cluster: RealCluster, ns: str, pod: str, epoch: int, logs: JobLogs) -> None:
+    wait_for(f"{pod} past epoch {epoch}", lambda: last_epoch(cluster, ns, pod) >= epoch,
+             timeout=180, interval=1, details=logs.tail)  # fmt: skip
+
+
+PRINT_ENV = "env | grep '^MS_' | sort"
+
+
+def real_job(base: JSON, image: str, commands: dict[str, str], workers: int) -> JSON:
+    """The sample with an image that exists here and the given shell commands: no GPU
+    limits, no hostPath data (what a user trying the operator on CPU changes)."""
+    job = json.loads(json.dumps(base))
+    specs = job["spec"]["msReplicaSpecs"]
+    specs["Worker"]["replicas"] = workers
+    for rtype, spec in specs.items():
+        pod = spec["template"]["spec"]
+        pod.pop("volumes", None)
+        pod["terminationGracePeriodSeconds"] = 1
+        for container in pod["containers"]:
+            container["image"] = image
+            container["command"] = ["sh", "-c", commands[rtype]]
+            for key in ("volumeMounts", "resources"):
+                container.pop(key, None)
+    return job
+
+
+def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
+    cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job))
+    return str(job["metadata"]["name"])
