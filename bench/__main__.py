@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import burst, memory, progress
+from bench import burst, memory, polling
 from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
 from bench.pyspy import write_summary
@@ -155,7 +155,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
             versions.setdefault("kubernetes", server_version(cluster))
             versions.setdefault("kwok", kwok_version(cluster))
             print(f"progress: cluster up ({time.monotonic() - t0:.0f}s)", flush=True)
-            report["progress"] = await progress.run(
+            report["progress"] = await polling.run(
                 cluster,
                 jobs=_count(1000, args.scale),
                 interval=args.progress_interval,

@@ -29,7 +29,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.msjob import desired
-from msop.msjob.plan import slot_of
+from msop.msjob.podstate import slot_of
 
 JSON = dict[str, Any]
 MAX_REQUEST_BYTES = 8192

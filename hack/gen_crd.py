@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from msop.api import constants as c  # noqa: E402
-from msop.api import progress as progress_api  # noqa: E402
+from msop.api import report as progress_api  # noqa: E402
 from msop.api import validation as v  # noqa: E402
 
 CRD_PATH = ROOT / "config" / "crd" / "bases" / f"{c.GROUP}_{c.PLURAL}.yaml"

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from msop.integrations import msrun as _msrun
-from msop.integrations import progress as _wire
+from msop.integrations import wire as _wire
 
 # --- resource identity -------------------------------------------------------------------------
 GROUP: Final = "mindspore.gitee.com"
@@ -54,9 +53,9 @@ ENV_NODE_ID: Final = "MS_NODE_ID"
 
 # msrun jobs (spec.msrun): what msrun needs besides MS_SCHED_HOST/PORT and MS_WORKER_NUM (all
 # workers of the job), with the names of Huawei's Ascend operator; the launcher reads them.
-ENV_NODE_RANK: Final = _msrun.ENV_NODE_RANK
-ENV_LOCAL_WORKER: Final = _msrun.ENV_LOCAL_WORKER
-ENV_TERMINATION_FILE: Final = _msrun.ENV_TERMINATION_FILE
+ENV_NODE_RANK: Final = _wire.ENV_NODE_RANK
+ENV_LOCAL_WORKER: Final = _wire.ENV_LOCAL_WORKER
+ENV_TERMINATION_FILE: Final = _wire.ENV_TERMINATION_FILE
 DEFAULT_MSRUN_MASTER_PORT: Final = 8118
 # Device resources that count the local workers of an msrun pod when spec.msrun.localWorkers
 # is unset: one worker per device of the mindspore container's limits.
@@ -65,11 +64,11 @@ ACCELERATOR_RESOURCES: Final[tuple[str, ...]] = ("nvidia.com/gpu", "amd.com/gpu"
 
 # Training progress (docs/concepts/progress.md): what the operator injects into the
 # ``mindspore`` container of Worker 0 so that msop.integrations reporters serve progress.
-# The names are the reporter's own (msop.integrations.progress, stdlib only).
-ENV_PROGRESS_PORT: Final = _wire.ENV_PORT
+# The names are the pods' contract (msop.integrations.wire, typing only).
+ENV_PROGRESS_PORT: Final = _wire.ENV_PROGRESS_PORT
 ENV_POD_NAME: Final = _wire.ENV_POD_NAME
 ENV_POD_UID: Final = _wire.ENV_POD_UID
-ENV_PROGRESS_FILE: Final = _wire.ENV_FILE
+ENV_PROGRESS_FILE: Final = _wire.ENV_PROGRESS_FILE
 DEFAULT_PROGRESS_PORT: Final = 28080
 DEFAULT_TERMINATION_MESSAGE_PATH: Final = "/dev/termination-log"
 ROLE_BY_TYPE: Final[dict[str, str]] = {

@@ -37,11 +37,10 @@ import structlog
 
 from msop.controller import metrics
 from msop.controller.clock import Clock, MonotonicClock
-from msop.controller.handler import EventHandler, Obj
+from msop.controller.handler import EventHandler
 from msop.controller.ratelimiter import RateLimiter
 from msop.controller.reconcile import Reconciler, Request, Result, StopAware, TerminalError
 from msop.controller.workqueue import ShutDown, WorkQueue
-from msop.informers.informer import final_state
 from msop.kube.errors import ApiError
 
 __all__ = ["DEFAULT_EXPECTED_ERRORS", "Controller", "EventSource"]
@@ -57,9 +56,10 @@ class EventSource(Protocol):
         self,
         on_add: Callable[[dict[str, Any], bool], None] | None = None,
         on_update: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
-        on_delete: Callable[[Any], None] | None = None,
+        on_delete: Callable[[dict[str, Any]], None] | None = None,
     ) -> Any:
-        """Register callbacks; replay existing objects to ``on_add`` as initial-list adds."""
+        """Register callbacks; replay existing objects to ``on_add`` as initial-list adds.
+        ``on_delete`` gets the object's last known state."""
         ...
 
     def remove_event_handler(self, registration: Any) -> None:
@@ -99,10 +99,9 @@ class _Watch:
 
         self._guard("update", go)
 
-    def on_delete(self, obj: Any) -> None:
+    def on_delete(self, obj: dict[str, Any]) -> None:
         def go() -> None:
-            state: Obj = final_state(obj)
-            self.handler.delete(state, self.controller.queue)
+            self.handler.delete(obj, self.controller.queue)
 
         self._guard("delete", go)
 

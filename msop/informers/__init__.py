@@ -5,7 +5,8 @@ Stages, one module each: :mod:`~msop.informers.reflector` (list, then watch; rel
 indexes) -> :mod:`~msop.informers.informer` (event handlers) ->
 :mod:`~msop.informers.factory` (one shared informer per scope). Handlers get
 ``on_add(obj, is_initial_list)``, ``on_update(old, new)`` and
-``on_delete(obj_or_DeletedFinalStateUnknown)``. Cached objects are read-only.
+``on_delete(obj)`` (a ``DeletedFinalStateUnknown`` dict when only a relist saw it).
+Cached objects are read-only.
 """
 
 from msop.informers.factory import InformerFactory, InformerKey
@@ -16,24 +17,22 @@ from msop.informers.informer import (
     InformerStatistics,
     SharedInformer,
     UpdateHandler,
-    final_state,
 )
 from msop.informers.lister import Lister, MultiNamespaceLister, matches_labels
 from msop.informers.reflector import (
     Backoff,
-    DeletedFinalStateUnknown,
-    Delta,
     Reflector,
     ReflectorOptions,
     ReflectorSink,
     backoff_delay,
-    relist_deltas,
     watch_timeout,
 )
 from msop.informers.store import (
     BY_CONTROLLER_UID,
     BY_NAMESPACE,
     LAST_APPLIED_ANNOTATION,
+    DeletedFinalStateUnknown,
+    Delta,
     IndexFunc,
     Obj,
     Store,
@@ -44,6 +43,7 @@ from msop.informers.store import (
     intern_strings,
     key_of,
     make_transform,
+    relist_deltas,
     split_key,
 )
 
@@ -75,7 +75,6 @@ __all__ = [
     "by_controller_uid",
     "by_namespace",
     "default_transform",
-    "final_state",
     "intern_strings",
     "key_of",
     "make_transform",

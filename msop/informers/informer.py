@@ -13,9 +13,9 @@ after the store already reflects the change:
   objects created later. Queues use it to put a restart's backlog at low priority.
 - ``on_update(old, new)`` - the object changed (or a relist found it with another
   resourceVersion).
-- ``on_delete(obj)`` - ``obj`` is the final state from the watch event, or a
-  :class:`~msop.informers.reflector.DeletedFinalStateUnknown` when the delete was only
-  noticed by a relist (use :func:`final_state` to get a dict either way).
+- ``on_delete(obj)`` - ``obj`` is the final state from the watch event, or, when the
+  delete was only noticed by a relist, the last state the cache held as a
+  :class:`~msop.informers.store.DeletedFinalStateUnknown` (a dict too: nothing to unwrap).
 
 Objects are shared with the cache: handlers and listers must not modify them.
 
@@ -33,13 +33,16 @@ from typing import Any
 
 import structlog
 
-from msop.informers.reflector import (
+from msop.informers.reflector import Reflector, ReflectorOptions
+from msop.informers.store import (
     DeletedFinalStateUnknown,
-    Reflector,
-    ReflectorOptions,
+    IndexFunc,
+    Obj,
+    Store,
+    Transform,
+    default_transform,
     relist_deltas,
 )
-from msop.informers.store import IndexFunc, Obj, Store, Transform, default_transform
 from msop.kube.client import KubeClient
 from msop.kube.resources import Resource
 
@@ -50,7 +53,6 @@ __all__ = [
     "InformerStatistics",
     "SharedInformer",
     "UpdateHandler",
-    "final_state",
 ]
 
 log = structlog.get_logger("msop.informers.informer")
@@ -59,13 +61,8 @@ AddHandler = Callable[[Obj, bool], None]
 """``on_add(obj, is_initial_list)``."""
 UpdateHandler = Callable[[Obj, Obj], None]
 """``on_update(old, new)``."""
-DeleteHandler = Callable[[Obj | DeletedFinalStateUnknown], None]
+DeleteHandler = Callable[[Obj], None]
 """``on_delete(obj_or_tombstone)``."""
-
-
-def final_state(obj: Obj | DeletedFinalStateUnknown) -> Obj:
-    """The object of a delete notification, unwrapping a DeletedFinalStateUnknown."""
-    return obj.obj if isinstance(obj, DeletedFinalStateUnknown) else obj
 
 
 @dataclass(frozen=True, eq=False)
@@ -188,7 +185,7 @@ class SharedInformer:
             if h.on_update is not None:
                 self._call(h.on_update, old, new)
 
-    def _notify_delete(self, obj: Obj | DeletedFinalStateUnknown) -> None:
+    def _notify_delete(self, obj: Obj) -> None:
         for h in tuple(self._handlers):
             if h.on_delete is not None:
                 self._call(h.on_delete, obj)

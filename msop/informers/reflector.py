@@ -30,28 +30,28 @@ import asyncio
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 import structlog
 
 from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL
-from msop.informers.store import Obj, Transform, key_of
+from msop.informers.store import (
+    Obj,
+    Transform,
+)
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable, is_gone
 from msop.kube.resources import Resource
 
 __all__ = [
     "Backoff",
-    "DeletedFinalStateUnknown",
-    "Delta",
     "Reflector",
     "ReflectorOptions",
     "ReflectorSink",
     "backoff_delay",
-    "relist_deltas",
     "watch_timeout",
 ]
 
@@ -134,58 +134,6 @@ class Backoff:
 def watch_timeout(minimum: float, rand: float) -> int:
     """Server-side ``timeoutSeconds`` in [minimum, 2*minimum) for ``rand`` in [0, 1)."""
     return max(1, int(minimum * (1.0 + rand)))
-
-
-@dataclass(frozen=True)
-class DeletedFinalStateUnknown:
-    """A delete noticed by a relist, not by a watch event.
-
-    The object vanished while we were not watching, so its final state is unknown:
-    ``obj`` is the last state the cache held and may be stale. ``key`` is its
-    ``namespace/name``. Delete handlers receive either a dict or one of these.
-    """
-
-    key: str
-    obj: Obj
-
-
-class Delta(NamedTuple):
-    """One change found by :func:`relist_deltas`: ``old`` is None for an add, ``new`` is
-    None for a delete."""
-
-    type: Literal["add", "update", "delete"]
-    key: str
-    old: Obj | None
-    new: Obj | None
-
-
-def relist_deltas(
-    known: Mapping[str, Obj],
-    listed: Iterable[Obj],
-    key_func: Callable[[Obj], str] = key_of,
-) -> list[Delta]:
-    """Diff a fresh list against the cache.
-
-    - an object not in ``known`` is an ``add``;
-    - an object whose ``metadata.resourceVersion`` changed is an ``update``; unchanged
-      ones yield nothing (the watch history already delivered them);
-    - a key in ``known`` but not in ``listed`` is a ``delete`` whose ``old`` is the last
-      known state.
-    """
-    deltas: list[Delta] = []
-    seen: set[str] = set()
-    for obj in listed:
-        key = key_func(obj)
-        seen.add(key)
-        old = known.get(key)
-        if old is None:
-            deltas.append(Delta("add", key, None, obj))
-        elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-            deltas.append(Delta("update", key, old, obj))
-    for key, old in known.items():
-        if key not in seen:
-            deltas.append(Delta("delete", key, old, None))
-    return deltas
 
 
 class ReflectorSink(Protocol):

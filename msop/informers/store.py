@@ -23,7 +23,7 @@ from __future__ import annotations
 import builtins
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
 from msop.kube.objects import controller_ref
 
@@ -31,6 +31,8 @@ __all__ = [
     "BY_CONTROLLER_UID",
     "BY_NAMESPACE",
     "LAST_APPLIED_ANNOTATION",
+    "DeletedFinalStateUnknown",
+    "Delta",
     "IndexFunc",
     "Obj",
     "Store",
@@ -41,6 +43,7 @@ __all__ = [
     "intern_strings",
     "key_of",
     "make_transform",
+    "relist_deltas",
     "split_key",
 ]
 
@@ -273,3 +276,62 @@ class Store:
         for key, obj in self._items.items():
             self._index(key, obj)
         self.resource_version = resource_version
+
+
+class DeletedFinalStateUnknown(dict[str, Any]):
+    """A delete noticed by a relist, not by a watch event.
+
+    The object vanished while we were not watching, so its final state is unknown: this
+    *is* the last state the cache held (a dict, which may be stale), so a delete handler
+    reads it like any object; ``isinstance`` tells the rare handler that cares. ``key``
+    is its ``namespace/name``. (client-go wraps the object instead, and every handler
+    has to unwrap it.)
+    """
+
+    def __init__(self, key: str, obj: Obj) -> None:
+        super().__init__(obj)
+        self.key = key
+
+    @property
+    def obj(self) -> Obj:
+        """The last known state (this object itself)."""
+        return self
+
+
+class Delta(NamedTuple):
+    """One change found by :func:`relist_deltas`: ``old`` is None for an add, ``new`` is
+    None for a delete."""
+
+    type: Literal["add", "update", "delete"]
+    key: str
+    old: Obj | None
+    new: Obj | None
+
+
+def relist_deltas(
+    known: Mapping[str, Obj],
+    listed: Iterable[Obj],
+    key_func: Callable[[Obj], str] = key_of,
+) -> list[Delta]:
+    """Diff a fresh list against the cache.
+
+    - an object not in ``known`` is an ``add``;
+    - an object whose ``metadata.resourceVersion`` changed is an ``update``; unchanged
+      ones yield nothing (the watch history already delivered them);
+    - a key in ``known`` but not in ``listed`` is a ``delete`` whose ``old`` is the last
+      known state.
+    """
+    deltas: list[Delta] = []
+    seen: set[str] = set()
+    for obj in listed:
+        key = key_func(obj)
+        seen.add(key)
+        old = known.get(key)
+        if old is None:
+            deltas.append(Delta("add", key, None, obj))
+        elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+            deltas.append(Delta("update", key, old, obj))
+    for key, old in known.items():
+        if key not in seen:
+            deltas.append(Delta("delete", key, old, None))
+    return deltas

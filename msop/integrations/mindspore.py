@@ -37,7 +37,7 @@ import numbers
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from msop.integrations.progress import DEFAULT_MIN_INTERVAL, Reporter
+from msop.integrations.reporter import DEFAULT_MIN_INTERVAL, Reporter
 
 __all__ = ["ProgressReporter"]
 
@@ -104,7 +104,7 @@ class _ProgressCallback:
     """Reports MindSpore training progress to msop (the logic of ``ProgressReporter``).
 
     Args:
-        reporter: the :class:`~msop.integrations.progress.Reporter` to feed; by default one
+        reporter: the :class:`~msop.integrations.reporter.Reporter` to feed; by default one
             is created from the environment (disabled outside an msop pod).
         min_interval: seconds between published step updates (for the default reporter).
         env: where the default reporter reads ``MSOP_*`` (``os.environ`` by default).
@@ -221,7 +221,7 @@ def _build_progress_reporter() -> type:
         raise ImportError(
             "msop.integrations.mindspore.ProgressReporter is a mindspore.train.Callback and "
             "needs MindSpore in this environment (msop does not install it); use "
-            "msop.integrations.progress.Reporter without MindSpore"
+            "msop.integrations.reporter.Reporter without MindSpore"
         ) from exc
     return type(
         "ProgressReporter",

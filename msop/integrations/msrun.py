@@ -41,7 +41,7 @@ message (``MSOP_TERMINATION_FILE``, which msop sets to the container's
 SIGTERM (the pod is deleted: the job restarts, or is deleted) it passes SIGTERM on to every
 process, waits for them up to ``MSOP_MSRUN_GRACE`` seconds (default 10), and exits 143.
 
-Standard library only, like :mod:`msop.integrations.progress`: it runs in the training
+Standard library only, like :mod:`msop.integrations.reporter`: it runs in the training
 image, whatever else that holds.
 """
 
@@ -62,6 +62,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from msop.integrations.wire import (
+    ENV_LOCAL_WORKER,
+    ENV_MSRUN,
+    ENV_NODE_RANK,
+    ENV_SCHED_HOST,
+    ENV_SCHED_PORT,
+    ENV_TERMINATION_FILE,
+    ENV_WORKER_NUM,
+)
+from msop.integrations.wire import ENV_MSRUN_GRACE as ENV_GRACE
+
 __all__ = [
     "ENV_LOCAL_WORKER",
     "ENV_MSRUN",
@@ -72,18 +83,6 @@ __all__ = [
     "msrun_command",
 ]
 
-ENV_WORKER_NUM: Final = "MS_WORKER_NUM"
-ENV_LOCAL_WORKER: Final = "MS_LOCAL_WORKER"
-ENV_NODE_RANK: Final = "MS_NODE_RANK"
-ENV_SCHED_HOST: Final = "MS_SCHED_HOST"
-ENV_SCHED_PORT: Final = "MS_SCHED_PORT"
-#: Where the launcher writes its one-line verdict (msop sets it to the container's
-#: terminationMessagePath); the Kubernetes default when unset.
-ENV_TERMINATION_FILE: Final = "MSOP_TERMINATION_FILE"
-ENV_GRACE: Final = "MSOP_MSRUN_GRACE"
-#: The msrun command, if not ``python -m mindspore.parallel.cluster.run`` (what the
-#: ``msrun`` console script runs), split like a shell would.
-ENV_MSRUN: Final = "MSOP_MSRUN"
 DEFAULT_TERMINATION_FILE: Final = "/dev/termination-log"
 DEFAULT_GRACE: Final = 10.0
 #: The msrun flags msop sets from the MSJob.

@@ -67,23 +67,30 @@ from datetime import datetime, timedelta
 
 from msop.api import constants as c
 from msop.api import naming
-from msop.api import progress as progress_api
+from msop.api import report as progress_api
 from msop.api.conditions import get_condition, is_finished, is_true, set_condition
 from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
-from msop.kube.errors import ApiError, is_invalid
 from msop.kube.objects import JSON, format_time, parse_time
 from msop.msjob import desired, gang, kueue
+from msop.msjob.podstate import (
+    exit_code,
+    final_progress,
+    finished_at,
+    how_it_ended,
+    phase,
+    pod_succeeded,
+    restart_count,
+    service_port,
+    slot_of,
+    terminating,
+)
 
 #: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
 MANAGED_BY = "mindspore.gitee.com/msop"
 ACTIVE_PHASES = ("Pending", "Running")
-#: Seconds a status change that only moves pod counts may wait to be coalesced.
-COUNT_WRITE_DELAY = 1.0
-#: Longest condition message taken from an API error.
-API_MESSAGE_LIMIT = 1024
 
 
 @dataclass(frozen=True)
@@ -175,214 +182,6 @@ class Plan:
             self.requeue_after = seconds
 
 
-@dataclass
-class StatusWrite:
-    """The status to write after the creates and deletes of a Plan went out."""
-
-    status: JSON | None
-    """The new status, or None: nothing to write (or held, see ``held``)."""
-    transitions: list[str]
-    """Condition types to count when the write succeeds (see :attr:`Plan.transitions`)."""
-    requeue_after: float | None
-    """The Plan's requeue, shortened to the end of a hold."""
-    held: bool = False
-    """A change of pod counts alone was held back to coalesce a burst of pod events: the
-    caller remembers since when (``Observed.counts_unwritten_since``) until it writes."""
-
-
-def status_write(observed: Observed, plan: Plan, refused: ApiError | None) -> StatusWrite:
-    """What to write once ``plan``'s creates went out, ``refused`` the first create the
-    API server refused in this pass (creates stop there), if any.
-
-    ``observed.job`` is the job as stored now: if the Plan's status was already written
-    first (``status_first``), the job that write returned, and ``plan.status`` None.
-
-    - A 422 Invalid refusal fails the job with the API's reason and message: the same
-      spec would make the same object, so a retry is refused the same way.
-    - Any other refusal sets ``ReplicaFailure`` (the API's reason and message); a pass
-      whose creates all went out removes it.
-    - A change of pod counts alone (``replicaStatuses``, ``workers``) waits until
-      ``COUNT_WRITE_DELAY`` after the first such change left unwritten, so a burst of pod
-      events costs one write. Condition changes are never held.
-    """
-    stored: JSON = observed.job.get("status") or {}
-    now_s = format_time(observed.now)
-    transitions = list(plan.transitions)
-    if refused is not None and is_invalid(refused):
-        status = _failed_by_api(stored, plan.status, refused, now_s)
-        transitions.append(c.FAILED)
-    else:
-        status = _replica_failure(stored, plan.status, refused, now_s)
-    if status is None or not _only_counts_changed(stored, status):
-        return StatusWrite(status, transitions, plan.requeue_after)
-    since = observed.counts_unwritten_since or observed.now
-    waited = (observed.now - since).total_seconds()
-    if not 0 <= waited < COUNT_WRITE_DELAY:
-        return StatusWrite(status, transitions, plan.requeue_after)
-    wait = COUNT_WRITE_DELAY - waited
-    requeue = wait if plan.requeue_after is None else min(plan.requeue_after, wait)
-    return StatusWrite(None, transitions, requeue, held=True)
-
-
-def _without_replica_failure(status: JSON) -> JSON:
-    conditions = status.get("conditions") or []
-    return {**status, "conditions": [
-        dict(x) for x in conditions if x.get("type") != c.REPLICA_FAILURE
-    ]}  # fmt: skip
-
-
-def _failed_by_api(
-    stored: JSON, planned: JSON | None, refused: ApiError, now_s: str
-) -> JSON | None:
-    base = _without_replica_failure(planned if planned is not None else stored)
-    reason = refused.reason or "Invalid"
-    message = refused.message[:API_MESSAGE_LIMIT]
-    if not set_condition(base, c.FAILED, c.CONDITION_TRUE, reason, message, now_s):
-        return planned
-    base.setdefault("completionTime", now_s)
-    return base
-
-
-def _replica_failure(
-    stored: JSON, planned: JSON | None, refused: ApiError | None, now_s: str
-) -> JSON | None:
-    base = planned if planned is not None else stored
-    if refused is None:
-        if get_condition(base, c.REPLICA_FAILURE) is None:
-            return planned
-        return _without_replica_failure(base)
-    base = {**base, "conditions": [dict(x) for x in base.get("conditions") or []]}
-    changed = set_condition(
-        base, c.REPLICA_FAILURE, c.CONDITION_TRUE, refused.reason or "FailedCreate",
-        refused.message[:API_MESSAGE_LIMIT], now_s,
-    )  # fmt: skip
-    return base if changed else planned
-
-
-def _only_counts_changed(stored: JSON, status: JSON) -> bool:
-    ignore = ("replicaStatuses", "workers", "lastReconcileTime")
-    return {k: v for k, v in status.items() if k not in ignore} == {
-        k: v for k, v in stored.items() if k not in ignore
-    }
-
-
-def slot_of(obj: JSON) -> tuple[str, int] | None:
-    """(replica type, index) from an object's labels, or None if they are not valid."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    rtype = c.canonical_replica_type(str(labels.get(c.LABEL_REPLICA_TYPE, "")))
-    try:
-        index = int(labels.get(c.LABEL_REPLICA_INDEX, ""))
-    except ValueError:
-        return None
-    if rtype is None or index < 0:
-        return None
-    return rtype, index
-
-
-def exit_code(pod: JSON) -> int | None:
-    """The exit code of the ``mindspore`` container (else the first terminated one)."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    codes: list[tuple[bool, int]] = []
-    for cs in statuses:
-        term = (cs.get("state") or {}).get("terminated")
-        if term and isinstance(term.get("exitCode"), int):
-            codes.append((cs.get("name") == c.DEFAULT_CONTAINER_NAME, term["exitCode"]))
-    if not codes:
-        return None
-    codes.sort(key=lambda x: not x[0])
-    return codes[0][1]
-
-
-def _phase(pod: JSON) -> str:
-    return str((pod.get("status") or {}).get("phase") or "Pending")
-
-
-def _terminating(obj: JSON) -> bool:
-    return bool((obj.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def _restart_count(pod: JSON) -> int:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return sum(int(cs.get("restartCount") or 0) for cs in statuses)
-
-
-def _finished_at(pod: JSON) -> str:
-    """When the pod's ``mindspore`` container (else any container) terminated, as an
-    RFC 3339 string that sorts in time order; "~" (after every time) if unknown."""
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    times = sorted(
-        (cs.get("name") != c.DEFAULT_CONTAINER_NAME, str(term["finishedAt"]))
-        for cs in statuses
-        if (term := (cs.get("state") or {}).get("terminated")) and term.get("finishedAt")
-    )
-    return times[0][1] if times else "~"
-
-
-def _service_port(svc: JSON) -> int | None:
-    ports = (svc.get("spec") or {}).get("ports") or []
-    return ports[0].get("port") if ports else None
-
-
-def termination_message(pod: JSON, code: int) -> str:
-    """The first line of the ``mindspore`` container's termination message of the run that
-    ended with ``code`` (what the msrun launcher writes: which local worker ended how), at
-    most 200 characters; "" if none, or if it is a progress report (JSON)."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != c.DEFAULT_CONTAINER_NAME:
-            continue
-        term = (cs.get("state") or {}).get("terminated") or {}
-        message = term.get("message")
-        if term.get("exitCode") == code and isinstance(message, str):
-            line = message.strip().split("\n", 1)[0].strip()
-            return "" if line.startswith("{") else line[:200]
-    return ""
-
-
-def _how_it_ended(pod: JSON) -> str:
-    """ "exited with code 137 (OOMKilled)", plus the termination message if it says why
-    ("...: msrun: local worker 1 (rank 3) was killed by signal 9 (SIGKILL)"), or the pod's
-    reason when no container exited."""
-    code = exit_code(pod)
-    if code is None:
-        status = pod.get("status") or {}
-        why = status.get("reason") or "unknown reason"
-        detail = f": {status['message']}" if status.get("message") else ""
-        return f"failed without an exit code ({why}{detail})"
-    reason = ""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or {}
-        if term.get("exitCode") == code and term.get("reason"):
-            reason = f" ({term['reason']})"
-            break
-    why = termination_message(pod, code)
-    return f"exited with code {code}{reason}{f': {why}' if why else ''}"
-
-
-def final_progress(pod: JSON) -> JSON | None:
-    """The final progress report a pod's reporter wrote as the ``mindspore`` container's
-    termination message (current or previous run), timed by when the container finished;
-    None if there is none, or it is malformed, or it names another pod."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        if cs.get("name") != c.DEFAULT_CONTAINER_NAME:
-            continue
-        for state in ("state", "lastState"):
-            term = (cs.get(state) or {}).get("terminated") or {}
-            message, finished = term.get("message"), term.get("finishedAt")
-            if not (isinstance(message, str) and message.startswith("{") and finished):
-                continue
-            try:
-                report = progress_api.parse_report(message)
-            except progress_api.InvalidReport:
-                continue
-            if report.final and report.pod_uid == pod["metadata"].get("uid"):
-                return progress_api.to_status(report, str(finished))
-    return None
-
-
-def _pod_succeeded(pod: JSON) -> bool:
-    return _phase(pod) == "Succeeded" and exit_code(pod) in (0, None)
-
-
 class _Planner:
     def __init__(self, obs: Observed, opts: Options) -> None:
         self.obs = obs
@@ -437,7 +236,7 @@ class _Planner:
         return rtype in self.specs and index < self.specs[rtype].replicas
 
     def delete_pod(self, pod: JSON) -> None:
-        if not _terminating(pod) and pod not in self.plan.delete_pods:
+        if not terminating(pod) and pod not in self.plan.delete_pods:
             self.plan.delete_pods.append(pod)
 
     # --- the flow ---------------------------------------------------------------------------
@@ -564,7 +363,7 @@ class _Planner:
     def suspend(self) -> None:
         for pod in self.obs.pods:
             self.delete_pod(pod)
-        self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+        self.plan.delete_services.extend(s for s in self.obs.services if not terminating(s))
         if self.opts.gang_scheduling and self.obs.pod_group is not None:
             self.plan.delete_pod_group = True
         wl = self.obs.workload
@@ -599,15 +398,15 @@ class _Planner:
                 entry["restarts"] = restarts
             counts[rtype] = entry
         for slot, pod in self.pods.items():
-            if slot[0] not in counts or not self.wanted(slot) or _terminating(pod):
+            if slot[0] not in counts or not self.wanted(slot) or terminating(pod):
                 continue
-            phase = _phase(pod)
+            pod_phase = phase(pod)
             entry = counts[slot[0]]
-            if phase in ACTIVE_PHASES:
+            if pod_phase in ACTIVE_PHASES:
                 entry["active"] += 1
-            elif phase == "Succeeded":
+            elif pod_phase == "Succeeded":
                 entry["succeeded"] += 1
-            elif phase == "Failed":
+            elif pod_phase == "Failed":
                 entry["failed"] += 1
         return counts
 
@@ -618,12 +417,12 @@ class _Planner:
         permanent: dict[str, int] = {}
         for slot, pod in self.pods.items():
             rtype = slot[0]
-            if not self.wanted(slot) or _terminating(pod):
+            if not self.wanted(slot) or terminating(pod):
                 continue
             policy = self.specs[rtype].restart_policy
             if policy in (c.ALWAYS, c.ON_FAILURE):
-                kubelet_restarts += _restart_count(pod)
-            if _phase(pod) != "Failed":
+                kubelet_restarts += restart_count(pod)
+            if phase(pod) != "Failed":
                 continue
             code = exit_code(pod)
             if policy == c.EXIT_CODE and code is not None and code >= 128:
@@ -693,7 +492,7 @@ class _Planner:
         failed = [
             (slot, pod)
             for slot, pod in self.pods.items()
-            if self.wanted(slot) and not _terminating(pod) and _phase(pod) == "Failed"
+            if self.wanted(slot) and not terminating(pod) and phase(pod) == "Failed"
         ]
         if self.view.spec.enable_dynamic_worker:
             failed = [
@@ -705,7 +504,7 @@ class _Planner:
             slot, pod = min(
                 failed,
                 key=lambda sp: (
-                    _finished_at(sp[1]),
+                    finished_at(sp[1]),
                     not self.retryable(*sp),
                     sp[1]["metadata"]["name"],
                 ),
@@ -725,7 +524,7 @@ class _Planner:
     def cluster_failure(self, counts: dict[str, JSON], slot: tuple[str, int], pod: JSON) -> bool:
         name = f"{self.view.namespace}/{pod['metadata']['name']}"
         code = exit_code(pod)
-        what = f"pod {name} {_how_it_ended(pod)}"
+        what = f"pod {name} {how_it_ended(pod)}"
         if code is not None:
             self.event("Normal", "ExitedWithCode", f"Pod {name} exited with code {code}")
         if not self.retryable(slot, pod):
@@ -759,11 +558,11 @@ class _Planner:
         want = desired.wanted_cluster_size_env(self.job)
         stale = [
             p for p in self.obs.pods
-            if not _terminating(p) and desired.cluster_size_env(p) not in ({}, want)
+            if not terminating(p) and desired.cluster_size_env(p) not in ({}, want)
         ]  # fmt: skip
         if not stale:
             return False
-        if not any(_phase(p) != "Pending" for p in self.obs.pods if not _terminating(p)):
+        if not any(phase(p) != "Pending" for p in self.obs.pods if not terminating(p)):
             for p in stale:  # nothing started yet: the job simply changes size
                 self.delete_pod(p)
             return False
@@ -782,7 +581,7 @@ class _Planner:
         if not is_true(self.status, c.RUNNING):
             return False
         missing = [s for s in desired.replica_slots(self.job) if s not in self.pods]
-        if not missing or not any(not _terminating(p) for p in self.obs.pods):
+        if not missing or not any(not terminating(p) for p in self.obs.pods):
             return False
         names = ", ".join(naming.object_name(self.view.name, *s) for s in missing)
         self.restart_all(
@@ -813,15 +612,15 @@ class _Planner:
                     return bool(done and workers["succeeded"] + workers["failed"] == replicas)
                 worker0 = self.pods.get((c.WORKER, 0))
                 return bool(
-                    (worker0 is not None and _pod_succeeded(worker0))
-                    or (done and worker0 is not None and _phase(worker0) == "Failed")
+                    (worker0 is not None and pod_succeeded(worker0))
+                    or (done and worker0 is not None and phase(worker0) == "Failed")
                 )
             if self.view.spec.success_policy == c.SUCCESS_ALL_WORKERS:
                 return bool(workers["succeeded"] == replicas)
             worker0 = self.pods.get((c.WORKER, 0))
-            return worker0 is not None and not _terminating(worker0) and _pod_succeeded(worker0)
+            return worker0 is not None and not terminating(worker0) and pod_succeeded(worker0)
         slots = desired.replica_slots(self.job)
-        return bool(slots) and all(s in self.pods and _pod_succeeded(self.pods[s]) for s in slots)
+        return bool(slots) and all(s in self.pods and pod_succeeded(self.pods[s]) for s in slots)
 
     def all_running(self) -> bool:
         slots = desired.replica_slots(self.job)
@@ -830,15 +629,11 @@ class _Planner:
         phases = []
         for s in slots:
             pod = self.pods.get(s)
-            if pod is None or _terminating(pod):
+            if pod is None or terminating(pod):
                 return False
-            if (
-                _phase(pod) == "Failed"
-                and s[0] == c.WORKER
-                and self.view.spec.enable_dynamic_worker
-            ):
+            if phase(pod) == "Failed" and s[0] == c.WORKER and self.view.spec.enable_dynamic_worker:
                 continue
-            phases.append(_phase(pod))
+            phases.append(phase(pod))
         return all(p in ("Running", "Succeeded") for p in phases) and "Running" in phases
 
     def sync_children(self) -> None:
@@ -867,30 +662,28 @@ class _Planner:
         services = self.obs.services
         slot = desired.rendezvous(self.job)
         if slot is None:
-            self.plan.delete_services.extend(s for s in services if not _terminating(s))
+            self.plan.delete_services.extend(s for s in services if not terminating(s))
             return None
         want = naming.object_name(self.view.name, *slot)
         svc = next((s for s in services if s["metadata"]["name"] == want), None)
         if (
             svc is not None
-            and not _terminating(svc)
-            and _service_port(svc) != (desired.rendezvous_port(self.job))
+            and not terminating(svc)
+            and service_port(svc) != (desired.rendezvous_port(self.job))
         ):
             svc = None  # deleted below; created anew once gone
-        self.plan.delete_services.extend(
-            s for s in services if s is not svc and not _terminating(s)
-        )
+        self.plan.delete_services.extend(s for s in services if s is not svc and not terminating(s))
         if svc is None:
             if not any(s["metadata"]["name"] == want for s in services):
                 self.plan.create_services.append(desired.scheduler_service(self.job))
             return None
         ip = (svc.get("spec") or {}).get("clusterIP")
-        return ip if ip and ip != "None" and not _terminating(svc) else None
+        return ip if ip and ip != "None" and not terminating(svc) else None
 
     def cluster_still_stopping(self) -> bool:
         """A cluster restarts as a whole: no new member while an old one lives."""
         return self.view.spec.restart_scope == c.RESTART_SCOPE_JOB and any(
-            _terminating(p) or p in self.plan.delete_pods for p in self.obs.pods
+            terminating(p) or p in self.plan.delete_pods for p in self.obs.pods
         )
 
     def gang_admitted(self) -> bool:
@@ -902,7 +695,7 @@ class _Planner:
         pg = self.obs.pod_group
         if pg is None:
             self.plan.create_pod_group = desired.pod_group(self.job)
-        elif not _terminating(pg):
+        elif not terminating(pg):
             self.plan.patch_pod_group = desired.pod_group_patch(self.job, pg)
         # Every pod running ends the wait even if the PodGroup's status lags behind.
         wait = None if self.all_running() else gang.waiting(self.job, pg)
@@ -913,7 +706,7 @@ class _Planner:
                     self.event(wait.event_type, wait.reason, wait.message)
         else:
             self.gang_placed()
-        return pg is not None and not _terminating(pg) and gang.admitted(pg)
+        return pg is not None and not terminating(pg) and gang.admitted(pg)
 
     def gang_placed(self) -> None:
         """Queued turns False (out of the State column) once the gang is placed: the
@@ -1125,10 +918,10 @@ class _Planner:
                 self.delete_pod(pod)
         elif policy == c.CLEAN_RUNNING:
             for pod in self.obs.pods:
-                if _phase(pod) in ACTIVE_PHASES:
+                if phase(pod) in ACTIVE_PHASES:
                     self.delete_pod(pod)
         if delete_all or policy in (c.CLEAN_ALL, c.CLEAN_RUNNING):
-            self.plan.delete_services.extend(s for s in self.obs.services if not _terminating(s))
+            self.plan.delete_services.extend(s for s in self.obs.services if not terminating(s))
         if self.opts.gang_scheduling and self.obs.pod_group is not None:
             self.plan.delete_pod_group = True
         self.finish_workload()
@@ -1152,7 +945,7 @@ class _Planner:
             if is_finished(status):
                 for pod in self.plan.delete_pods:
                     slot = slot_of(pod)
-                    if slot is not None and slot[0] in counts and _phase(pod) in ACTIVE_PHASES:
+                    if slot is not None and slot[0] in counts and phase(pod) in ACTIVE_PHASES:
                         entry = counts[slot[0]]
                         entry["active"] = max(0, int(entry.get("active", 0)) - 1)
             for rtype, entry in counts.items():

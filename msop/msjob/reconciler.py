@@ -44,7 +44,7 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   a fresher cache, so no update is lost and a stale status is never written over a
   newer one.
   A change that only moves pod counts (``replicaStatuses``, ``workers``) waits up to
-  ``msop.msjob.plan.COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write,
+  ``msop.msjob.statuswrite.COUNT_WRITE_DELAY`` (1 s) so a burst of pod events costs one write,
   not one each; condition changes are written at once. The reconciler only remembers
   since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
@@ -112,7 +112,8 @@ from msop.kube.resources import (
     Resource,
 )
 from msop.msjob import kueue, metrics
-from msop.msjob.plan import Event, Observed, Options, Plan, plan, status_write
+from msop.msjob.plan import Event, Observed, Options, Plan, plan
+from msop.msjob.statuswrite import status_write
 
 log = structlog.get_logger("msop.msjob")
 

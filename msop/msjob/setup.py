@@ -7,7 +7,7 @@
   controller owner (an MSJob). The same events lower the reconciler's expectations.
 - With Kueue, every ResourceFlavor (cluster-scoped, few): an admitted Workload's flavors
   give its pods their node labels and tolerations. Their events wake no job.
-- Worker 0 pods that run also feed the progress poller (``progress.py``, leader only),
+- Worker 0 pods that run also feed the progress poller (``poller.py``, leader only),
   which enqueues a job when its reporter has something new.
 """
 
@@ -23,13 +23,13 @@ from msop.controller.manager import Manager
 from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.controller.reconcile import Request
 from msop.controller.workqueue import PRIORITY_LOW
-from msop.informers.informer import SharedInformer, final_state
+from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import Transform
 from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS, Resource
 from msop.msjob import metrics
 from msop.msjob.plan import Options
-from msop.msjob.progress import ProgressPoller
+from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
 from msop.msjob.settings import Settings
@@ -52,11 +52,10 @@ def _observe(informer: SharedInformer, expectations: Expectations, key_of: str) 
         if key:
             expectations.creation_observed(exp_key(key), obj["metadata"]["name"])
 
-    def on_delete(obj: object) -> None:
-        o = final_state(obj)  # type: ignore[arg-type]
-        key = owner_job_key(o)
+    def on_delete(obj: Obj) -> None:
+        key = owner_job_key(obj)
         if key:
-            expectations.deletion_observed(exp_key(key), o["metadata"]["name"])
+            expectations.deletion_observed(exp_key(key), obj["metadata"]["name"])
 
     informer.add_event_handler(on_add=on_add, on_delete=on_delete)
 
@@ -133,7 +132,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         inf.add_event_handler(
             on_add=lambda obj, initial: metrics.touch(str(obj["metadata"].get("namespace", ""))),
             on_delete=lambda obj: metrics.count(
-                "deleted", str(final_state(obj)["metadata"].get("namespace", ""))
+                "deleted", str(obj["metadata"].get("namespace", ""))
             ),
         )
     owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)

@@ -20,8 +20,8 @@ from msop.sdk.errors import (
     MSJobTimeoutError,
     MSJobValidationError,
 )
-from msop.sdk.progress import format_progress
 from msop.sdk.render import CLUSTER_IP_PLACEHOLDER, UID_PLACEHOLDER, Rendered, render
+from msop.sdk.statusline import format_progress
 from msop.sdk.sync import MSJobClientSync
 
 __all__ = [

@@ -30,7 +30,7 @@ from msop.sdk.errors import (
 )
 from msop.sdk.logs import iter_lines, log_path, stream_log
 from msop.sdk.manifests import load_job
-from msop.sdk.progress import ProgressLine, format_progress
+from msop.sdk.statusline import ProgressLine, format_progress
 
 JSONList = list[JSON]
 

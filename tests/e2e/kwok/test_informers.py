@@ -15,7 +15,6 @@ from msop.informers import (
     InformerFactory,
     ReflectorOptions,
     SharedInformer,
-    final_state,
 )
 from msop.kube import CONFIGMAPS, ApiError, KubeClient, is_not_found
 from msop.metrics import REGISTRY
@@ -76,8 +75,8 @@ class Recorder:
         self.seen[self.key(new)] = new
         self.log.append(("update", new["metadata"]["name"]))
 
-    def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
-        last = final_state(obj)
+    def on_delete(self, obj: dict[str, Any]) -> None:
+        last = obj
         self.seen.pop(self.key(last), None)
         self.deleted.add(self.key(last))
         self.log.append(

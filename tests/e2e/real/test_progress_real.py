@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from msop.api.progress import summary
-from msop.sdk.progress import format_progress
+from msop.api.report import summary
+from msop.sdk.statusline import format_progress
 from tests.e2e.msjobs import get, wait_condition, wait_for
 from tests.e2e.real.conftest import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import launch

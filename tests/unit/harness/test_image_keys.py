@@ -66,7 +66,7 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
         "pyproject.toml": "[project]\n",
         "README.md": "# msop\n",
         "msop/__init__.py": "",
-        "msop/integrations/progress.py": "",
+        "msop/integrations/reporter.py": "",
     }.items():
         (repo / name).write_text(text)
     builder = ImageBuilder(tmp_path / "cache", repo)
@@ -87,7 +87,7 @@ def test_mindspore_key_follows_its_build_inputs_and_msop_not_the_script(
         (repo / outside).write_text("changed\n")
         assert key() == first, outside
     built_in = ("examples/mindspore/Dockerfile", "examples/mindspore/requirements.txt",
-                ".dockerignore", "pyproject.toml", "msop/integrations/progress.py")  # fmt: skip
+                ".dockerignore", "pyproject.toml", "msop/integrations/reporter.py")  # fmt: skip
     for changed in built_in:
         (repo / changed).write_text((repo / changed).read_text() + "# changed\n")
         assert key() != first, changed

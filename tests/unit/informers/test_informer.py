@@ -11,7 +11,6 @@ from msop.informers import (
     Lister,
     MultiNamespaceLister,
     SharedInformer,
-    final_state,
 )
 from msop.kube import CONFIGMAPS, KubeClient
 
@@ -28,9 +27,9 @@ class Recorder:
             ("update", old["metadata"]["resourceVersion"], new["metadata"]["resourceVersion"])
         )
 
-    def on_delete(self, obj: dict[str, Any] | DeletedFinalStateUnknown) -> None:
+    def on_delete(self, obj: dict[str, Any]) -> None:
         tomb = isinstance(obj, DeletedFinalStateUnknown)
-        self.events.append(("delete", final_state(obj)["metadata"]["name"], tomb))
+        self.events.append(("delete", obj["metadata"]["name"], tomb))
 
 
 def cm(name: str, rv: str, ns: str = "a", **extra: Any) -> dict[str, Any]:

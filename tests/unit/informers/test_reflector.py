@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from msop.informers.reflector import (
     Backoff,
-    Delta,
     ReflectorOptions,
     backoff_delay,
-    relist_deltas,
     watch_timeout,
 )
 
@@ -47,23 +43,3 @@ def test_watch_timeout_is_in_5_to_10_minutes() -> None:
     assert watch_timeout(300, 0.0) == 300
     assert watch_timeout(300, 0.999999) == 599
     assert watch_timeout(0.1, 0.5) == 1
-
-
-def o(name: str, rv: str) -> dict[str, Any]:
-    return {"metadata": {"namespace": "a", "name": name, "resourceVersion": rv}}
-
-
-def test_relist_deltas_adds_updates_and_deletes_with_last_known_state() -> None:
-    known = {"a/same": o("same", "1"), "a/changed": o("changed", "1"), "a/gone": o("gone", "3")}
-    listed = [o("same", "1"), o("changed", "5"), o("new", "6")]
-    deltas = relist_deltas(known, listed)
-    assert Delta("update", "a/changed", known["a/changed"], listed[1]) in deltas
-    assert Delta("add", "a/new", None, listed[2]) in deltas
-    assert Delta("delete", "a/gone", known["a/gone"], None) in deltas
-    assert len(deltas) == 3  # unchanged objects produce nothing
-
-
-def test_relist_deltas_of_first_list_are_all_adds() -> None:
-    deltas = relist_deltas({}, [o("x", "1"), o("y", "2")])
-    assert [d.type for d in deltas] == ["add", "add"]
-    assert relist_deltas({"a/x": o("x", "1")}, []) == [Delta("delete", "a/x", o("x", "1"), None)]

@@ -10,12 +10,14 @@ from msop.informers.store import (
     BY_CONTROLLER_UID,
     BY_NAMESPACE,
     LAST_APPLIED_ANNOTATION,
+    Delta,
     Store,
     by_controller_uid,
     default_transform,
     intern_strings,
     key_of,
     make_transform,
+    relist_deltas,
     split_key,
 )
 
@@ -129,3 +131,23 @@ def test_transform_can_keep_last_applied() -> None:
     assert "managedFields" not in out["metadata"]
     assert LAST_APPLIED_ANNOTATION in out["metadata"]["annotations"]
     assert make_transform()({"kind": "NoMeta"}) == {"kind": "NoMeta"}
+
+
+def o(name: str, rv: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "a", "name": name, "resourceVersion": rv}}
+
+
+def test_relist_deltas_adds_updates_and_deletes_with_last_known_state() -> None:
+    known = {"a/same": o("same", "1"), "a/changed": o("changed", "1"), "a/gone": o("gone", "3")}
+    listed = [o("same", "1"), o("changed", "5"), o("new", "6")]
+    deltas = relist_deltas(known, listed)
+    assert Delta("update", "a/changed", known["a/changed"], listed[1]) in deltas
+    assert Delta("add", "a/new", None, listed[2]) in deltas
+    assert Delta("delete", "a/gone", known["a/gone"], None) in deltas
+    assert len(deltas) == 3  # unchanged objects produce nothing
+
+
+def test_relist_deltas_of_first_list_are_all_adds() -> None:
+    deltas = relist_deltas({}, [o("x", "1"), o("y", "2")])
+    assert [d.type for d in deltas] == ["add", "add"]
+    assert relist_deltas({"a/x": o("x", "1")}, []) == [Delta("delete", "a/x", o("x", "1"), None)]

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from msop.integrations.progress import Reporter
+from msop.integrations.reporter import Reporter
 
 
 class FakeClock:

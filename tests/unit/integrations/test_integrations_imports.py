@@ -21,7 +21,7 @@ def test_importing_the_integrations_loads_only_the_standard_library() -> None:
         """
         import json, sys
         before = set(sys.modules)
-        import msop.integrations, msop.integrations.progress, msop.integrations.mindspore
+        import msop.integrations, msop.integrations.reporter, msop.integrations.mindspore
         new = {name.split(".")[0] for name in set(sys.modules) - before}
         print(json.dumps({"file": sys.modules["msop"].__file__, "new": sorted(new)}))
         """

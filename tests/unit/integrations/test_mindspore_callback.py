@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 import msop.integrations.mindspore as msi
-from msop.integrations.progress import Reporter
+from msop.integrations.reporter import Reporter
 from tests.unit.integrations.conftest import FakeClock
 
 

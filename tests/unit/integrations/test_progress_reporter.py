@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from msop.integrations import progress
-from msop.integrations.progress import (
+from msop.integrations import reporter as progress
+from msop.integrations.reporter import (
     MAX_FINAL_BYTES,
     MAX_METRICS,
     Reporter,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from msop.integrations import progress
-from msop.integrations.progress import Reporter
+from msop.integrations import reporter as progress
+from msop.integrations.reporter import Reporter
 from tests.unit.integrations.conftest import FakeClock, http_get
 
 MakeReporter = Callable[..., Reporter]

@@ -8,7 +8,8 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.msjob import desired
-from msop.msjob.plan import Observed, Options, Plan, final_progress, plan
+from msop.msjob.plan import Observed, Options, Plan, plan
+from msop.msjob.podstate import final_progress
 from msop.msjob.projection import pod_projection
 from tests.unit.msjob.test_plan import NOW, finished, job, pod, running_status
 

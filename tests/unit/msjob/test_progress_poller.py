@@ -1,4 +1,4 @@
-"""The progress poller (msop.msjob.progress): which pods it asks, what it
+"""The progress poller (msop.msjob.poller): which pods it asks, what it
 accepts, how often it asks, and that it stays bounded."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from aiohttp import web
 from msop.metrics import REGISTRY
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS, ProgressCollector
-from msop.msjob.progress import (
+from msop.msjob.poller import (
     FIRST_POLL_DELAY,
     ProgressPoller,
     Target,

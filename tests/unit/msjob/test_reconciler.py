@@ -21,8 +21,9 @@ from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube.errors import ApiError, ApiUnavailable
 from msop.kube.resources import Resource
-from msop.msjob.plan import COUNT_WRITE_DELAY, Options
+from msop.msjob.plan import Options
 from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
+from msop.msjob.statuswrite import COUNT_WRITE_DELAY
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The progress scenario's pure parts (bench.progress, bench.reporters, bench.audit) and
+"""The progress scenario's pure parts (bench.polling, bench.reporters, bench.audit) and
 the simulated reporters against the operator's real poller, on loopback."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from bench.audit import Request, requests_of
-from bench.progress import (
+from bench.polling import (
     LEASE_RESOURCE,
     STATUS_RESOURCE,
     Snapshot,
@@ -27,9 +27,9 @@ from bench.progress import (
 )
 from bench.report import judge, render_markdown
 from bench.reporters import Reporter, Reporters, report_body, response_for, worker0_address
-from msop.api import progress as progress_api
+from msop.api import report as progress_api
 from msop.msjob import desired
-from msop.msjob.progress import ProgressPoller
+from msop.msjob.poller import ProgressPoller
 from tests.unit.msjob.test_plan import job
 
 JSON = dict[str, Any]
@@ -320,7 +320,7 @@ def test_report_names_the_command(
 
 
 def test_the_interval_the_operator_keeps_stretches_past_half_the_qps() -> None:
-    from bench.progress import effective_interval
+    from bench.polling import effective_interval
 
     assert effective_interval(30, 500) == 30  # 500 / 25 = 20 s: the flag's interval
     assert effective_interval(30, 1000) == 40  # 1,000 jobs at 25 reports/s

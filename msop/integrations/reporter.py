@@ -52,6 +52,19 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
 
+from msop.integrations.wire import (
+    ENV_POD_NAME,
+    ENV_POD_UID,
+    MAX_FINAL_BYTES,
+    MAX_METRIC_NAME,
+    MAX_METRIC_VALUE,
+    MAX_METRICS,
+    PROGRESS_PATH,
+    WIRE_VERSION,
+)
+from msop.integrations.wire import ENV_PROGRESS_FILE as ENV_FILE
+from msop.integrations.wire import ENV_PROGRESS_PORT as ENV_PORT
+
 __all__ = [
     "DEFAULT_IO_TIMEOUT",
     "DEFAULT_MIN_INTERVAL",
@@ -73,21 +86,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-WIRE_VERSION: Final = 1
-PROGRESS_PATH: Final = "/progress"
-
-ENV_PORT: Final = "MSOP_PROGRESS_PORT"
-"""TCP port to serve on (0: any free one, see :attr:`Reporter.port`). Unset: disabled."""
-ENV_POD_NAME: Final = "MSOP_POD_NAME"
-ENV_POD_UID: Final = "MSOP_POD_UID"
-ENV_FILE: Final = "MSOP_PROGRESS_FILE"
-"""Where :meth:`Reporter.finish` writes the final snapshot (the termination message path)."""
-
-MAX_METRICS: Final = 8
-MAX_METRIC_NAME: Final = 63
-MAX_METRIC_VALUE: Final = 64
-MAX_FINAL_BYTES: Final = 4096
-"""The kubelet keeps at most 4096 bytes of a termination message; the file stays under it."""
 
 DEFAULT_MIN_INTERVAL: Final = 1.0
 DEFAULT_IO_TIMEOUT: Final = 2.0

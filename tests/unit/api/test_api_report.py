@@ -1,4 +1,4 @@
-"""status.progress: parsing and bounding a reporter's wire format (msop.api.progress)."""
+"""status.progress: parsing and bounding a reporter's wire format (msop.api.report)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from msop.api import progress as p
+from msop.api import report as p
 
 JSON = dict[str, Any]
 

@@ -7,7 +7,7 @@ from typing import Any, TextIO
 
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
-from msop.api.progress import summary
+from msop.api.report import summary
 
 
 def format_progress(job: Mapping[str, Any]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import io
 
-from msop.sdk.progress import ProgressLine, format_progress
+from msop.sdk.statusline import ProgressLine, format_progress
 
 
 def _job(status: dict[str, object] | None = None) -> dict[str, object]:

@@ -26,7 +26,7 @@ Why pull. The operator asks; pods never call it. So:
 - **One status write per new report, at most one per interval.** A report is stored
   only when its ``seq`` is new; the job is then enqueued and the planner (not this
   module) puts it in ``status.progress``. The last report of a process reaches the
-  status through the pod's termination message instead (see ``plan.final_progress``),
+  status through the pod's termination message instead (see ``podstate.final_progress``),
   so the end of training is never missed between two polls.
 
 Memory: one entry per Worker 0 pod that is Running with a progress port, and one stored
@@ -48,15 +48,15 @@ import aiohttp
 import structlog
 
 from msop.api import constants as c
-from msop.api import progress as progress_api
+from msop.api import report as progress_api
 from msop.api.naming import owner_job_key
-from msop.informers.informer import SharedInformer, final_state
+from msop.informers.informer import SharedInformer
 from msop.kube.objects import JSON, format_time
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS
-from msop.msjob.plan import slot_of
+from msop.msjob.podstate import slot_of
 
-log = structlog.get_logger("msop.msjob.progress")
+log = structlog.get_logger("msop.msjob.poller")
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).
 FIRST_POLL_DELAY = 5.0
@@ -154,7 +154,7 @@ class ProgressPoller:
         informer.add_event_handler(
             on_add=lambda obj, initial: self.observe(obj),
             on_update=lambda old, new: self.observe(new),
-            on_delete=lambda obj: self.forget(final_state(obj)),
+            on_delete=self.forget,
         )
 
     def observe(self, pod: JSON) -> None:

@@ -55,7 +55,7 @@ from msop.api import constants as c
 from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.kube import PODS
-from msop.msjob.progress import FIRST_POLL_DELAY
+from msop.msjob.poller import FIRST_POLL_DELAY
 from tests.harness import LocalCluster
 from tests.harness.cluster import create_namespace
 
@@ -63,7 +63,7 @@ JSON = dict[str, Any]
 NAMESPACE = "bench-progress"
 STATUS_RESOURCE = f"msjobs.{c.GROUP}/status"
 LEASE_RESOURCE = "leases.coordination.k8s.io"
-#: The poller's defaults (msop.msjob.progress): jitter of the interval, and
+#: The poller's defaults (msop.msjob.poller): jitter of the interval, and
 #: the timeout of one poll.
 JITTER = 0.1
 POLL_TIMEOUT_S = 2.0

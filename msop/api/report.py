@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from msop.integrations import progress as wire
+from msop.integrations import wire
 from msop.kube.objects import JSON
 
 # The wire format's limits are the reporter's (one definition, in the stdlib-only module
