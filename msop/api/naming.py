@@ -6,11 +6,8 @@ Pure functions of a job's name (or the job). The operator, ``msop render`` and t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from msop.api import constants as c
-from msop.kube.objects import JSON, controller_ref
+from msop.kube.objects import JSON
 
 
 def object_name(job_name: str, replica_type: str, index: int) -> str:
@@ -51,16 +48,3 @@ def owner_reference(job: JSON) -> JSON:
         "controller": True,
         "blockOwnerDeletion": True,
     }
-
-
-def owner_job_key(obj: Mapping[str, Any]) -> str | None:
-    """``namespace/name`` of the MSJob that controls ``obj`` (its controller owner of kind
-    MSJob in the MSJob API group), if one does."""
-    ref = controller_ref(obj)
-    if (
-        ref is None
-        or ref.get("kind") != c.KIND
-        or not str(ref.get("apiVersion", "")).startswith(f"{c.GROUP}/")
-    ):
-        return None
-    return f"{(obj.get('metadata') or {}).get('namespace', '')}/{ref.get('name', '')}"

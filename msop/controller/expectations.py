@@ -23,8 +23,9 @@ Records live in a ``cachetools.TTLCache`` with an injectable ``clock``; nothing 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from cachetools import TTLCache
 
@@ -40,8 +41,12 @@ class _Record:
     dels: set[str] = field(default_factory=set)
 
 
-class Expectations:
-    """Per-key expected creations and deletions; keys are usually ``namespace/name``."""
+K = TypeVar("K", bound=Hashable)
+
+
+class Expectations(Generic[K]):
+    """Per-key expected creations and deletions. A key is any hashable value: the MSJob
+    reconciler uses (job ``Request``, child ``Resource``)."""
 
     def __init__(
         self,
@@ -50,46 +55,46 @@ class Expectations:
         clock: Callable[[], float] = time.monotonic,
         maxsize: int = 1_000_000,
     ) -> None:
-        self._records: TTLCache[str, _Record] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
+        self._records: TTLCache[K, _Record] = TTLCache(maxsize=maxsize, ttl=ttl, timer=clock)
 
-    def _record(self, key: str) -> _Record:
+    def _record(self, key: K) -> _Record:
         rec = self._records.get(key)
         if rec is None:
             rec = _Record()
             self._records[key] = rec
         return rec
 
-    def expect_creations_of(self, key: str, names: Iterable[str]) -> None:
+    def expect_creations_of(self, key: K, names: Iterable[str]) -> None:
         """Expect exactly these object names to be created."""
         self._record(key).adds = set(names)
 
-    def expect_deletions_of(self, key: str, names: Iterable[str]) -> None:
+    def expect_deletions_of(self, key: K, names: Iterable[str]) -> None:
         """Expect exactly these object names to be deleted."""
         self._record(key).dels = set(names)
 
-    def creation_observed(self, key: str, name: str) -> None:
+    def creation_observed(self, key: K, name: str) -> None:
         """Object ``name`` of ``key`` reached the cache (counts only if expected)."""
         rec = self._records.get(key)
         if rec is not None:
             rec.adds.discard(name)
 
-    def deletion_observed(self, key: str, name: str) -> None:
+    def deletion_observed(self, key: K, name: str) -> None:
         """Object ``name`` of ``key`` left the cache (counts only if expected)."""
         rec = self._records.get(key)
         if rec is not None:
             rec.dels.discard(name)
 
-    def satisfied(self, key: str) -> bool:
+    def satisfied(self, key: K) -> bool:
         """True when ``key`` may act on the cache again (see the module docstring)."""
         rec = self._records.get(key)
         return rec is None or not (rec.adds or rec.dels)
 
-    def pending(self, key: str) -> tuple[int, int]:
+    def pending(self, key: K) -> tuple[int, int]:
         """Return the (creations, deletions) still expected for ``key`` (0, 0 if none)."""
         rec = self._records.get(key)
         return (0, 0) if rec is None else (len(rec.adds), len(rec.dels))
 
-    def delete_expectations(self, key: str) -> None:
+    def delete_expectations(self, key: K) -> None:
         """Forget ``key`` (e.g. its owner was deleted)."""
         self._records.pop(key, None)
 

@@ -67,6 +67,7 @@ from msop.kube.metrics import (
 )
 from msop.kube.resources import Resource
 from msop.kube.transport import Transport
+from msop.kube.writer import PatchType
 
 __all__ = ["BUDGETS", "MAX_RETRY_AFTER", "RETRY_JITTER", "KubeClient", "PatchType", "budget_of"]
 
@@ -90,8 +91,6 @@ def budget_of(res: Resource, subresource: str | None = None) -> str:
         return "leases"
     return "default"
 
-
-PatchType = Literal["merge", "json", "strategic", "apply"]
 
 _PATCH_CONTENT_TYPES: dict[str, str] = {
     "merge": "application/merge-patch+json",

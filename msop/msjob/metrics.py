@@ -39,6 +39,7 @@ from prometheus_client.registry import Collector
 
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
+from msop.controller.reconcile import Request
 from msop.metrics import REGISTRY
 
 FRAMEWORK = "mindspore"
@@ -151,7 +152,7 @@ for _result in POLL_RESULTS:
 
 
 class Reports(Protocol):
-    def reports(self) -> Iterable[tuple[str, Mapping[str, Any]]]: ...
+    def reports(self) -> Iterable[tuple[Request, Mapping[str, Any]]]: ...
 
 
 class ProgressCollector(Collector):
@@ -174,8 +175,7 @@ class ProgressCollector(Collector):
             for job, progress in source.reports():
                 percent = progress.get("percentComplete")
                 if isinstance(percent, int):
-                    namespace, _, name = job.partition("/")
-                    family.add_metric([namespace, name], percent / 100)
+                    family.add_metric([job.namespace, job.name], percent / 100)
         yield family
 
 

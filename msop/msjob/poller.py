@@ -40,7 +40,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -49,14 +49,18 @@ import structlog
 
 from msop.api import constants as c
 from msop.api import report as progress_api
-from msop.api.naming import owner_job_key
-from msop.informers.informer import SharedInformer
+from msop.controller.handler import EnqueueRequestForOwner
+from msop.controller.reconcile import Request
+from msop.informers.informer import SharedInformer, UpdateHandler
 from msop.kube.objects import JSON, format_time
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS
 from msop.msjob.podstate import slot_of
 
 log = structlog.get_logger("msop.msjob.poller")
+
+#: Maps Worker 0 to the MSJob that controls it.
+_OWNER = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).
 FIRST_POLL_DELAY = 5.0
@@ -72,12 +76,15 @@ class Fetch(Protocol):
 class Target:
     """Worker 0 of one job, as the poller asks it."""
 
-    job: str
-    """``namespace/name`` of the MSJob."""
+    job: Request
+    """The MSJob."""
     pod: str
+    """Worker 0's name (in the job's namespace)."""
     uid: str
     url: str
     due: float
+    obj: JSON = field(default_factory=dict)
+    """Worker 0 as the cache last showed it: what a new report is announced with."""
     failures: int = 0
     seq: int = 0
     in_flight: bool = False
@@ -103,14 +110,15 @@ def target_url(pod: JSON) -> str | None:
 class ProgressPoller:
     """Polls Worker 0's reporter of every running job; see the module docstring.
 
-    ``enqueue(namespace, name)`` asks for a reconcile of a job with a new report;
-    ``get(job_key)`` is what the reconciler gives the planner. Run it with the manager
-    (leader only: followers write no status).
+    It is an event source a controller watches (``add_event_handler``): a new report of a
+    job is announced as an update of its Worker 0 whose object did not change (the same
+    resourceVersion), as a resync is, so an owner handler enqueues the job at low
+    priority. ``get(job)`` is what the reconciler gives the planner. Run it with the
+    manager (leader only: followers write no status).
     """
 
     def __init__(
         self,
-        enqueue: Callable[[str, str], None],
         *,
         interval: float = 30.0,
         timeout: float = 2.0,
@@ -122,7 +130,7 @@ class ProgressPoller:
         tick: float = 1.0,
         max_reports_per_second: float | None = None,
     ) -> None:
-        self.enqueue = enqueue
+        self._handlers: list[UpdateHandler] = []
         self.interval = interval
         self.max_rate = max_reports_per_second
         self.timeout = timeout
@@ -132,24 +140,42 @@ class ProgressPoller:
         self.rand = rand
         self.tick = min(tick, interval)
         self._fetch = fetch
-        self._targets: dict[str, Target] = {}
-        self._progress: dict[str, JSON] = {}
+        self._targets: dict[tuple[str, str], Target] = {}
+        self._progress: dict[Request, JSON] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- what the reconciler reads --------------------------------------------------------
-    def get(self, job_key: str) -> JSON | None:
+    def get(self, job: Request) -> JSON | None:
         """The latest ``status.progress`` reported by the job's running Worker 0."""
-        return self._progress.get(job_key)
+        return self._progress.get(job)
 
     def __len__(self) -> int:
         return len(self._targets)
 
-    def reports(self) -> Iterator[tuple[str, JSON]]:  # msop_job_progress_ratio
-        """(job key, progress) of every job with a stored report."""
+    def reports(self) -> Iterator[tuple[Request, JSON]]:  # msop_job_progress_ratio
+        """(job, progress) of every job with a stored report."""
         yield from list(self._progress.items())
 
+    # --- an event source ----------------------------------------------------------------------
+    def add_event_handler(
+        self,
+        on_add: Callable[[JSON, bool], None] | None = None,
+        on_update: UpdateHandler | None = None,
+        on_delete: Callable[[JSON], None] | None = None,
+    ) -> UpdateHandler | None:
+        """Announce each new report to ``on_update(worker0, worker0)``; nothing is ever
+        added or deleted here (the pod informer says that). Returns the registration."""
+        if on_update is not None:
+            self._handlers.append(on_update)
+        return on_update
+
+    def remove_event_handler(self, registration: UpdateHandler | None) -> None:
+        """Stop announcing to what :meth:`add_event_handler` returned."""
+        if registration in self._handlers:
+            self._handlers.remove(registration)
+
     # --- targets from the pod cache -------------------------------------------------------
-    def watch(self, informer: SharedInformer) -> None:
+    def follow(self, informer: SharedInformer) -> None:
         """Follow Worker 0 pods in ``informer``'s cache."""
         informer.add_event_handler(
             on_add=lambda obj, initial: self.observe(obj),
@@ -160,25 +186,26 @@ class ProgressPoller:
     def observe(self, pod: JSON) -> None:
         """Add, update or drop the target for ``pod`` after a cache event."""
         meta = pod.get("metadata") or {}
-        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
-        url, job = target_url(pod), owner_job_key(pod)
-        if url is None or job is None:
+        key = (str(meta.get("namespace", "")), str(meta.get("name", "")))
+        url, jobs = target_url(pod), _OWNER.requests(pod)
+        if url is None or not jobs:
             self.forget(pod)
             return
         uid = str(meta.get("uid", ""))
         current = self._targets.get(key)
         if current is not None and current.uid == uid and current.url == url:
+            current.obj = pod
             return
         if current is not None:
             self._drop(key)
-        self._targets[key] = Target(job, str(meta.get("name")), uid, url,
+        self._targets[key] = Target(next(iter(jobs)), key[1], uid, url, obj=pod,
                                     due=self.clock() + FIRST_POLL_DELAY)  # fmt: skip
 
     def forget(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}
-        self._drop(f"{meta.get('namespace', '')}/{meta.get('name', '')}")
+        self._drop((str(meta.get("namespace", "")), str(meta.get("name", ""))))
 
-    def _drop(self, key: str) -> None:
+    def _drop(self, key: tuple[str, str]) -> None:
         target = self._targets.pop(key, None)
         if target is not None:
             self._progress.pop(target.job, None)
@@ -267,27 +294,30 @@ class ProgressPoller:
             if not target.warned:
                 target.warned = True
                 log.warning(
-                    "progress report rejected: it names another pod", job=target.job,
+                    "progress report rejected: it names another pod", job=str(target.job),
                     pod=target.pod, claimed=f"{report.pod_name} ({report.pod_uid})",
                 )  # fmt: skip
             return self._schedule(target, "rejected")
         if report.seq == target.seq:
             return self._schedule(target, "unchanged", ok=True)
-        if self._targets.get(target_key(target)) is not target:
+        if self._targets.get((target.job.namespace, target.pod)) is not target:
             return "unchanged"  # the pod went away while we asked
         target.seq = report.seq
         taken = self.now() - timedelta(seconds=report.age)
         progress = progress_api.to_status(report, format_time(taken))
         if progress != self._progress.get(target.job):
             self._progress[target.job] = progress
-            namespace, _, name = target.job.partition("/")
-            self.enqueue(namespace, name)
+            for handler in list(self._handlers):
+                try:
+                    handler(target.obj, target.obj)
+                except Exception:  # one faulty handler must not stop the poller
+                    log.exception("progress event handler failed", job=str(target.job))
         return self._schedule(target, "report", ok=True)
 
     def _invalid(self, target: Target, why: str) -> str:
         if not target.warned:
             target.warned = True
-            log.warning("progress report invalid", job=target.job, pod=target.pod, error=why)
+            log.warning("progress report invalid", job=str(target.job), pod=target.pod, error=why)
         return self._schedule(target, "invalid")
 
     def _schedule(self, target: Target, result: str, *, ok: bool = False) -> str:
@@ -316,10 +346,6 @@ class Slots:
 
     all: asyncio.Semaphore
     failing: asyncio.Semaphore
-
-
-def target_key(target: Target) -> str:
-    return f"{target.job.partition('/')[0]}/{target.pod}"
 
 
 def _session_fetch(session: aiohttp.ClientSession) -> Fetch:

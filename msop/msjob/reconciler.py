@@ -91,7 +91,6 @@ from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.lister import Lister, Reader
 from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE
 from msop.kube import jsonpatch
-from msop.kube.client import KubeClient
 from msop.kube.errors import (
     ApiError,
     ApiUnavailable,
@@ -111,6 +110,7 @@ from msop.kube.resources import (
     WORKLOADS,
     Resource,
 )
+from msop.kube.writer import Client
 from msop.msjob import kueue, metrics
 from msop.msjob.plan import Event, Observed, Options, Plan, plan
 from msop.msjob.statuswrite import status_write
@@ -193,12 +193,8 @@ def _condition_states(status: JSON) -> set[tuple[str, str, str]]:
     }
 
 
-def pods_key(job_key: str) -> str:
-    return f"{job_key}/pods"
-
-
-def services_key(job_key: str) -> str:
-    return f"{job_key}/services"
+ChildKey = tuple[Request, Resource]
+"""What the reconciler's expectations are kept by: a job and a kind of its children."""
 
 
 class MSJobReconciler:
@@ -206,7 +202,7 @@ class MSJobReconciler:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: Client,
         *,
         jobs: Reader,
         pods: Reader,
@@ -215,10 +211,10 @@ class MSJobReconciler:
         recorder: EventRecorder,
         workloads: Reader | None = None,
         flavors: Lister | None = None,
-        expectations: Expectations,
+        expectations: Expectations[ChildKey],
         options: Options,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
-        progress: Callable[[str], JSON | None] | None = None,
+        progress: Callable[[Request], JSON | None] | None = None,
     ) -> None:
         self.client = client
         self.jobs = jobs
@@ -231,41 +227,40 @@ class MSJobReconciler:
         self.expectations = expectations
         self.options = options
         self.now = now
-        # job key -> the latest progress report of its running Worker 0 (the poller's).
+        # job -> the latest progress report of its running Worker 0 (the poller's).
         self.progress = progress
-        # job key -> the resourceVersion our last status write replaced. While the cache
+        # job -> the resourceVersion our last status write replaced. While the cache
         # still shows that version it is stale: planning from it would only conflict.
-        self._superseded: dict[str, str] = {}
-        # job key -> since when a change of its pod counts alone is held back
+        self._superseded: dict[Request, str] = {}
+        # job -> since when a change of its pod counts alone is held back
         # (Observed.counts_unwritten_since; the planner decides when to write it).
-        self._counts_unwritten: dict[str, datetime] = {}
-        # job key -> (resourceVersion, the job defaulted): most reconciles are caused by
+        self._counts_unwritten: dict[Request, datetime] = {}
+        # job -> (resourceVersion, the job defaulted): most reconciles are caused by
         # pod events and see an unchanged job, so it is not copied and defaulted again.
         # The same resourceVersion is the same content; bounded to the recent jobs.
-        self._defaulted: LRUCache[str, tuple[str, JSON]] = LRUCache(maxsize=DEFAULTED_CACHE)
-        # job key -> writes in doubt and their announcements (see the module docstring).
-        self._doubts: dict[str, _Doubt] = {}
+        self._defaulted: LRUCache[Request, tuple[str, JSON]] = LRUCache(maxsize=DEFAULTED_CACHE)
+        # job -> writes in doubt and their announcements (see the module docstring).
+        self._doubts: dict[Request, _Doubt] = {}
 
     async def reconcile(self, request: Request) -> Result:
-        key = f"{request.namespace}/{request.name}"
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
-            self._superseded.pop(key, None)
-            self._counts_unwritten.pop(key, None)
-            self._defaulted.pop(key, None)
-            self._doubts.pop(key, None)
-            self.expectations.delete_expectations(pods_key(key))
-            self.expectations.delete_expectations(services_key(key))
+            self._superseded.pop(request, None)
+            self._counts_unwritten.pop(request, None)
+            self._defaulted.pop(request, None)
+            self._doubts.pop(request, None)
+            self.expectations.delete_expectations((request, PODS))
+            self.expectations.delete_expectations((request, SERVICES))
             await self._release_orphaned_workloads(request.namespace, request.name)
             return Result()
         rv = job["metadata"].get("resourceVersion", "")
-        if self._superseded.get(key) == rv:
+        if self._superseded.get(request) == rv:
             # Our own status write has not reached the cache yet; its watch event requeues.
             return Result()
-        self._superseded.pop(key, None)
+        self._superseded.pop(request, None)
         if not (
-            self.expectations.satisfied(pods_key(key))
-            and self.expectations.satisfied(services_key(key))
+            self.expectations.satisfied((request, PODS))
+            and self.expectations.satisfied((request, SERVICES))
         ):
             # The informer events that satisfy them requeue the job; the TTL bounds the wait.
             log.debug("waiting for the cache to show our own creates/deletes")
@@ -275,12 +270,12 @@ class MSJobReconciler:
         pod_group = None
         if self.pod_groups is not None and self.options.gang_scheduling:
             pod_group = self.pod_groups.get(request.name, request.namespace)
-        cached = self._defaulted.get(key)
+        cached = self._defaulted.get(request)
         if cached is not None and cached[0] == rv and rv:
             defaulted = cached[1]
         else:
             defaulted = apply_defaults(job)
-            self._defaulted[key] = (rv, defaulted)
+            self._defaulted[request] = (rv, defaulted)
         workload, other_workloads, flavors = self._workloads(job)
         observed = Observed(
             job=job,
@@ -292,11 +287,11 @@ class MSJobReconciler:
             now=self.now(),
             pod_group=pod_group,
             defaulted=defaulted,
-            progress=self.progress(key) if self.progress is not None else None,
-            counts_unwritten_since=self._counts_unwritten.get(key),
+            progress=self.progress(request) if self.progress is not None else None,
+            counts_unwritten_since=self._counts_unwritten.get(request),
         )
-        if key in self._doubts:
-            self._settle(key, observed)
+        if request in self._doubts:
+            self._settle(request, observed)
         p = plan(observed, self.options)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
@@ -304,24 +299,20 @@ class MSJobReconciler:
         if p.create_services and not p.status_first:
             # The create response carries the Service's ClusterIP: plan again with it, so
             # the pods that need it go out in this pass, not after a watch round trip.
-            ns = request.namespace
-            failure, created = await self._create(
-                key, ns, job, SERVICES, p.create_services, services_key(key)
-            )
+            failure, created = await self._create(request, job, SERVICES, p.create_services)
             if failure is None:
                 observed.services = [*observed.services, *created]
                 p = plan(observed, self.options)
             else:
                 p.create_services, p.create_pods = [], []
-        return await self._apply(key, observed, p, failure)
+        return await self._apply(request, observed, p, failure)
 
     async def _apply(
-        self, key: str, observed: Observed, p: Plan, failure: ApiError | None
+        self, request: Request, observed: Observed, p: Plan, failure: ApiError | None
     ) -> Result:
         job = observed.job
-        ns = job["metadata"]["namespace"]
         if p.status is not None and p.status_first:
-            written = await self._write_status(key, job, p.status, p.transitions, p.events)
+            written = await self._write_status(request, job, p.status, p.transitions, p.events)
             if written is None:
                 return Result(requeue=True)
             # The status is out: what is left of the Plan is applied to the job it returned.
@@ -329,21 +320,23 @@ class MSJobReconciler:
             p = replace(p, status=None, transitions=[])
             job = written
 
-        failure = await self._children(key, ns, job, p, failure)
+        failure = await self._children(request, job, p, failure)
         # A Workload write that conflicted is planned again from a fresher cache; one that
         # waits for its priority class is retried with the controller's backoff.
-        workload_written = await self._scheduling_objects(ns, job, p, observed.workload)
+        workload_written = await self._scheduling_objects(
+            request.namespace, job, p, observed.workload
+        )
 
         w = status_write(observed, p, failure)
         if w.held:
-            self._counts_unwritten.setdefault(key, observed.now)
+            self._counts_unwritten.setdefault(request, observed.now)
         if w.status is not None:
-            if await self._write_status(key, job, w.status, w.transitions, p.events) is None:
+            if await self._write_status(request, job, w.status, w.transitions, p.events) is None:
                 # The transitions these events announce are not stored: the next pass
                 # plans them again, with their events (emitting them now would announce
                 # a transition once per failed attempt, e.g. through an API outage).
                 return Result(requeue=True)
-            self._counts_unwritten.pop(key, None)
+            self._counts_unwritten.pop(request, None)
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
         if p.delete_job:
@@ -357,7 +350,7 @@ class MSJobReconciler:
         return Result(requeue_after=w.requeue_after)
 
     async def _children(
-        self, key: str, ns: str, job: JSON, p: Plan, failure: ApiError | None
+        self, request: Request, job: JSON, p: Plan, failure: ApiError | None
     ) -> ApiError | None:
         """Services, then pods (the first refused create stops the creates), then
         deletes; returns the refusal."""
@@ -365,14 +358,12 @@ class MSJobReconciler:
         if creates and failure is None and not await self._still_there(job, p):
             p = replace(p, create_services=[], create_pods=[])
         if failure is None:
-            failure, _ = await self._create(
-                key, ns, job, SERVICES, p.create_services, services_key(key)
-            )
+            failure, _ = await self._create(request, job, SERVICES, p.create_services)
         if failure is None:
-            failure, _ = await self._create(key, ns, job, PODS, p.create_pods, pods_key(key))
-        await self._delete(key, ns, PODS, p.delete_pods, pods_key(key))
-        await self._delete(key, ns, PODS, p.force_delete_pods, pods_key(key), grace=0)
-        await self._delete(key, ns, SERVICES, p.delete_services, services_key(key))
+            failure, _ = await self._create(request, job, PODS, p.create_pods)
+        await self._delete(request, PODS, p.delete_pods)
+        await self._delete(request, PODS, p.force_delete_pods, grace=0)
+        await self._delete(request, SERVICES, p.delete_services)
         return failure
 
     async def _still_there(self, job: JSON, p: Plan) -> bool:
@@ -398,11 +389,11 @@ class MSJobReconciler:
             return False
         return True
 
-    def _settle(self, key: str, observed: Observed) -> None:
+    def _settle(self, request: Request, observed: Observed) -> None:
         """Announce the writes in doubt that the cache now shows stored. A status in doubt
         is judged once the cache holds a newer job than the one it was written over, and
         forgotten then either way (if it was not stored, this pass plans it again)."""
-        doubt = self._doubts[key]
+        doubt = self._doubts[request]
         job = observed.job
         for kind, children in (("Pod", observed.pods), ("Service", observed.services)):
             names = doubt.creates.get(kind)
@@ -415,14 +406,13 @@ class MSJobReconciler:
                 for e in doubt.events:
                     self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
             doubt.status, doubt.events = None, []
-        self._forget_settled(key)
+        self._forget_settled(request)
 
     def _announce_created(self, job: JSON, kind: str, names: set[str]) -> None:
         """``SuccessfulCreate<kind>`` for children in doubt now known to exist."""
         if not names:
             return
-        key = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
-        doubt = self._doubts.get(key)
+        doubt = self._doubts.get(Request(job["metadata"]["namespace"], job["metadata"]["name"]))
         if doubt is not None:
             doubt.creates.get(kind, set()).difference_update(names)
         for message in created_messages(kind, sorted(names)):
@@ -430,7 +420,7 @@ class MSJobReconciler:
 
     async def _write_status(
         self,
-        key: str,
+        request: Request,
         job: JSON,
         status: JSON,
         transitions: Sequence[str],
@@ -440,7 +430,7 @@ class MSJobReconciler:
         or None when it moved or the job is gone (requeue). A write in doubt keeps
         ``events`` to announce it once it shows stored."""
         try:
-            written = await self._patch_status(key, job, status, transitions)
+            written = await self._patch_status(request, job, status, transitions)
         except TerminalError:
             # No status can be stored for this object as it is (it fails the CRD's current
             # schema), and it is not retried: its Events are the only word the user gets.
@@ -450,20 +440,20 @@ class MSJobReconciler:
         except (ApiError, asyncio.CancelledError) as e:
             # No answer, a server error, or a pass cancelled while the write was out.
             if not isinstance(e, ApiError) or in_doubt(e):
-                doubt = self._doubts.setdefault(key, _Doubt())
+                doubt = self._doubts.setdefault(request, _Doubt())
                 doubt.status, doubt.events = status, list(events)
                 doubt.base = job["metadata"].get("resourceVersion")
             raise
-        held = self._doubts.get(key)
+        held = self._doubts.get(request)
         if written is not None and held is not None and held.status is not None:
             # Written over the very version the doubtful write was tested against: that
             # one was not stored, and this write's Events announce the same transitions.
             held.status, held.events = None, []
-            self._forget_settled(key)
+            self._forget_settled(request)
         return written
 
     async def _patch_status(
-        self, key: str, job: JSON, status: JSON, transitions: Sequence[str]
+        self, request: Request, job: JSON, status: JSON, transitions: Sequence[str]
     ) -> JSON | None:
         meta = job["metadata"]
         ops = [
@@ -485,12 +475,12 @@ class MSJobReconciler:
                 # that edit enqueues it again. Retrying now would only loop.
                 raise TerminalError(f"status write refused: {e.message}") from e
             raise
-        self._superseded[key] = meta["resourceVersion"]
+        self._superseded[request] = meta["resourceVersion"]
         metrics.count_transitions(transitions, meta["namespace"])
         return updated
 
     async def _create(
-        self, key: str, ns: str, job: JSON, res: Resource, objs: list[JSON], exp_key: str
+        self, request: Request, job: JSON, res: Resource, objs: list[JSON]
     ) -> tuple[ApiError | None, list[JSON]]:
         """Create ``objs`` in slow-start batches; return the first failure (creates stop
         there) and the objects the API server returned."""
@@ -498,10 +488,10 @@ class MSJobReconciler:
         if not objs:
             return None, created
         names = [o["metadata"]["name"] for o in objs]
+        exp_key = (request, res)
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
-        job_key = f"{ns}/{job['metadata']['name']}"
-        doubts = self._doubts.setdefault(job_key, _Doubt()).creates.setdefault(kind, set())
+        doubts = self._doubts.setdefault(request, _Doubt()).creates.setdefault(kind, set())
         found: set[str] = set()
         failure: ApiError | None = None
         done = 0
@@ -514,7 +504,8 @@ class MSJobReconciler:
             # process at once) leaves them so, and says so when it stops.
             doubts.update(sent)
             results = await asyncio.gather(
-                *(self.client.create(res, o, ns) for o in chunk), return_exceptions=True
+                *(self.client.create(res, o, request.namespace) for o in chunk),
+                return_exceptions=True,
             )
             for obj, result in zip(chunk, results, strict=True):
                 name = obj["metadata"]["name"]
@@ -550,20 +541,20 @@ class MSJobReconciler:
             batch *= 2
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
-        self._announce_pass(job_key, job, kind, created, found)
+        self._announce_pass(request, job, kind, created, found)
         return failure, created
 
     def _announce_pass(
-        self, job_key: str, job: JSON, kind: str, created: list[JSON], found: set[str]
+        self, request: Request, job: JSON, kind: str, created: list[JSON], found: set[str]
     ) -> None:
         """One event per pass names every object it created (not one event per object),
         another the objects in doubt it found stored."""
         names = [o["metadata"]["name"] for o in created]
-        self._doubts[job_key].creates[kind].difference_update(names)
+        self._doubts[request].creates[kind].difference_update(names)
         for message in created_messages(kind, names):
             self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
         self._announce_created(job, kind, found)
-        self._forget_settled(job_key)
+        self._forget_settled(request)
 
     def unannounced(self) -> int:
         """Events held back for writes still in doubt: one per job and kind of child
@@ -590,22 +581,17 @@ class MSJobReconciler:
                 ),
             )
 
-    def _forget_settled(self, key: str) -> None:
-        doubt = self._doubts.get(key)
+    def _forget_settled(self, request: Request) -> None:
+        doubt = self._doubts.get(request)
         if doubt is not None and doubt.status is None and not any(doubt.creates.values()):
-            del self._doubts[key]
+            del self._doubts[request]
 
     async def _delete(
-        self,
-        key: str,
-        ns: str,
-        res: Resource,
-        objs: list[JSON],
-        exp_key: str,
-        grace: int | None = None,
+        self, request: Request, res: Resource, objs: list[JSON], grace: int | None = None
     ) -> None:
         if not objs:
             return
+        exp_key = (request, res)
         names = [o["metadata"]["name"] for o in objs]
         if grace is None:
             self.expectations.expect_deletions_of(exp_key, names)
@@ -614,7 +600,7 @@ class MSJobReconciler:
             meta = obj["metadata"]
             try:
                 await self.client.delete(
-                    res, meta["name"], ns, uid_precondition=meta["uid"],
+                    res, meta["name"], request.namespace, uid_precondition=meta["uid"],
                     grace_period_seconds=grace,
                 )  # fmt: skip
             except ApiError as e:

@@ -14,15 +14,12 @@
 from __future__ import annotations
 
 from msop.api import constants as c
-from msop.api.naming import owner_job_key
 from msop.api.resources import MSJOBS
 from msop.controller.controller import Controller
 from msop.controller.expectations import Expectations
 from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner, Obj
 from msop.controller.manager import Manager
 from msop.controller.ratelimiter import default_controller_rate_limiter
-from msop.controller.reconcile import Request
-from msop.controller.workqueue import PRIORITY_LOW
 from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import Transform
@@ -31,7 +28,7 @@ from msop.msjob import metrics
 from msop.msjob.plan import Options
 from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
-from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
+from msop.msjob.reconciler import ChildKey, MSJobReconciler
 from msop.msjob.settings import Settings
 
 CONTROLLER_NAME = "msjob"
@@ -39,23 +36,20 @@ EVENT_COMPONENT = "msjob-controller"
 CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
 #: Upper bound (seconds) of the per-job retry backoff after a failed reconcile.
 RETRY_MAX_DELAY = 60.0
+#: Maps a child (pod, Service, PodGroup, Workload) to the MSJob that controls it.
+OWNER = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
 
 
-def _observe(informer: SharedInformer, expectations: Expectations, key_of: str) -> None:
+def _observe(informer: SharedInformer, expectations: Expectations[ChildKey], res: Resource) -> None:
     """Lower expectations as our own creates and deletes reach this cache."""
 
-    def exp_key(job_key: str) -> str:
-        return pods_key(job_key) if key_of == "pods" else services_key(job_key)
-
     def on_add(obj: Obj, initial: bool) -> None:
-        key = owner_job_key(obj)
-        if key:
-            expectations.creation_observed(exp_key(key), obj["metadata"]["name"])
+        for job in OWNER.requests(obj):
+            expectations.creation_observed((job, res), obj["metadata"]["name"])
 
     def on_delete(obj: Obj) -> None:
-        key = owner_job_key(obj)
-        if key:
-            expectations.deletion_observed(exp_key(key), obj["metadata"]["name"])
+        for job in OWNER.requests(obj):
+            expectations.deletion_observed((job, res), obj["metadata"]["name"])
 
     informer.add_event_handler(on_add=on_add, on_delete=on_delete)
 
@@ -87,13 +81,10 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # Cluster-scoped and few: the node labels and tolerations of admitted flavors.
     flavors = [factory.informer_for(RESOURCEFLAVORS)] if settings.kueue else []
 
-    expectations = Expectations()
+    expectations: Expectations[ChildKey] = Expectations()
     poller: ProgressPoller | None = None
     if settings.progress_port:
         poller = ProgressPoller(
-            # Low priority: a progress write never delays creating pods or reporting a
-            # condition (the queue serves normal-priority keys first).
-            lambda ns, name: controller.queue.add(Request(ns, name), priority=PRIORITY_LOW),
             interval=settings.progress_interval,
             max_reports_per_second=settings.progress_writes_per_second,
         )
@@ -135,19 +126,22 @@ def setup(manager: Manager, settings: Settings) -> Controller:
                 "deleted", str(obj["metadata"].get("namespace", ""))
             ),
         )
-    owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
     for inf in pods:
-        controller.watch(inf, owner)
-        _observe(inf, expectations, "pods")
+        controller.watch(inf, OWNER)
+        _observe(inf, expectations, PODS)
     for inf in services:
-        controller.watch(inf, owner)
-        _observe(inf, expectations, "services")
+        controller.watch(inf, OWNER)
+        _observe(inf, expectations, SERVICES)
     for inf in [*pod_groups, *workloads]:
-        controller.watch(inf, owner)
+        controller.watch(inf, OWNER)
     manager.add(controller)
     if poller is not None:
         for inf in pods:
-            poller.watch(inf)
+            poller.follow(inf)
+        # A new report is an update of Worker 0 whose object did not change, which the
+        # handler enqueues at low priority (like a resync): a progress write never
+        # delays creating pods or reporting a condition.
+        controller.watch(poller, OWNER)
         metrics.PROGRESS.add(poller)
         manager.add(poller)
     return controller

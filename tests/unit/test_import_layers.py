@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -65,3 +66,41 @@ def test_the_generic_layers_do_not_import_the_domain() -> None:
     mods = _loaded_by("import msop.kube, msop.informers, msop.controller")
     assert [m for m in mods if m.startswith(("msop.msjob", "msop.sdk", "msop.cli"))] == []
     assert [m for m in mods if m.startswith("msop.api")] == []
+
+
+def test_the_api_reads_the_pods_contract_without_the_pod_side_code() -> None:
+    # api/ needs a dozen names of the wire contract; the reporter (sockets, threads) and the
+    # msrun launcher (process handling) run in training pods, not in the operator's API.
+    mods = _loaded_by("import msop.api, msop.api.report, msop.api.constants")
+    assert "msop.integrations.wire" in mods
+    assert [
+        m for m in mods if m.startswith("msop.integrations.") and m != "msop.integrations.wire"
+    ] == []
+    assert [
+        m for m in mods if m.startswith(("msop.msjob", "msop.controller", "msop.informers"))
+    ] == []
+
+
+def test_the_pure_rooms_load_no_runtime() -> None:
+    # The planner's rooms (pod facts, the status-write decision) are pure, and the write
+    # protocol needs no HTTP client.
+    mods = _loaded_by(
+        "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer"
+    )
+    assert _runtime(mods) == []
+    assert "msop.kube.client" not in mods and "aiohttp" not in mods
+
+
+def test_the_store_side_of_the_informers_imports_no_watch_machinery() -> None:
+    # The store (with the relist deltas and the tombstone) is what listers and the informer
+    # file objects in; the reflector (list and watch) feeds it, never the other way round.
+    tree = ast.parse((REPO / "msop/informers/store.py").read_text())
+    imported = {
+        node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+    assert [m for m in imported if m.startswith("msop.")] == ["msop.kube.objects"]

@@ -28,6 +28,7 @@ from bench.polling import (
 from bench.report import judge, render_markdown
 from bench.reporters import Reporter, Reporters, report_body, response_for, worker0_address
 from msop.api import report as progress_api
+from msop.controller.reconcile import Request as JobKey
 from msop.msjob import desired
 from msop.msjob.poller import ProgressPoller
 from tests.unit.msjob.test_plan import job
@@ -277,8 +278,9 @@ async def test_reporters_against_the_real_poller() -> None:
             break
         await asyncio.sleep(0.01)
     assert reporters.listening() == 1
+    poller = ProgressPoller(timeout=0.3)
     enqueued: list[str] = []
-    poller = ProgressPoller(lambda ns, name: enqueued.append(name), timeout=0.3)
+    poller.add_event_handler(on_update=lambda old, new: enqueued.append(new["metadata"]["name"]))
     poller.observe(pod)
     [target] = poller._targets.values()
     session_run = asyncio.create_task(poller.run())  # builds the real aiohttp session
@@ -286,8 +288,8 @@ async def test_reporters_against_the_real_poller() -> None:
         await asyncio.sleep(0.05)
         assert await poller.poll(target) == "report"
         assert await poller.poll(target) == "report"  # a new seq each time
-        assert enqueued == ["j", "j"]
-        assert poller.get("ns/j") is not None
+        assert enqueued == ["j-worker-0", "j-worker-0"]
+        assert poller.get(JobKey("ns", "j")) is not None
         await reporters.set_mode([pod["metadata"]["name"]], "refuse")
         assert await poller.poll(target) == "unreachable"
         await reporters.set_mode([pod["metadata"]["name"]], "silent")

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
+from msop.controller.reconcile import Request
 from msop.metrics import REGISTRY
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS, ProgressCollector
@@ -20,10 +21,12 @@ from msop.msjob.poller import (
     Target,
     target_url,
 )
+from msop.msjob.setup import OWNER
 from tests.unit.msjob.test_plan import job
 
 JSON = dict[str, Any]
 WALL = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+JOB = Request("ns", "j")
 
 
 def worker(index: int = 0, *, ip: str = "10.1.0.5", phase: str = "Running", port: int = 28080,
@@ -66,12 +69,23 @@ class Answers:
 
 
 def poller(fetch: Any, clock: Clock | None = None) -> tuple[ProgressPoller, list[str]]:
-    enqueued: list[str] = []
     p = ProgressPoller(
-        lambda ns, name: enqueued.append(f"{ns}/{name}"), interval=30.0, fetch=fetch,
-        clock=clock or Clock(), now=lambda: WALL, rand=lambda: 0.5,
-    )  # fmt: skip
-    return p, enqueued
+        interval=30.0, fetch=fetch, clock=clock or Clock(), now=lambda: WALL, rand=lambda: 0.5
+    )
+    return p, announced(p)
+
+
+def announced(p: ProgressPoller) -> list[str]:
+    """The jobs the poller announces, as a controller's owner handler would enqueue them:
+    each announcement is an update of Worker 0 whose object did not change."""
+    jobs: list[str] = []
+
+    def on_update(old: JSON, new: JSON) -> None:
+        assert old is new and old["metadata"]["name"].endswith("-worker-0")
+        jobs.extend(str(r) for r in OWNER.requests(new))
+
+    p.add_event_handler(on_update=on_update)
+    return jobs
 
 
 def only_target(p: ProgressPoller) -> Target:
@@ -101,7 +115,7 @@ async def test_a_new_report_is_stored_timed_by_its_age_and_enqueues_the_job_once
     target = only_target(p)
     assert await p.poll(target) == "report"
     assert enqueued == ["ns/j"]
-    assert p.get("ns/j") == {"percentComplete": 25, "step": 5, "totalSteps": 20,
+    assert p.get(JOB) == {"percentComplete": 25, "step": 5, "totalSteps": 20,
                              "lastReportTime": "2026-01-01T11:59:58Z"}  # fmt: skip
     assert await p.poll(target) == "unchanged"  # same seq: nothing new, no write
     assert enqueued == ["ns/j"]
@@ -115,7 +129,7 @@ async def test_a_report_naming_another_pod_is_rejected_and_never_stored() -> Non
     p.observe(worker())
     assert await p.poll(only_target(p)) == "rejected"
     assert await p.poll(only_target(p)) == "rejected"
-    assert p.get("ns/j") is None and enqueued == []
+    assert p.get(JOB) is None and enqueued == []
 
 
 @pytest.mark.parametrize(
@@ -139,7 +153,7 @@ async def test_no_report_is_counted_by_result_and_stores_nothing(
     target.in_flight = True
     await p._poll(target, p.slots())
     assert POLLS.labels(result)._value.get() == before + 1
-    assert p.get("ns/j") is None and enqueued == [] and not target.in_flight
+    assert p.get(JOB) is None and enqueued == [] and not target.in_flight
 
 
 async def test_asked_every_interval_and_sooner_while_it_has_not_answered_yet() -> None:
@@ -161,9 +175,9 @@ async def test_a_target_goes_with_its_pod_and_takes_its_report_with_it() -> None
     pod = worker()
     p.observe(pod)
     await p.poll(only_target(p))
-    assert p.get("ns/j") is not None
+    assert p.get(JOB) is not None
     p.observe({**pod, "status": {"phase": "Succeeded", "podIP": "10.1.0.5"}})
-    assert len(p) == 0 and p.get("ns/j") is None
+    assert len(p) == 0 and p.get(JOB) is None
     p.observe(pod)
     p.forget(pod)
     assert len(p) == 0
@@ -269,10 +283,9 @@ async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    enqueued: list[str] = []
     clock = Clock()
-    p = ProgressPoller(lambda ns, name: enqueued.append(name), interval=1.0, tick=0.01,
-                       clock=clock, now=lambda: WALL)  # fmt: skip
+    p = ProgressPoller(interval=1.0, tick=0.01, clock=clock, now=lambda: WALL)
+    enqueued = announced(p)
     p.observe(worker(ip="127.0.0.1", port=port))
     clock.t += FIRST_POLL_DELAY
     task = asyncio.create_task(p.run())
@@ -285,8 +298,8 @@ async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await runner.cleanup()
-    assert seen == ["/progress"] and enqueued == ["j"]
-    assert p.get("ns/j") is not None
+    assert seen == ["/progress"] and enqueued == ["ns/j"]
+    assert p.get(JOB) is not None
 
 
 async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:

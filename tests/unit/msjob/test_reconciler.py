@@ -20,9 +20,9 @@ from msop.controller.expectations import Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube.errors import ApiError, ApiUnavailable
-from msop.kube.resources import Resource
+from msop.kube.resources import PODS, Resource
 from msop.msjob.plan import Options
-from msop.msjob.reconciler import MSJobReconciler, pods_key, services_key
+from msop.msjob.reconciler import MSJobReconciler
 from msop.msjob.statuswrite import COUNT_WRITE_DELAY
 
 JSON = dict[str, Any]
@@ -42,6 +42,7 @@ SCHEMA = ApiError(
 )  # the stored object fails the CRD's schema (a failed patch test has no details)
 GONE = ApiError(404, "NotFound", 'pods "j-worker-3" not found')
 TEST_FAILED = ApiError(422, "Invalid", "the server rejected our request", body={"details": {}})
+JOB = Request("ns", "j")
 GONE_JOB = ApiError(404, "NotFound", 'msjobs.mindspore.gitee.com "j" not found')
 
 
@@ -125,7 +126,7 @@ class Cluster:
         if (res.kind, name) in self.objects:
             raise ApiError(409, "AlreadyExists", f"{res.kind} {name!r} already exists")
         self.objects[(res.kind, name)] = made
-        key = pods_key("ns/j") if res.kind == "Pod" else services_key("ns/j")
+        key = (JOB, res)
         self.expectations.creation_observed(key, name)
         self._raise_lost("create", res.kind)
         return made
@@ -135,7 +136,7 @@ class Cluster:
         self.deletes.append({"kind": res.kind, "name": name, **kw})
         self._raise("delete", res.kind)
         self.objects.pop((res.kind, name), None)
-        key = pods_key("ns/j") if res.kind == "Pod" else services_key("ns/j")
+        key = (JOB, res)
         self.expectations.deletion_observed(key, name)
 
     async def patch(self, res: Resource, name: str, body: bytes, ns: str, **kw: Any) -> JSON:
@@ -236,7 +237,7 @@ def test_already_exists_counts_as_created() -> None:
     assert h.reconcile() == Result()
     assert "FailedCreatePod" not in h.reasons()
     assert "ReplicaFailure" not in h.conditions()
-    assert h.expectations.satisfied(pods_key("ns/j"))
+    assert h.expectations.satisfied((JOB, PODS))
 
 
 def test_a_quota_refusal_on_the_service_holds_every_pod() -> None:
