@@ -1,7 +1,7 @@
 """The one alias for Kubernetes objects and their parts as plain dicts, RFC 3339 time, and
 the controller owner of an object.
 
-Objects are dicts exactly as the API server sends them (see DESIGN.md); ``JSON`` names
+Objects are dicts exactly as the API server sends them (docs/development/layout.md); ``JSON`` names
 that everywhere. Times on the wire are RFC 3339 in UTC: ``Time`` has whole seconds
 (``2026-01-01T00:00:00Z``), ``MicroTime`` microseconds (Leases, ``eventTime``).
 """

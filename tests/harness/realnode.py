@@ -18,7 +18,7 @@ to the API server (so kubectl and tests on the host use ``kubeconfig``), and ins
 namespace the bridge gateway to the API server, so pods reach the ``kubernetes``
 Service. Images come from ``tests.harness.images`` and are imported into containerd.
 
-The fixes this machine needs (``shared/notes/real-node.md``): cgroup v1 (the kubelet's
+The fixes this machine needs (docs/development/real-node.md): cgroup v1 (the kubelet's
 ``failCgroupV1: false``), no CAP_SYS_RESOURCE (containerd's ``restrict_oom_score_adj``
 and the kubelet's ``oomScoreAdj: 0``), no systemd (every daemon is a child process).
 

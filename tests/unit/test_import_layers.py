@@ -104,3 +104,44 @@ def test_the_store_side_of_the_informers_imports_no_watch_machinery() -> None:
         for alias in node.names
     }
     assert [m for m in imported if m.startswith("msop.")] == ["msop.kube.objects"]
+
+
+#: The layers of docs/development/layout.md, in order: each imports only those before it.
+LAYERS = (
+    ("msop", "msop.logs", "msop.metrics"),
+    ("msop.integrations",),
+    ("msop.kube",),
+    ("msop.informers",),
+    ("msop.controller",),
+    ("msop.api",),
+    ("msop.msjob",),
+    ("msop.sdk",),
+    ("msop.cli",),
+)
+
+
+def _rank(module: str) -> int:
+    for rank, roots in reversed(list(enumerate(LAYERS))):
+        if any(module == r or module.startswith(f"{r}.") for r in roots if r != "msop"):
+            return rank
+    return 0
+
+
+def test_each_layer_imports_only_the_layers_before_it() -> None:
+    # Static, so it also sees imports inside functions and under TYPE_CHECKING.
+    wrong = []
+    for path in sorted((REPO / "msop").rglob("*.py")):
+        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            wrong += [
+                f"{module} imports {n}"
+                for n in names
+                if n.startswith("msop.") and _rank(n) > _rank(module)
+            ]
+    assert wrong == []
