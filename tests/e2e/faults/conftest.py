@@ -17,7 +17,6 @@ measured are printed and gathered in a table at the end of the session.
 from __future__ import annotations
 
 import json
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,44 +25,16 @@ from typing import Any
 import pytest
 
 from tests.e2e.faults.checks import FIGURES
+from tests.e2e.faults.cluster import fault_cluster, prepare
 from tests.e2e.sessions import (
     OperatorFactory,
-    build_binaries,
-    install_crds,
     operator_factory,
     run_session_cluster,
 )
 from tests.harness import LocalCluster
 from tests.harness.cluster import create_namespace
-from tests.harness.paths import CACHE, REPO
-from tests.harness.serviceaccount import install_rbac, service_account_kubeconfig
-
-#: The scheduler and the controller-manager run without leader election: with it, an API
-#: server down for longer than their renew deadline (10 s, which a 5-8 s outage plus the
-#: API server's own start can reach) makes them exit, and nothing here restarts them.
-ONE_INSTANCE = (
-    "--extra-args", "kube-scheduler=leader-elect=false",
-    "--extra-args", "kube-controller-manager=leader-elect=false",
-)  # fmt: skip
-
-
-def fault_cluster(name: str, *extra_args: str, **options: Any) -> LocalCluster:
-    """A kwok cluster with the API server's default limits and APF on; ``extra_args``
-    are more kwokctl arguments (``--extra-args component=flag=value``), ``options`` more
-    kwokctl options."""
-    return LocalCluster(
-        name=f"{name}-{os.getpid()}",
-        bin_dir=build_binaries(),
-        workdir=CACHE / "kwok",
-        nodes=2,
-        extra_options={"disableQPSLimits": False, **options},
-        extra_kwokctl_args=(*ONE_INSTANCE, *extra_args),
-    )
-
-
-def prepare(c: LocalCluster) -> None:
-    install_crds(c)
-    install_rbac(c, REPO / "config")
+from tests.harness.paths import CACHE
+from tests.harness.serviceaccount import service_account_kubeconfig
 
 
 @pytest.fixture(scope="session")

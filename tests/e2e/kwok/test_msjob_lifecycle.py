@@ -230,12 +230,15 @@ def test_active_deadline_fails_the_job_on_time(
     apply(cluster, namespace, _job("dl", {"activeDeadlineSeconds": 3}, Worker=(1, "Never")))
     _run_all(kubelet, cluster, namespace, "dl", {"dl-worker-0"})
     # No pod event happens after Running: only a precise requeue can fire the deadline.
-    failed = wait_condition(cluster, namespace, "dl", "Failed", timeout=20)
+    failed = wait_condition(cluster, namespace, "dl", "Failed", timeout=60)
     cond = condition(failed, "Failed")
     assert cond and cond["reason"] == "DeadlineExceeded"
+    # Judged from the job's own times (whole seconds): never before startTime + 3 s, and
+    # near it (nothing but the precise requeue wakes the job; without it the job would
+    # wait for the next resync, hours away). 10 s leaves room for a loaded machine.
     started = parse_time(failed["status"]["startTime"])
     ended = parse_time(cond["lastTransitionTime"])
-    assert started and ended and 3 <= (ended - started).total_seconds() <= 6
+    assert started and ended and 3 <= (ended - started).total_seconds() <= 10
     wait_for("pods deleted", lambda: not job_pods(cluster, namespace, "dl"))
 
 
@@ -391,7 +394,7 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     """A job with a Scheduler restarts as a whole (restartScope Job, its default): one
     killed Worker recreates every pod, counted once; a scale of the running job recreates
     every pod with the new MS_WORKER_NUM. (The peers' follow-on exits are in the planner's
-    unit tests and, for real, in tests/e2e/real/test_mindspore_real.py: here the stand-in
+    unit tests and, for real, in tests/e2e/real/test_mindspore.py: here the stand-in
     would fail the recreated pod of the same name.)"""
     job = _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode"))
     for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]

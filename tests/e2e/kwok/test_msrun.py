@@ -1,6 +1,6 @@
 """msrun jobs on the local control plane (kwok nodes, the kubelet stand-in): the pods and
 the Service msop creates for ``spec.msrun``, and how it reads the launcher's verdicts.
-Real msrun runs in ``tests/e2e/real/test_msrun_real.py``."""
+Real msrun runs in ``tests/e2e/real/test_msrun.py``."""
 
 from __future__ import annotations
 

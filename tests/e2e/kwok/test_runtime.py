@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -31,6 +32,7 @@ from msop.controller.handler import request_for
 from msop.informers import SharedInformer
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists
+from msop.kube.objects import parse_time
 from msop.kube.resources import CONFIGMAPS, EVENTS, LEASES
 from tests.harness import LocalCluster
 
@@ -159,6 +161,13 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
+def _lease_time(lease: dict[str, Any], field: str) -> datetime:
+    """A Lease's ``spec.acquireTime``/``renewTime`` (MicroTime)."""
+    value = parse_time(lease["spec"].get(field))
+    assert value is not None, f"Lease has no {field}: {lease['spec']}"
+    return value
+
+
 def lease_config(ns: str, identity: str, *, release: bool = True) -> LeaderElectionConfig:
     return LeaderElectionConfig(
         name="toy-leader",
@@ -244,12 +253,16 @@ async def test_leader_election_one_leader_kill_and_release(
         lease = await kube.get(LEASES, "toy-leader", namespace)
         assert lease["spec"]["holderIdentity"] == "replica-a"
 
-        # Kill A without release: B takes over within the lease duration (+ retry slack).
+        # Kill A without release: B takes over once A's lease has expired, not before.
+        # Judged from the Lease's own times (written by A and B on this machine's clock):
+        # B's acquireTime is at least a lease duration after A's last renewTime.
         await stop(task_a)
-        killed = time.monotonic()
-        await asyncio.wait_for(b.wait_until_leader(), 3 + 2 * 0.6 + 2)
-        takeover = time.monotonic() - killed
-        assert takeover >= 1.0, "B took over before A's lease could have expired"
+        last_renew = _lease_time(await kube.get(LEASES, "toy-leader", namespace), "renewTime")
+        await asyncio.wait_for(b.wait_until_leader(), 60)  # a hang guard, not a bound
+        lease = await kube.get(LEASES, "toy-leader", namespace)
+        assert lease["spec"]["holderIdentity"] == "replica-b"
+        gap = (_lease_time(lease, "acquireTime") - last_renew).total_seconds()
+        assert gap >= 3.0, f"B took over {gap:.2f}s after A's last renewal (lease 3s)"
         await kube.create(CONFIGMAPS, source(namespace, "two", {"y": "2"}), namespace)
         await eventually(
             "copy by B", lambda: _equals(copy_data(kube, namespace, "two"), {"y": "2"})
@@ -270,9 +283,13 @@ async def test_leader_election_one_leader_kill_and_release(
         assert not c.is_leader()
         b.stop()
         await task_b
-        released = time.monotonic()
-        await asyncio.wait_for(c.wait_until_leader(), 3)
-        assert time.monotonic() - released < 2.0, "no release: C waited for expiry"
+        lease = await kube.get(LEASES, "toy-leader", namespace)
+        assert lease["spec"]["holderIdentity"] == ""  # released
+        released = _lease_time(lease, "renewTime")
+        await asyncio.wait_for(c.wait_until_leader(), 60)  # a hang guard, not a bound
+        lease = await kube.get(LEASES, "toy-leader", namespace)
+        gap = (_lease_time(lease, "acquireTime") - released).total_seconds()
+        assert gap < 3.0, f"C took the lease {gap:.2f}s after the release: it waited for expiry"
     finally:
         for t in (task_a, task_b, c_task):
             if t is not None and not t.done():

@@ -17,7 +17,6 @@ kubeconfig (the host relay to the API server).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import time
@@ -27,14 +26,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.real.install import wait_available
 from tests.e2e.sessions import run_session_cluster
 from tests.harness.cluster import ClusterStartError
 from tests.harness.paths import CACHE, REPO
 from tests.harness.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
-
-OPERATOR_NAMESPACE = "msop-system"
-DEPLOYMENT = "msop-controller-manager"
-LEASE = "msop.mindspore.gitee.com"
 
 
 @pytest.fixture(scope="session")
@@ -60,34 +56,6 @@ def real_cluster(prepared: Prepared) -> Iterator[RealCluster]:
         images=prepared.images.all(),
     )
     yield from run_session_cluster(cluster)
-
-
-def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, object]:
-    deadline = time.monotonic() + timeout
-    status: dict[str, object] = {}
-    while time.monotonic() < deadline:
-        dep = json.loads(
-            cluster.kubectl(
-                "get", "deployment", DEPLOYMENT, "-n", OPERATOR_NAMESPACE, "-o", "json"
-            ).stdout
-        )
-        status = dep.get("status", {})
-        conds = {c["type"]: c["status"] for c in status.get("conditions", [])}
-        if (
-            conds.get("Available") == "True"
-            and status.get("readyReplicas") == dep["spec"]["replicas"]
-        ):
-            return dep
-        time.sleep(1)
-    pods = cluster.kubectl(
-        "get", "pods", "-n", OPERATOR_NAMESPACE, "-o", "wide", check=False
-    ).stdout
-    events = cluster.kubectl("get", "events", "-n", OPERATOR_NAMESPACE, check=False).stdout
-    pytest.fail(
-        f"Deployment {DEPLOYMENT} not Available within {timeout}s: {status}\n"
-        f"{pods}\n{events[-3000:]}",
-        pytrace=False,
-    )
 
 
 @pytest.fixture(scope="session")

@@ -31,7 +31,7 @@ from msop.api import report as progress_api
 from msop.controller.reconcile import Request as JobKey
 from msop.msjob import desired
 from msop.msjob.poller import ProgressPoller
-from tests.unit.msjob.test_plan import job
+from tests.support.builders import job
 
 JSON = dict[str, Any]
 

@@ -12,21 +12,14 @@ import pytest
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
 from msop.kube.errors import ApiError, ApiTimeout
 from msop.kube.resources import Resource
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 0.0
-
-    def __call__(self) -> float:
-        return self.t
+from tests.support.clocks import FakeClock
 
 
 class LeaseServer:
     """get/create/replace of one Lease; ``plan`` scripts each renewal: ("ok", latency) or
     ("fail", latency), then every later call fails."""
 
-    def __init__(self, clock: Clock) -> None:
+    def __init__(self, clock: FakeClock) -> None:
         self.clock = clock
         self.lease: dict[str, Any] | None = None
         self.plan: list[tuple[str, float]] = []
@@ -49,9 +42,9 @@ class LeaseServer:
         return copy.deepcopy(self.lease)
 
     async def replace(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append(self.clock.t)
+        self.calls.append(self.clock.now)
         verdict, latency = self._step()
-        self.clock.t += latency
+        self.clock.now += latency
         if verdict != "ok":
             raise ApiTimeout("PUT lease: timed out")
         self.rv += 1
@@ -63,7 +56,7 @@ class LeaseServer:
 async def test_term_ends_renew_deadline_after_the_last_good_renewal_was_sent(
     latency: float,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock(0.0)
     server = LeaseServer(clock)
     config = LeaderElectionConfig(
         name="msop", namespace="ns", identity="a", lease_duration=15.0, renew_deadline=10.0,
@@ -81,5 +74,5 @@ async def test_term_ends_renew_deadline_after_the_last_good_renewal_was_sent(
     # No renewal attempt (and so no term) reaches past sent + renew_deadline; another
     # replica may take the Lease from sent + lease_duration on.
     assert last_attempt < good_sent + config.renew_deadline
-    assert clock.t <= good_sent + config.renew_deadline + 1.0
-    assert clock.t < good_sent + config.lease_duration
+    assert clock.now <= good_sent + config.renew_deadline + 1.0
+    assert clock.now < good_sent + config.lease_duration

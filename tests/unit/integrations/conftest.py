@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.client
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -10,19 +9,7 @@ from typing import Any
 import pytest
 
 from msop.integrations.reporter import Reporter
-
-
-class FakeClock:
-    """Monotonic seconds that move only when a test says so."""
-
-    def __init__(self, now: float = 0.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.support.clocks import FakeClock
 
 
 @pytest.fixture
@@ -61,15 +48,3 @@ def make_reporter(msop_env: dict[str, str], clock: FakeClock) -> Iterator[Callab
     yield make
     for reporter in made:
         reporter.finish()
-
-
-def http_get(
-    port: int, path: str = "/progress", method: str = "GET", timeout: float = 10.0
-) -> tuple[int, dict[str, str], bytes]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
-    try:
-        conn.request(method, path)
-        resp = conn.getresponse()
-        return resp.status, dict(resp.getheaders()), resp.read()
-    finally:
-        conn.close()

@@ -21,7 +21,7 @@ import pytest
 
 import msop.integrations.mindspore as msi
 from msop.integrations.reporter import Reporter
-from tests.unit.integrations.conftest import FakeClock
+from tests.support.clocks import FakeClock
 
 
 class FakeCallback:

@@ -22,7 +22,7 @@ from msop.integrations.reporter import (
     metric_name,
     metric_value,
 )
-from tests.unit.integrations.conftest import FakeClock
+from tests.support.clocks import FakeClock
 
 MakeReporter = Callable[..., Reporter]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import os
@@ -13,7 +14,20 @@ import pytest
 
 from msop.integrations import reporter as progress
 from msop.integrations.reporter import Reporter
-from tests.unit.integrations.conftest import FakeClock, http_get
+from tests.support.clocks import FakeClock
+
+
+def http_get(
+    port: int, path: str = "/progress", method: str = "GET", timeout: float = 10.0
+) -> tuple[int, dict[str, str], bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        return resp.status, dict(resp.getheaders()), resp.read()
+    finally:
+        conn.close()
+
 
 MakeReporter = Callable[..., Reporter]
 

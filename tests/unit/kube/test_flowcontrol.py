@@ -8,18 +8,11 @@ import math
 import pytest
 
 from msop.kube.flowcontrol import TokenBucket
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.clocks import FakeClock
 
 
 def test_burst_is_free_then_waits_grow_by_one_over_qps() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tb = TokenBucket(qps=10, burst=3, clock=clock)
     assert [tb.reserve() for _ in range(3)] == [0.0, 0.0, 0.0]
     assert tb.reserve() == pytest.approx(0.1)
@@ -28,7 +21,7 @@ def test_burst_is_free_then_waits_grow_by_one_over_qps() -> None:
 
 
 def test_refill_is_capped_at_burst() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tb = TokenBucket(qps=2, burst=2, clock=clock)
     tb.reserve()
     tb.reserve()
@@ -39,7 +32,7 @@ def test_refill_is_capped_at_burst() -> None:
 
 
 def test_reservations_during_debt_are_paid_back_by_time() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tb = TokenBucket(qps=1, burst=1, clock=clock)
     assert tb.reserve() == 0.0
     assert tb.reserve() == pytest.approx(1.0)
@@ -50,7 +43,7 @@ def test_reservations_during_debt_are_paid_back_by_time() -> None:
 
 
 def test_clock_going_backwards_does_not_mint_tokens() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tb = TokenBucket(qps=1, burst=1, clock=clock)
     tb.reserve()
     clock.now -= 10
@@ -60,7 +53,7 @@ def test_clock_going_backwards_does_not_mint_tokens() -> None:
 
 
 def test_cancel_returns_a_token() -> None:
-    clock = FakeClock()
+    clock = FakeClock(100.0)
     tb = TokenBucket(qps=1, burst=1, clock=clock)
     tb.reserve()
     assert tb.reserve() == pytest.approx(1.0)

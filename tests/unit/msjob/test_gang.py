@@ -11,7 +11,7 @@ import pytest
 from msop.api import quantity
 from msop.api.conditions import latest_condition_type, set_condition
 from msop.msjob import desired, gang
-from tests.unit.msjob.test_plan import T0, cond, job, pod, run, service
+from tests.support.builders import T0, cond, job, pod, run, service
 
 JSON = dict[str, Any]
 

@@ -13,7 +13,7 @@ from msop.kube.errors import ApiError
 from msop.msjob import kueue
 from msop.msjob.plan import Observed, Options, Plan, plan
 from msop.msjob.reconciler import MSJobReconciler
-from tests.unit.msjob.test_plan import NOW, T0, job, pod, service
+from tests.support.builders import NOW, T0, job, pod, service
 
 JSON = dict[str, Any]
 QUEUE = "team-a"

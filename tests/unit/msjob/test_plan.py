@@ -3,120 +3,26 @@
 from __future__ import annotations
 
 import copy
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from datetime import timedelta
 
 import pytest
 
 from msop.api import naming
 from msop.kube.objects import format_time
-from msop.msjob import desired
-from msop.msjob.plan import Observed, Options, Plan, plan
-
-NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
-T0 = format_time(NOW - timedelta(seconds=60))
-JSON = dict[str, Any]
-
-
-def job(
-    replicas: dict[str, tuple[int, str]] | None = None,
-    run_policy: JSON | None = None,
-    status: JSON | None = None,
-    **spec: Any,
-) -> JSON:
-    replicas = replicas or {"Worker": (2, "Never")}
-    specs = {
-        rt: {
-            "replicas": n,
-            "restartPolicy": policy,
-            "template": {"spec": {"containers": [{"name": "mindspore", "image": "ms:1"}]}},
-        }
-        for rt, (n, policy) in replicas.items()
-    }
-    out: JSON = {
-        "apiVersion": "mindspore.gitee.com/v1",
-        "kind": "MSJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1,
-                     "resourceVersion": "10"},
-        "spec": {"msReplicaSpecs": specs, **spec},
-    }  # fmt: skip
-    if run_policy:
-        out["spec"]["runPolicy"] = run_policy
-    if status is not None:
-        out["status"] = status
-    return out
-
-
-def pod(
-    rtype: str,
-    index: int,
-    phase: str = "Running",
-    exit_code: int | None = None,
-    restarts: int = 0,
-    deleting: str | None = None,
-    size: tuple[int, int] | None = None,
-) -> JSON:
-    """A pod of the job; ``size`` = the (workers, servers) its MS_* env was created for
-    (None: no size variables, so that any job size accepts it)."""
-    workers, servers = size or (8, 1)
-    j = job({"Scheduler": (1, "Never"), "PS": (servers, "Never"), "Worker": (workers, "Never")})
-    p = desired.pod(j, rtype, index, sched_host="10.0.0.1")
-    if size is None:
-        for container in p["spec"]["containers"]:
-            container["env"] = [
-                e for e in container.get("env", [])
-                if e["name"] not in ("MS_WORKER_NUM", "MS_SERVER_NUM")
-            ]  # fmt: skip
-    p["metadata"]["uid"] = f"pod-{rtype}-{index}"
-    p["metadata"]["creationTimestamp"] = T0
-    cs: JSON = {"name": "mindspore", "restartCount": restarts, "state": {"running": {}}}
-    if exit_code is not None:
-        cs["state"] = {"terminated": {"exitCode": exit_code}}
-    if deleting:
-        p["metadata"]["deletionTimestamp"] = deleting
-    p["status"] = {"phase": phase, "containerStatuses": [cs]}
-    return p
-
-
-def service(ip: str = "10.0.0.1") -> JSON:
-    s = desired.scheduler_service(job({"Scheduler": (1, "Never"), "Worker": (1, "Never")}))
-    s["metadata"]["uid"] = "svc-uid"
-    s["spec"]["clusterIP"] = ip
-    return s
-
-
-def running_status(**extra: Any) -> JSON:
-    cond = [
-        {"type": "Created", "status": "True", "reason": "MSJobCreated", "message": "m",
-         "lastUpdateTime": T0, "lastTransitionTime": T0},
-        {"type": "Running", "status": "True", "reason": "MSJobRunning",
-         "message": "MSJob ns/j is running.", "lastUpdateTime": T0, "lastTransitionTime": T0},
-    ]  # fmt: skip
-    return {"conditions": cond, "startTime": T0, "observedGeneration": 1, **extra}
-
-
-def finished(**extra: Any) -> JSON:
-    status = running_status(**extra)
-    status["conditions"].append(
-        {"type": "Succeeded", "status": "True", "reason": "r", "message": "m",
-         "lastUpdateTime": T0, "lastTransitionTime": T0}
-    )  # fmt: skip
-    return status
-
-
-def run(j: JSON, pods: list[JSON] = (), services: list[JSON] = (), **opts: Any) -> Plan:  # type: ignore[assignment]
-    return plan(Observed(j, list(pods), list(services), NOW, opts.pop("pod_group", None)),
-                Options(**opts))  # fmt: skip
-
-
-def cond(p: Plan, type_: str) -> JSON | None:
-    assert p.status is not None
-    return next((c for c in p.status["conditions"] if c["type"] == type_), None)
-
-
-def names(objs: list[JSON]) -> set[str]:
-    return {o["metadata"]["name"] for o in objs}
-
+from msop.msjob.plan import Plan
+from tests.support.builders import (
+    JSON,
+    NOW,
+    T0,
+    cond,
+    finished,
+    job,
+    names,
+    pod,
+    run,
+    running_status,
+    service,
+)
 
 # --- creation ----------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from msop.api import MSJob, validate, validate_admission
 from msop.api.defaults import apply_defaults
 from msop.api.validation import beyond_admission
 from msop.msjob import desired
-from tests.unit.msjob.test_plan import cond, job, names, run, running_status
+from tests.support.builders import cond, job, names, run, running_status
 
 JSON = dict[str, Any]
 

@@ -11,7 +11,7 @@ from msop.msjob import desired
 from msop.msjob.plan import Observed, Options, Plan, plan
 from msop.msjob.podstate import final_progress
 from msop.msjob.projection import pod_projection
-from tests.unit.msjob.test_plan import NOW, finished, job, pod, running_status
+from tests.support.builders import NOW, finished, job, pod, running_status
 
 JSON = dict[str, Any]
 PROGRESS_ENV = {c.ENV_PROGRESS_PORT, c.ENV_POD_NAME, c.ENV_POD_UID, c.ENV_PROGRESS_FILE}

@@ -10,7 +10,7 @@ import pytest
 from msop.api.defaults import apply_defaults
 from msop.msjob import desired
 from msop.msjob.plan import Plan
-from tests.unit.msjob.test_plan import T0, cond, job, names, pod, run, running_status, service
+from tests.support.builders import T0, cond, job, names, pod, run, running_status, service
 
 JSON = dict[str, Any]
 EVERY_POD = {"j-scheduler-0", "j-worker-0", "j-worker-1"}

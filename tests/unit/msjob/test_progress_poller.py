@@ -22,7 +22,8 @@ from msop.msjob.poller import (
     target_url,
 )
 from msop.msjob.setup import OWNER
-from tests.unit.msjob.test_plan import job
+from tests.support.builders import job
+from tests.support.clocks import FakeClock
 
 JSON = dict[str, Any]
 WALL = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -45,14 +46,6 @@ def report(uid: str = "uid-w0", name: str = "j-worker-0", seq: int = 1, **fields
     return json.dumps(body).encode()
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
 class Answers:
     """A fetch that answers from a list (status, body) or raises what is in it."""
 
@@ -68,9 +61,13 @@ class Answers:
         return answer
 
 
-def poller(fetch: Any, clock: Clock | None = None) -> tuple[ProgressPoller, list[str]]:
+def poller(fetch: Any, clock: FakeClock | None = None) -> tuple[ProgressPoller, list[str]]:
     p = ProgressPoller(
-        interval=30.0, fetch=fetch, clock=clock or Clock(), now=lambda: WALL, rand=lambda: 0.5
+        interval=30.0,
+        fetch=fetch,
+        clock=clock or FakeClock(1000.0),
+        now=lambda: WALL,
+        rand=lambda: 0.5,
     )
     return p, announced(p)
 
@@ -157,16 +154,16 @@ async def test_no_report_is_counted_by_result_and_stores_nothing(
 
 
 async def test_asked_every_interval_and_sooner_while_it_has_not_answered_yet() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     refused = [ConnectionRefusedError() for _ in range(5)]
     p, _ = poller(Answers(*refused, (200, report())), clock)
     p.observe(worker())
     target = only_target(p)
-    assert target.due == clock.t + FIRST_POLL_DELAY
+    assert target.due == clock.now + FIRST_POLL_DELAY
     waits = []
     for _ in range(6):
         await p.poll(target)
-        waits.append(target.due - clock.t)
+        waits.append(target.due - clock.now)
     assert waits == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
 
 
@@ -188,7 +185,7 @@ async def test_a_target_goes_with_its_pod_and_takes_its_report_with_it() -> None
 
 
 async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     release = asyncio.Event()
     running = 0
     peak = 0
@@ -204,7 +201,7 @@ async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() 
     p, _ = poller(slow, clock)
     for i in range(10):
         p.observe(worker(ip=f"10.1.0.{i}", uid=f"u{i}", job_name=f"j{i}"))
-    clock.t += FIRST_POLL_DELAY
+    clock.now += FIRST_POLL_DELAY
     p.concurrency = 3
     semaphore = p.slots()
     assert p.poll_due(semaphore) == 10
@@ -217,7 +214,7 @@ async def test_each_target_has_one_request_in_flight_and_the_total_is_bounded() 
 
 
 async def test_targets_that_did_not_answer_get_at_most_half_the_slots() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     release = asyncio.Event()
     running: dict[str, int] = {"silent": 0, "answering": 0}
     peak: dict[str, int] = {"silent": 0, "answering": 0}
@@ -237,7 +234,7 @@ async def test_targets_that_did_not_answer_get_at_most_half_the_slots() -> None:
         p.observe(worker(ip=f"10.1.0.{i}", uid=f"a{i}", job_name=f"answering{i}"))
     for target in p._targets.values():
         target.failures = 1 if "10.2." in target.url else 0
-    clock.t += FIRST_POLL_DELAY
+    clock.now += FIRST_POLL_DELAY
     p.poll_due(p.slots())
     await asyncio.sleep(0.05)
     assert peak["silent"] <= 2 and peak["silent"] + peak["answering"] == 4, peak
@@ -246,7 +243,7 @@ async def test_targets_that_did_not_answer_get_at_most_half_the_slots() -> None:
 
 
 async def test_the_interval_stretches_when_reports_would_outrun_their_budget() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p, _ = poller(Answers(*[(200, report(uid=f"u{i}", name=f"j{i}-worker-0")) for i in range(2)]),
                   clock)  # fmt: skip
     p.max_rate = 0.05  # 2 targets at 0.05 reports/s: one report per 40 s each, not per 30 s
@@ -254,18 +251,18 @@ async def test_the_interval_stretches_when_reports_would_outrun_their_budget() -
         p.observe(worker(ip=f"10.1.0.{i}", uid=f"u{i}", job_name=f"j{i}"))
     for target in list(p._targets.values()):
         assert await p.poll(target) == "report"
-        assert target.due - clock.t == 40.0  # rand 0.5: no jitter
+        assert target.due - clock.now == 40.0  # rand 0.5: no jitter
     target = next(iter(p._targets.values()))
     p._fetch = Answers(*[ConnectionRefusedError() for _ in range(5)])
     waits = []
     for _ in range(5):
         await p.poll(target)
-        waits.append(target.due - clock.t)
+        waits.append(target.due - clock.now)
     assert waits == [5.0, 10.0, 20.0, 40.0, 40.0]  # retries too keep to the stretched pace
     p.max_rate = 1.0
     p._fetch = Answers((200, report(uid=target.uid, name=target.pod, seq=2)))
     await p.poll(target)
-    assert target.due - clock.t == 30.0  # within budget: the interval
+    assert target.due - clock.now == 30.0  # within budget: the interval
 
 
 async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
@@ -283,11 +280,11 @@ async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    clock = Clock()
+    clock = FakeClock(1000.0)
     p = ProgressPoller(interval=1.0, tick=0.01, clock=clock, now=lambda: WALL)
     enqueued = announced(p)
     p.observe(worker(ip="127.0.0.1", port=port))
-    clock.t += FIRST_POLL_DELAY
+    clock.now += FIRST_POLL_DELAY
     task = asyncio.create_task(p.run())
     try:
         for _ in range(500):

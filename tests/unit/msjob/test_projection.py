@@ -10,7 +10,7 @@ import pytest
 
 from msop.msjob.plan import Plan
 from msop.msjob.projection import pod_projection, service_projection
-from tests.unit.msjob.test_plan import T0, finished, job, pod, run, running_status, service
+from tests.support.builders import T0, finished, job, pod, run, running_status, service
 
 JSON = dict[str, Any]
 

@@ -9,21 +9,18 @@ expectations, as the informers would. Errors are injected per verb and kind.
 from __future__ import annotations
 
 import asyncio
-import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from msop.api import constants as c
-from msop.controller.expectations import Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
-from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube.errors import ApiError, ApiUnavailable
 from msop.kube.resources import PODS, Resource
-from msop.msjob.plan import Options
-from msop.msjob.reconciler import MSJobReconciler
 from msop.msjob.statuswrite import COUNT_WRITE_DELAY
+from tests.support.builders import job
+from tests.support.fakes import JOB, Harness
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,174 +38,10 @@ SCHEMA = ApiError(
     body={"details": {"name": "j", "kind": "MSJob"}},
 )  # the stored object fails the CRD's schema (a failed patch test has no details)
 GONE = ApiError(404, "NotFound", 'pods "j-worker-3" not found')
-TEST_FAILED = ApiError(422, "Invalid", "the server rejected our request", body={"details": {}})
-JOB = Request("ns", "j")
-GONE_JOB = ApiError(404, "NotFound", 'msjobs.mindspore.gitee.com "j" not found')
 
 
 def _job(workers: int = 2, scheduler: bool = False) -> JSON:
-    container = {"name": "mindspore", "image": "ms:1"}
-    template = {"spec": {"containers": [container]}}
-    specs: JSON = {"Worker": {"replicas": workers, "template": template}}
-    if scheduler:
-        specs["Scheduler"] = {"replicas": 1, "template": template}
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1,
-                     "resourceVersion": "1"},
-        "spec": {"msReplicaSpecs": specs},
-    }  # fmt: skip
-
-
-class Cluster:
-    """The fake client seam and the caches behind the readers, in one."""
-
-    def __init__(self, job: JSON, expectations: Expectations) -> None:
-        self.job = job
-        self.objects: dict[tuple[str, str], JSON] = {}
-        self.expectations = expectations
-        self.errors: dict[tuple[str, str], list[ApiError]] = {}
-        self.lost: dict[tuple[str, str], list[ApiError]] = {}
-        self.calls: list[tuple[str, str, str]] = []
-        self.patches: list[list[JSON]] = []
-        self.deletes: list[JSON] = []
-        self._rv = 1
-        self.gets = 0
-        self.live: JSON | None = job
-        """The job as the API server has it (None: deleted); the cache keeps ``job``."""
-        self.cached: JSON | None = None
-        """A job the cache shows instead of ``job`` (a cache that lags behind)."""
-
-    def fail(self, verb: str, kind: str, *errors: ApiError) -> None:
-        """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order."""
-        self.errors.setdefault((verb, kind), []).extend(errors)
-
-    def lose_answer(self, verb: str, kind: str, *errors: ApiError) -> None:
-        """The next calls of ``verb`` on ``kind`` are carried out, then raise ``errors``
-        (the API server stored the write; its answer was lost)."""
-        self.lost.setdefault((verb, kind), []).extend(errors)
-
-    def _raise_lost(self, verb: str, kind: str) -> None:
-        queued = self.lost.get((verb, kind))
-        if queued:
-            raise queued.pop(0)
-
-    def _raise(self, verb: str, kind: str) -> None:
-        queued = self.errors.get((verb, kind))
-        if queued:
-            raise queued.pop(0)
-
-    def _next_rv(self) -> str:
-        self._rv += 1
-        return str(self._rv)
-
-    # the client seam
-    async def get(self, res: Resource, name: str, ns: str) -> JSON:
-        """A live read (of the job only): what the API server holds, not the cache."""
-        assert res.kind == c.KIND and name == "j"
-        self.gets += 1
-        if self.live is None:
-            raise GONE_JOB
-        return self.live
-
-    async def create(self, res: Resource, obj: JSON, ns: str) -> JSON:
-        name = obj["metadata"]["name"]
-        self.calls.append(("create", res.kind, name))
-        self._raise("create", res.kind)
-        made = json.loads(json.dumps(obj))
-        made["metadata"].update(uid=f"uid-{name}", resourceVersion=self._next_rv())
-        made["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{len(self.objects):02d}Z"
-        if res.kind == "Service":
-            made["spec"]["clusterIP"] = "10.0.0.7"
-        if res.kind == "Pod":
-            made["status"] = {"phase": "Pending"}
-        if (res.kind, name) in self.objects:
-            raise ApiError(409, "AlreadyExists", f"{res.kind} {name!r} already exists")
-        self.objects[(res.kind, name)] = made
-        key = (JOB, res)
-        self.expectations.creation_observed(key, name)
-        self._raise_lost("create", res.kind)
-        return made
-
-    async def delete(self, res: Resource, name: str, ns: str, **kw: Any) -> None:
-        self.calls.append(("delete", res.kind, name))
-        self.deletes.append({"kind": res.kind, "name": name, **kw})
-        self._raise("delete", res.kind)
-        self.objects.pop((res.kind, name), None)
-        key = (JOB, res)
-        self.expectations.deletion_observed(key, name)
-
-    async def patch(self, res: Resource, name: str, body: bytes, ns: str, **kw: Any) -> JSON:
-        ops = json.loads(body)
-        self.calls.append(("patch", res.kind, name))
-        self._raise("patch", res.kind)
-        assert kw == {"patch_type": "json", "subresource": "status"}
-        if self.cached is not None and ops[0]["value"] != self.job.get("status"):
-            raise TEST_FAILED  # written from a stale cache
-        assert ops[0] == {"op": "test", "path": "/status", "value": self.job.get("status")}
-        self.patches.append(ops)
-        self.job = {**self.job, "status": ops[1]["value"]}
-        self.job["metadata"] = {**self.job["metadata"], "resourceVersion": self._next_rv()}
-        self._raise_lost("patch", res.kind)
-        return self.job
-
-    # the caches
-    def of_kind(self, kind: str) -> list[JSON]:
-        return [o for (k, _), o in sorted(self.objects.items()) if k == kind]
-
-    def set_phase(self, kind: str, name: str, phase: str) -> None:
-        self.objects[(kind, name)]["status"] = {"phase": phase}
-
-
-class Reader:
-    def __init__(self, cluster: Cluster, kind: str) -> None:
-        self.cluster, self.kind = cluster, kind
-
-    def get(self, name: str, namespace: str) -> Any:
-        if self.kind != c.KIND:
-            return None
-        return self.cluster.cached or self.cluster.job or None
-
-    def by_index(self, index_name: str, value: str) -> list[Any]:
-        assert index_name == BY_CONTROLLER_UID and value == "u-1"
-        return self.cluster.of_kind(self.kind)
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
-
-
-class Harness:
-    def __init__(self, job: JSON) -> None:
-        self.now = NOW
-        self.expectations = Expectations()
-        self.cluster = Cluster(job, self.expectations)
-        self.recorder = Recorder()
-        self.reconciler = MSJobReconciler(
-            self.cluster,  # type: ignore[arg-type]
-            jobs=Reader(self.cluster, c.KIND),
-            pods=Reader(self.cluster, "Pod"),
-            services=Reader(self.cluster, "Service"),
-            pod_groups=None,
-            recorder=self.recorder,  # type: ignore[arg-type]
-            expectations=self.expectations,
-            options=Options(progress_port=0),
-            now=lambda: self.now,
-        )
-
-    def reconcile(self) -> Result:
-        return asyncio.run(self.reconciler.reconcile(Request("ns", "j")))
-
-    def conditions(self) -> dict[str, JSON]:
-        return {x["type"]: x for x in self.cluster.job["status"]["conditions"]}
-
-    def reasons(self) -> list[str]:
-        return [r for _, r, _ in self.recorder.events]
+    return job({"Worker": workers, **({"Scheduler": 1} if scheduler else {})}, rv="1")
 
 
 def test_a_new_job_creates_the_service_then_every_pod_in_one_pass() -> None:

@@ -1,20 +1,19 @@
-"""The reconciler's answer to a refused create, against a small fake of its client seam:
+"""The reconciler's answer to a refused create, against the fake cluster of tests.support:
 422 fails the job once, a policy 403 is retried without an error, anything else raises."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from msop.controller.expectations import Expectations
-from msop.controller.reconcile import Request, Result
+from msop.controller.reconcile import Result
 from msop.kube.errors import ApiError
 from msop.msjob.plan import Options
-from msop.msjob.reconciler import MSJobReconciler, refused_by_policy
+from msop.msjob.reconciler import refused_by_policy
+from tests.support.builders import job
+from tests.support.fakes import Cluster, Harness, Recorder
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -38,86 +37,26 @@ RBAC = ApiError(
 )
 
 
-def _job() -> JSON:
-    container = {"name": "mindspore", "image": "ms:1"}
-    return {
-        "apiVersion": "mindspore.gitee.com/v1",
-        "kind": "MSJob",
-        "metadata": {"name": "j", "namespace": "ns", "uid": "u-1", "generation": 1,
-                     "resourceVersion": "10"},
-        "spec": {"msReplicaSpecs": {"Worker": {
-            "replicas": 2, "template": {"spec": {"containers": [container]}}}}},
-    }  # fmt: skip
-
-
-class Reader:
-    def __init__(self, objs: list[JSON]) -> None:
-        self.objs = objs
-
-    def get(self, name: str, namespace: str) -> Any:
-        return next((o for o in self.objs if o["metadata"]["name"] == name), None)
-
-    def by_index(self, index_name: str, value: str) -> list[Any]:
-        return []
-
-
-class FakeClient:
-    """Creates fail with ``error`` (pods only); status patches are recorded and succeed."""
-
-    def __init__(self, error: ApiError, successes: int = 0) -> None:
-        self.error = error
-        self.successes = successes
-        self.creates: list[str] = []
-        self.patches: list[list[JSON]] = []
-
-    async def create(self, res: Any, obj: JSON, ns: str) -> JSON:
-        self.creates.append(obj["metadata"]["name"])
-        if len(self.creates) <= self.successes:
-            return obj
-        raise self.error
-
-    async def patch(self, res: Any, name: str, ops: bytes, ns: str, **kw: Any) -> JSON:
-        self.patches.append(json.loads(ops))  # the reconciler sends it encoded (jsonpatch)
-        return {}
-
-    async def delete(self, *args: Any, **kw: Any) -> None:
-        return None
-
-
-class Recorder:
-    def __init__(self) -> None:
-        self.events: list[tuple[str, str, str]] = []
-
-    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
-        self.events.append((type_, reason, message))
-
-
 def _reconcile(
     error: ApiError, successes: int = 0, workers: int = 2
-) -> tuple[Result | BaseException, FakeClient, Recorder]:
-    client, recorder = FakeClient(error, successes), Recorder()
-    job = _job()
-    job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = workers
-    reconciler = MSJobReconciler(
-        client,  # type: ignore[arg-type]
-        jobs=Reader([job]),
-        pods=Reader([]),
-        services=Reader([]),
-        pod_groups=None,
-        recorder=recorder,  # type: ignore[arg-type]
-        expectations=Expectations(),
-        options=Options(),
-        now=lambda: NOW,
-    )
+) -> tuple[Result | BaseException, Cluster, Recorder]:
+    """One pass over a job of ``workers`` Workers whose pod creates fail with ``error``
+    after the first ``successes``."""
+    h = Harness(job({"Worker": workers}), now=NOW, options=Options())
+    h.cluster.fail("create", "Pod", *([None] * successes), *([error] * workers))
     try:
-        result: Result | BaseException = asyncio.run(reconciler.reconcile(Request("ns", "j")))
+        result: Result | BaseException = h.reconcile()
     except ApiError as e:
         result = e
-    return result, client, recorder
+    return result, h.cluster, h.recorder
 
 
-def _status(client: FakeClient) -> JSON:
-    (ops,) = client.patches
+def _creates(cluster: Cluster) -> list[str]:
+    return [name for verb, _, name in cluster.calls if verb == "create"]
+
+
+def _status(cluster: Cluster) -> JSON:
+    (ops,) = cluster.patches
     status: JSON = ops[-1]["value"]
     return status
 
@@ -129,7 +68,7 @@ def _conditions(status: JSON) -> dict[str, JSON]:
 def test_invalid_fails_the_job_once_without_an_error() -> None:
     result, client, recorder = _reconcile(INVALID)
     assert result == Result()  # no retry, no reconcile error
-    assert client.creates == ["j-worker-0"]  # creates stop at the first refusal
+    assert _creates(client) == ["j-worker-0"]  # creates stop at the first refusal
     assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
     failed = _conditions(_status(client))["Failed"]
     assert (failed["status"], failed["reason"], failed["message"]) == (
@@ -143,7 +82,7 @@ def test_one_event_when_a_whole_batch_is_refused() -> None:
     # Slow start: worker 0 alone (created), then workers 1 and 2 together (both refused).
     result, client, recorder = _reconcile(INVALID, successes=1, workers=3)
     assert result == Result()
-    assert sorted(client.creates) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert sorted(_creates(client)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     warnings = [(t, r) for t, r, _ in recorder.events if t == "Warning"]
     assert warnings == [("Warning", "FailedCreatePod")]
     assert _conditions(_status(client))["Failed"]["reason"] == "Invalid"

@@ -31,7 +31,7 @@ import pytest
 import yaml
 
 from tests.e2e.msjobs import sample, wait_condition, wait_for
-from tests.e2e.real.conftest import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
+from tests.e2e.real.install import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
 from tests.harness.monitoring import ALERTS, alert_exprs, panel_exprs
 from tests.harness.realnode import NodeImages, Prepared, RealCluster

@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from msjob_factory import container, job, replica
 
 from msop.api import MSJob, apply_defaults
 from msop.api import constants as c
+from tests.support.builders import container, replica, valid_job
 
 
 def test_replica_specs_by_canonical_type() -> None:
-    view = MSJob(job(worker=replica(4), Scheduler=replica(None)))
+    view = MSJob(valid_job(worker=replica(4), Scheduler=replica(None)))
     assert list(view.replica_specs) == [c.SCHEDULER, c.WORKER]
     assert view.replica_specs[c.WORKER].replicas == 4
     assert view.replica_specs[c.SCHEDULER].replicas == 1
@@ -23,7 +23,7 @@ def test_replica_specs_by_canonical_type() -> None:
 
 
 def test_exact_canonical_key_wins() -> None:
-    view = MSJob(job(worker=replica(4), Worker=replica(2)))
+    view = MSJob(valid_job(worker=replica(4), Worker=replica(2)))
     assert view.replica_specs[c.WORKER].replicas == 2
 
 
@@ -38,7 +38,7 @@ def test_exact_canonical_key_wins() -> None:
 )
 def test_replica_spec_defaults(extra: dict[str, Any], attr: str, expected: Any) -> None:
     spec = {**replica(None), **extra}
-    view = MSJob(job(Worker=spec)).replica_specs[c.WORKER]
+    view = MSJob(valid_job(Worker=spec)).replica_specs[c.WORKER]
     assert getattr(view, attr) == expected
 
 
@@ -48,7 +48,7 @@ def test_port_and_main_container() -> None:
         container("sidecar"),
         container(ports=[{"name": "msjob-port", "containerPort": 3333}]),
     ]
-    view = MSJob(job(Worker=spec)).replica_specs[c.WORKER]
+    view = MSJob(valid_job(Worker=spec)).replica_specs[c.WORKER]
     assert view.main_container is not None
     assert view.main_container["ports"][0]["containerPort"] == 3333
     assert view.port == 3333
@@ -56,7 +56,7 @@ def test_port_and_main_container() -> None:
 
 
 def test_run_policy_defaults_and_values() -> None:
-    view = MSJob(job())
+    view = MSJob(valid_job())
     rp = view.run_policy
     assert (rp.clean_pod_policy, rp.suspend, rp.managed_by) == (c.CLEAN_RUNNING, False, None)
     assert rp.scheduling_policy is None
@@ -68,7 +68,7 @@ def test_run_policy_defaults_and_values() -> None:
     assert view.spec.success_policy == c.SUCCESS_DEFAULT
     assert view.spec.enable_dynamic_worker is False
 
-    raw = job()
+    raw = valid_job()
     raw["spec"]["runPolicy"] = {
         "cleanPodPolicy": "All",
         "ttlSecondsAfterFinished": 60,
@@ -104,7 +104,7 @@ def test_run_policy_defaults_and_values() -> None:
 
 
 def test_status_view() -> None:
-    raw = job()
+    raw = valid_job()
     raw["metadata"].update({"uid": "u1", "generation": 3})
     raw["status"] = {
         "conditions": [{"type": "Created", "status": "True", "reason": "R", "message": "m"}],
@@ -141,7 +141,7 @@ def test_views_tolerate_garbage(garbage: dict[str, Any]) -> None:
 
 
 def test_view_over_defaulted_job_matches_raw() -> None:
-    raw = job(worker=replica(None))
+    raw = valid_job(worker=replica(None))
     raw_view, defaulted = MSJob(raw), MSJob(apply_defaults(raw))
     for view in (raw_view, defaulted):
         assert view.replica_specs[c.WORKER].replicas == 1

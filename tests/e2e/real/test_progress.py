@@ -26,7 +26,7 @@ import pytest
 from msop.api.report import summary
 from msop.sdk.statusline import format_progress
 from tests.e2e.msjobs import get, wait_condition, wait_for
-from tests.e2e.real.conftest import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
+from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import launch
 from tests.harness.examples import MINDSPORE_JOB as NAME
 from tests.harness.realnode import NodeImages, RealCluster

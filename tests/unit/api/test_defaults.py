@@ -6,10 +6,10 @@ import copy
 from typing import Any
 
 import pytest
-from msjob_factory import container, job, replica
 
 from msop.api import apply_defaults
 from msop.api import constants as c
+from tests.support.builders import container, replica, valid_job
 
 MS_PORT = {"name": "msjob-port", "containerPort": 2222, "protocol": "TCP"}
 
@@ -21,26 +21,26 @@ def _ports(obj: dict[str, Any], rtype: str = "Worker") -> Any:
 @pytest.mark.parametrize(
     ("given", "path", "expected"),
     [
-        (job(Worker=replica(None)), ("msReplicaSpecs", "Worker", "replicas"), 1),
-        (job(Worker=replica(0)), ("msReplicaSpecs", "Worker", "replicas"), 0),
-        (job(Worker=replica(5)), ("msReplicaSpecs", "Worker", "replicas"), 5),
-        (job(Worker=replica()), ("msReplicaSpecs", "Worker", "restartPolicy"), "Never"),
+        (valid_job(Worker=replica(None)), ("msReplicaSpecs", "Worker", "replicas"), 1),
+        (valid_job(Worker=replica(0)), ("msReplicaSpecs", "Worker", "replicas"), 0),
+        (valid_job(Worker=replica(5)), ("msReplicaSpecs", "Worker", "replicas"), 5),
+        (valid_job(Worker=replica()), ("msReplicaSpecs", "Worker", "restartPolicy"), "Never"),
         (
-            job(Worker=replica(restartPolicy="")),
+            valid_job(Worker=replica(restartPolicy="")),
             ("msReplicaSpecs", "Worker", "restartPolicy"),
             "Never",
         ),
         (
-            job(Worker=replica(restartPolicy="OnFailure")),
+            valid_job(Worker=replica(restartPolicy="OnFailure")),
             ("msReplicaSpecs", "Worker", "restartPolicy"),
             "OnFailure",
         ),
-        (job(), ("runPolicy", "cleanPodPolicy"), "Running"),
-        (job(), ("successPolicy",), ""),
-        (job(worker=replica(3)), ("msReplicaSpecs", "Worker", "replicas"), 3),
-        (job(WORKER=replica(3)), ("msReplicaSpecs", "Worker", "replicas"), 3),
-        (job(ps=replica(2)), ("msReplicaSpecs", "PS", "replicas"), 2),
-        (job(sCheDuler=replica()), ("msReplicaSpecs", "Scheduler", "replicas"), 1),
+        (valid_job(), ("runPolicy", "cleanPodPolicy"), "Running"),
+        (valid_job(), ("successPolicy",), ""),
+        (valid_job(worker=replica(3)), ("msReplicaSpecs", "Worker", "replicas"), 3),
+        (valid_job(WORKER=replica(3)), ("msReplicaSpecs", "Worker", "replicas"), 3),
+        (valid_job(ps=replica(2)), ("msReplicaSpecs", "PS", "replicas"), 2),
+        (valid_job(sCheDuler=replica()), ("msReplicaSpecs", "Scheduler", "replicas"), 1),
     ],
     ids=[
         "replicas-unset-1",
@@ -78,7 +78,7 @@ def test_explicit_policies_kept(
     expected_clean: str,
     expected_success: str,
 ) -> None:
-    given = job()
+    given = valid_job()
     given["spec"]["runPolicy"] = run_policy
     if success_policy is not None:
         given["spec"]["successPolicy"] = success_policy
@@ -112,7 +112,7 @@ def test_explicit_policies_kept(
     ids=["no-ports", "empty", "other-port", "custom-msjob-port", "2222-other-name", "2222-udp"],
 )
 def test_msjob_port(ports: list[dict[str, Any]] | None, expected: list[dict[str, Any]]) -> None:
-    given = job(Worker=replica())
+    given = valid_job(Worker=replica())
     if ports is not None:
         given["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] = (
             ports
@@ -121,7 +121,7 @@ def test_msjob_port(ports: list[dict[str, Any]] | None, expected: list[dict[str,
 
 
 def test_port_only_on_mindspore_container() -> None:
-    given = job(Worker=replica())
+    given = valid_job(Worker=replica())
     pod = given["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]
     pod["containers"] = [container("sidecar"), container()]
     out = apply_defaults(given)["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]
@@ -130,20 +130,20 @@ def test_port_only_on_mindspore_container() -> None:
 
 
 def test_canonical_key_present_keeps_duplicate_for_validation() -> None:
-    out = apply_defaults(job(Worker=replica(1), worker=replica(2)))
+    out = apply_defaults(valid_job(Worker=replica(1), worker=replica(2)))
     assert set(out["spec"]["msReplicaSpecs"]) == {"Worker", "worker"}
 
 
 def test_unknown_replica_type_kept() -> None:
-    out = apply_defaults(job(Chief=replica(1)))
+    out = apply_defaults(valid_job(Chief=replica(1)))
     assert set(out["spec"]["msReplicaSpecs"]) == {"Chief"}
 
 
 @pytest.mark.parametrize(
     "given",
     [
-        job(),
-        job(worker=replica(None), ps=replica(2)),
+        valid_job(),
+        valid_job(worker=replica(None), ps=replica(2)),
         {"metadata": {"name": "x"}},
         {"spec": None},
     ],

@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from msjob_factory import container, job, replica
 
 from msop.api import FieldError, apply_defaults, validate
 from msop.api import validation as v
+from tests.support.builders import container, replica, valid_job
 
 Job = dict[str, Any]
 
@@ -218,7 +218,7 @@ INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
 
 
 def _valid() -> Job:
-    return job(Scheduler=replica(1), Worker=replica(2))
+    return valid_job(Scheduler=replica(1), Worker=replica(2))
 
 
 @pytest.mark.parametrize(
@@ -245,12 +245,12 @@ def test_catalogue_is_large_enough() -> None:
     [
         _valid(),
         apply_defaults(_valid()),
-        job(Worker=replica(1)),
-        job(worker=replica(4), scheduler=replica(1), ps=replica(2)),
-        job(Worker=replica(0)),
-        job(Scheduler=replica(0), Worker=replica(1)),
-        job(name="a" * 50, Scheduler=replica(1), Worker=replica(10)),  # "<50>-worker-9" = 59
-        job(name="a" * 53, Worker=replica(10)),  # 53 + "-worker-9" = 62
+        valid_job(Worker=replica(1)),
+        valid_job(worker=replica(4), scheduler=replica(1), ps=replica(2)),
+        valid_job(Worker=replica(0)),
+        valid_job(Scheduler=replica(0), Worker=replica(1)),
+        valid_job(name="a" * 50, Scheduler=replica(1), Worker=replica(10)),  # "<50>-worker-9" = 59
+        valid_job(name="a" * 53, Worker=replica(10)),  # 53 + "-worker-9" = 62
     ],
     ids=["sched-worker", "defaulted", "standalone", "lower-keys", "zero", "zero-sched", "50", "53"],
 )
@@ -317,7 +317,7 @@ def test_field_error_str() -> None:
 
 
 def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> None:
-    lower = job()
+    lower = valid_job()
     specs = lower["spec"]["msReplicaSpecs"]
     lower["spec"]["msReplicaSpecs"] = {k.lower(): val for k, val in specs.items()}
     assert validate(lower) == []
@@ -325,13 +325,13 @@ def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> 
         "spec.msReplicaSpecs",
         "spec.msReplicaSpecs.Worker",
     ]
-    no_worker = job()
+    no_worker = valid_job()
     del no_worker["spec"]["msReplicaSpecs"]["Worker"]
     assert validate(no_worker) == []
     assert v.validate_admission(no_worker) == [
         FieldError("spec.msReplicaSpecs.Worker", v.MSG_WORKER_REQUIRED)
     ]
-    assert v.validate_admission(job()) == []
+    assert v.validate_admission(valid_job()) == []
 
 
 @pytest.mark.parametrize(
@@ -369,7 +369,7 @@ def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> 
 def test_what_the_api_server_would_refuse_in_a_pod(
     mutate: Callable[[Job], None], path: str
 ) -> None:
-    obj = job()
+    obj = valid_job()
     mutate(obj)
     paths = [e.path for e in validate(obj)]
     assert len(paths) == 1 and paths[0].endswith(path), paths
@@ -388,7 +388,7 @@ def test_what_the_api_server_would_refuse_in_a_pod(
     ],
 )
 def test_valid_pod_content_passes(fields: Job) -> None:
-    obj = job()
+    obj = valid_job()
     _worker_pod(obj)["containers"].append(fields)
     template = obj["spec"]["msReplicaSpecs"]["Worker"]["template"]
     template["metadata"] = {"labels": {"example.com/team": "a_b.c", "empty": ""}}

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.msjobs import condition, events, get, job_pods, wait_condition, wait_for
-from tests.e2e.real.conftest import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
+from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.real.training import apply, records, wait_training
 from tests.harness.examples import MINDSPORE_JOB as NAME
