@@ -4,9 +4,10 @@ sees, statuses, and a one-call plan.
 - :func:`valid_job` (with :func:`replica`, :func:`container`): a valid MSJob as a user
   writes it, for the API's defaulting and validation;
 - :func:`job`: an MSJob as the cache holds it (uid, generation, resourceVersion), for the
-  planner, the reconciler and the poller; :func:`pod` and :func:`service` are its
-  children as the API server returns them, :func:`running_status` and :func:`finished`
-  its status; :func:`run` plans it at :data:`NOW`.
+  planner, the reconciler, the poller and the SDK's waits; :func:`pod` and
+  :func:`service` are its children as the API server returns them,
+  :func:`running_status` and :func:`finished` its status; :func:`run` plans it at
+  :data:`NOW`.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -21,25 +22,25 @@ from msop.controller.reconcile import Request, Result
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.kube.errors import ApiError
 from msop.kube.resources import Resource
+from msop.kube.writer import Client
 from msop.msjob.plan import Options
-from msop.msjob.reconciler import MSJobReconciler
-
-TEST_FAILED = ApiError(422, "Invalid", "the server rejected our request", body={"details": {}})
-
+from msop.msjob.reconciler import ChildKey, MSJobReconciler
 
 JSON = dict[str, Any]
 #: When the reconciler's clock starts.
 START = datetime(2026, 1, 1, tzinfo=UTC)
+#: The job of :func:`tests.support.builders.job` (``ns/j``), as the reconciler's key.
 JOB = Request("ns", "j")
-
-
+#: What a live get of the job raises once it is deleted (``Cluster.live = None``).
 GONE_JOB = ApiError(404, "NotFound", 'msjobs.mindspore.gitee.com "j" not found')
+#: What a status patch raises when its ``test`` op saw a stale status.
+TEST_FAILED = ApiError(422, "Invalid", "the server rejected our request", body={"details": {}})
 
 
 class Cluster:
     """The fake client seam and the caches behind the readers, in one."""
 
-    def __init__(self, job: JSON, expectations: Expectations) -> None:
+    def __init__(self, job: JSON, expectations: Expectations[ChildKey]) -> None:
         self.job = job
         self.objects: dict[tuple[str, str], JSON] = {}
         self.expectations = expectations
@@ -82,7 +83,7 @@ class Cluster:
         return str(self._rv)
 
     # the client seam
-    async def get(self, res: Resource, name: str, ns: str) -> JSON:
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
         """A live read (of the job only): what the API server holds, not the cache."""
         assert res.kind == c.KIND and name == "j"
         self.gets += 1
@@ -90,11 +91,13 @@ class Cluster:
             raise GONE_JOB
         return self.live
 
-    async def create(self, res: Resource, obj: JSON, ns: str) -> JSON:
-        name = obj["metadata"]["name"]
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> JSON:
+        name = body["metadata"]["name"]
         self.calls.append(("create", res.kind, name))
         self._raise("create", res.kind)
-        made = json.loads(json.dumps(obj))
+        made: JSON = json.loads(json.dumps(body))
         made["metadata"].update(uid=f"uid-{name}", resourceVersion=self._next_rv())
         made["metadata"]["creationTimestamp"] = f"2026-01-01T00:00:{len(self.objects):02d}Z"
         if res.kind == "Service":
@@ -109,16 +112,21 @@ class Cluster:
         self._raise_lost("create", res.kind)
         return made
 
-    async def delete(self, res: Resource, name: str, ns: str, **kw: Any) -> None:
+    async def delete(
+        self, res: Resource, name: str, namespace: str | None = None, **kw: Any
+    ) -> JSON | None:
         self.calls.append(("delete", res.kind, name))
         self.deletes.append({"kind": res.kind, "name": name, **kw})
         self._raise("delete", res.kind)
         self.objects.pop((res.kind, name), None)
         key = (JOB, res)
         self.expectations.deletion_observed(key, name)
+        return None
 
-    async def patch(self, res: Resource, name: str, body: bytes, ns: str, **kw: Any) -> JSON:
-        ops = json.loads(body)
+    async def patch(
+        self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any
+    ) -> JSON:
+        ops = json.loads(patch)
         self.calls.append(("patch", res.kind, name))
         self._raise("patch", res.kind)
         assert kw == {"patch_type": "json", "subresource": "status"}
@@ -167,11 +175,12 @@ class Harness:
 
     def __init__(self, job: JSON, now: datetime = START, options: Options | None = None) -> None:
         self.now = now
-        self.expectations = Expectations()
+        self.expectations: Expectations[ChildKey] = Expectations()
         self.cluster = Cluster(job, self.expectations)
         self.recorder = Recorder()
+        client: Client = self.cluster  # the fake keeps to the protocol
         self.reconciler = MSJobReconciler(
-            self.cluster,  # type: ignore[arg-type]
+            client,
             jobs=Reader(self.cluster, c.KIND),
             pods=Reader(self.cluster, "Pod"),
             services=Reader(self.cluster, "Service"),

@@ -217,17 +217,13 @@ INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
 ]
 
 
-def _valid() -> Job:
-    return valid_job(Scheduler=replica(1), Worker=replica(2))
-
-
 @pytest.mark.parametrize(
     ("mutate", "path", "message"),
     [row[1:] for row in INVALID],
     ids=[row[0] for row in INVALID],
 )
 def test_invalid_job_reports_field(mutate: Callable[[Job], None], path: str, message: str) -> None:
-    obj = _valid()
+    obj = valid_job()
     mutate(obj)
     errors = validate(obj)
     assert [e.path for e in errors] == [path], errors
@@ -243,8 +239,8 @@ def test_catalogue_is_large_enough() -> None:
 @pytest.mark.parametrize(
     "obj",
     [
-        _valid(),
-        apply_defaults(_valid()),
+        valid_job(),
+        apply_defaults(valid_job()),
         valid_job(Worker=replica(1)),
         valid_job(worker=replica(4), scheduler=replica(1), ps=replica(2)),
         valid_job(Worker=replica(0)),
@@ -259,7 +255,7 @@ def test_valid_jobs(obj: Job) -> None:
 
 
 def test_valid_full_job() -> None:
-    obj = _valid()
+    obj = valid_job()
     obj["spec"].update(
         {
             "successPolicy": "AllWorkers",

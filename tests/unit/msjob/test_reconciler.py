@@ -1,10 +1,6 @@
-"""The reconciler against a small fake of its client seam (creates, deletes, status writes),
-with injected API errors: what it sends, in which order, and how it reacts.
-
-The fake is an in-memory cluster: the readers serve what it holds, a create adds the
-object (a Service gets a ClusterIP, as the API server gives one) and tells the
-expectations, as the informers would. Errors are injected per verb and kind.
-"""
+"""The reconciler against the fake cluster of ``tests.support.fakes`` (creates, deletes,
+status writes, live gets), with injected API errors: what it sends, in which order, and
+how it reacts."""
 
 from __future__ import annotations
 
@@ -283,15 +279,7 @@ def test_a_create_in_doubt_the_cache_does_not_show_yet_is_announced_on_already_e
     with pytest.raises(ApiError):
         h.reconcile()
     h.cluster.objects.pop(("Pod", "j-worker-0"))  # the cache lags behind
-    real_create = h.cluster.create
-
-    async def create(res: Resource, obj: JSON, ns: str) -> JSON:
-        if res.kind == "Pod" and obj["metadata"]["name"] == "j-worker-0":
-            h.cluster.calls.append(("create", "Pod", "j-worker-0"))
-            raise EXISTS
-        return await real_create(res, obj, ns)
-
-    h.cluster.create = create  # type: ignore[method-assign]
+    h.cluster.fail("create", "Pod", EXISTS)  # ... the API server has it
     h.reconcile()
     assert h.reasons().count("SuccessfulCreatePod") == 1
 

@@ -66,34 +66,34 @@ def _conditions(status: JSON) -> dict[str, JSON]:
 
 
 def test_invalid_fails_the_job_once_without_an_error() -> None:
-    result, client, recorder = _reconcile(INVALID)
+    result, cluster, recorder = _reconcile(INVALID)
     assert result == Result()  # no retry, no reconcile error
-    assert _creates(client) == ["j-worker-0"]  # creates stop at the first refusal
+    assert _creates(cluster) == ["j-worker-0"]  # creates stop at the first refusal
     assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
-    failed = _conditions(_status(client))["Failed"]
+    failed = _conditions(_status(cluster))["Failed"]
     assert (failed["status"], failed["reason"], failed["message"]) == (
         "True", "Invalid", INVALID.message,
     )  # fmt: skip
-    assert "ReplicaFailure" not in _conditions(_status(client))
-    assert _status(client)["completionTime"]
+    assert "ReplicaFailure" not in _conditions(_status(cluster))
+    assert _status(cluster)["completionTime"]
 
 
 def test_one_event_when_a_whole_batch_is_refused() -> None:
     # Slow start: worker 0 alone (created), then workers 1 and 2 together (both refused).
-    result, client, recorder = _reconcile(INVALID, successes=1, workers=3)
+    result, cluster, recorder = _reconcile(INVALID, successes=1, workers=3)
     assert result == Result()
-    assert sorted(_creates(client)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
+    assert sorted(_creates(cluster)) == ["j-worker-0", "j-worker-1", "j-worker-2"]
     warnings = [(t, r) for t, r, _ in recorder.events if t == "Warning"]
     assert warnings == [("Warning", "FailedCreatePod")]
-    assert _conditions(_status(client))["Failed"]["reason"] == "Invalid"
+    assert _conditions(_status(cluster))["Failed"]["reason"] == "Invalid"
 
 
 def test_policy_refusal_is_retried_without_an_error() -> None:
-    result, client, recorder = _reconcile(QUOTA)
+    result, cluster, recorder = _reconcile(QUOTA)
     assert result == Result(requeue=True)
-    replica_failure = _conditions(_status(client))["ReplicaFailure"]
+    replica_failure = _conditions(_status(cluster))["ReplicaFailure"]
     assert (replica_failure["reason"], replica_failure["message"]) == ("Forbidden", QUOTA.message)
-    assert "Failed" not in _conditions(_status(client))
+    assert "Failed" not in _conditions(_status(cluster))
     assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]
 
 
@@ -101,9 +101,9 @@ def test_policy_refusal_is_retried_without_an_error() -> None:
     "error", [RBAC, ApiError(500, "InternalError", "etcd timeout"), ALLOCATION]
 )
 def test_other_refusals_are_reconcile_errors(error: ApiError) -> None:
-    result, client, _ = _reconcile(error)
+    result, cluster, _ = _reconcile(error)
     assert result is error
-    assert "ReplicaFailure" in _conditions(_status(client))
+    assert "ReplicaFailure" in _conditions(_status(cluster))
 
 
 def test_refused_by_policy() -> None:
@@ -116,9 +116,9 @@ def test_refused_by_policy() -> None:
 def test_an_allocation_failure_is_retried_not_fatal() -> None:
     # A cluster IP the API server could not allocate (etcd restarting, range full) is
     # reported as 422 Invalid on spec.clusterIPs, but the same Service succeeds later.
-    result, client, recorder = _reconcile(ALLOCATION)
+    result, cluster, recorder = _reconcile(ALLOCATION)
     assert result is ALLOCATION  # a reconcile error: retried with backoff
-    conditions = _conditions(_status(client))
+    conditions = _conditions(_status(cluster))
     assert "Failed" not in conditions
     assert conditions["ReplicaFailure"]["reason"] == "Invalid"
     assert [(t, r) for t, r, _ in recorder.events] == [("Warning", "FailedCreatePod")]

@@ -15,6 +15,7 @@ from msop.sdk import (
     dataparallel_job,
 )
 from msop.sdk.manifests import load_job
+from tests.support import builders
 
 
 class _NoRequests:
@@ -82,14 +83,14 @@ def test_load_job_from_yaml_text_and_file(tmp_path: Path) -> None:
 
 
 def _job(*conds: tuple[str, str, str]) -> dict[str, Any]:
-    return {
-        "metadata": {"namespace": "ns", "name": "j"},
-        "status": {
+    """Job ``ns/j`` with the conditions ``conds``: (type, status, message) each."""
+    return builders.job(
+        status={
             "conditions": [
                 {"type": t, "status": s, "reason": "R" + t, "message": m} for t, s, m in conds
             ]
-        },
-    }
+        }
+    )
 
 
 def test_wait_rules() -> None:

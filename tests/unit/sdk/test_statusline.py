@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import io
+from typing import Any
 
 from msop.sdk.statusline import ProgressLine, format_progress
+from tests.support.builders import job
 
 
-def _job(status: dict[str, object] | None = None) -> dict[str, object]:
-    job: dict[str, object] = {"metadata": {"namespace": "ns", "name": "j"}}
-    if status is not None:
-        job["status"] = status
-    return job
+def _job(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Job ``ns/j`` with ``status`` (None: none yet)."""
+    return job(status=status)
 
 
 def test_format_before_the_operator_saw_the_job() -> None:

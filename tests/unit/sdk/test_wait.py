@@ -11,15 +11,16 @@ import pytest
 
 from msop.kube.errors import ApiError
 from msop.sdk import MSJobClient, MSJobNotFoundError, MSJobTimeoutError
+from tests.support import builders
 
 JSON = dict[str, Any]
 
 
 def _job(rv: str, *conds: str) -> JSON:
-    return {
-        "metadata": {"namespace": "ns", "name": "j", "resourceVersion": rv},
-        "status": {"conditions": [{"type": t, "status": "True"} for t in conds]},
-    }
+    """Job ``ns/j`` at ``rv`` with the conditions ``conds``, all True."""
+    return builders.job(
+        rv=rv, status={"conditions": [{"type": t, "status": "True"} for t in conds]}
+    )
 
 
 class FakeKube:
