@@ -9,6 +9,7 @@ asserted where the issue names a bound. Pods are ended by an async kubelet pass
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import time
@@ -119,6 +120,7 @@ async def test_operator_sigkilled_mid_burst_loses_and_duplicates_nothing(
 # --- 5. leader failover under load -----------------------------------------------------
 
 FAILOVER_JOBS = 80
+LEASE_NAME = "msop.mindspore.gitee.com"  # the operator's default --leader-election-id
 LEASE = (
     "--leader-election-lease-duration",
     "4",
@@ -165,15 +167,26 @@ async def test_leader_failover_under_load_takes_over_within_the_lease(
         lambda: _some_created(cluster, namespace),
         within=30,
     )
-    a.kill()
-    last_renew = await _lease_time(client, namespace, "renewTime")  # the dead leader's last
-    rest = asyncio.create_task(create_all(client, namespace, jobs[40:]))
-    assert _reconciles(b) == 0, "the follower reconciled before it led"
-    await wait_until(
-        "a reconcile by the new leader", lambda: _reconciles(b) > 0, within=60, interval=0.1
-    )
-    assert _is_leader(b)
-    takeover = (await _lease_time(client, namespace, "acquireTime") - last_renew).total_seconds()
+    # The Lease's records from a watch: a GET just after the SIGKILL could come before a
+    # renewal the leader had already sent, and so miss its last renewTime.
+    records = await LeaseRecords.follow(client, namespace, LEASE_NAME)
+    try:
+        holder_a = (await client.get(LEASES, LEASE_NAME, namespace))["spec"]["holderIdentity"]
+        a.kill()
+        rest = asyncio.create_task(create_all(client, namespace, jobs[40:]))
+        assert _reconciles(b) == 0, "the follower reconciled before it led"
+        await wait_until(
+            "a reconcile by the new leader", lambda: _reconciles(b) > 0, within=60, interval=0.1
+        )
+        assert _is_leader(b)
+        taken = await wait_until(
+            "the record after the dead leader's", lambda: records.record_after(holder_a), 30
+        )
+    finally:
+        await records.close()
+    assert taken["holderIdentity"] not in ("", holder_a), records.specs
+    last_renew = _lease_time(records.last_of(holder_a), "renewTime")
+    takeover = (_lease_time(taken, "acquireTime") - last_renew).total_seconds()
     await rest
     final = await drive_to_success(client, namespace, set(names), within=180)
     assert all({"Created", "Running", "Succeeded"} <= condition_types(j) for j in final)
@@ -181,18 +194,64 @@ async def test_leader_failover_under_load_takes_over_within_the_lease(
         cluster, namespace, expected_children(names, {n for i, n in enumerate(names) if i % 4 == 0})
     )
     print(f"\nleader failover: acquired {takeover:.1f}s after the last renewal (lease 4s)")
+    # Both times are MicroTimes (microseconds): no allowance for a coarse resolution.
     assert takeover >= 4, f"acquired {takeover:.1f}s after the last renewal: before expiry"
     # At the latest: the follower sees the last renewal at its next try, waits the lease
-    # out, and takes it at the try after (each try 1 s apart with up to 20% jitter).
+    # out, and takes it at the try after (each try 1 s apart with up to 20% jitter); 1.5 s
+    # for its requests and event loop on a loaded machine.
     bound = 4 + 2 * 1.2 + 1.5
     assert takeover <= bound, f"acquired {takeover:.1f}s after the last renewal (lease 4s)"
 
 
-async def _lease_time(client: KubeClient, namespace: str, field: str) -> datetime:
-    lease = await client.get(LEASES, "msop.mindspore.gitee.com", namespace)
-    value = parse_time(lease["spec"].get(field))
-    assert value is not None, f"the Lease has no {field}: {lease['spec']}"
+def _lease_time(spec: dict[str, Any], field: str) -> datetime:
+    """A Lease record's ``acquireTime``/``renewTime`` (MicroTime)."""
+    value = parse_time(spec.get(field))
+    assert value is not None, f"the Lease has no {field}: {spec}"
     return value
+
+
+class LeaseRecords:
+    """Every record (``spec``) of a Lease, in order, from a watch."""
+
+    def __init__(self) -> None:
+        self.specs: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def follow(cls, client: KubeClient, namespace: str, name: str) -> LeaseRecords:
+        records = cls()
+        selector = f"metadata.name={name}"
+        listed = await client.list(LEASES, namespace, field_selector=selector)
+        records.specs += [o["spec"] for o in listed["items"]]
+        rv = listed["metadata"]["resourceVersion"]
+        records._task = asyncio.create_task(records._watch(client, namespace, selector, rv))
+        return records
+
+    async def _watch(self, client: KubeClient, namespace: str, selector: str, rv: str) -> None:
+        stream = client.watch(LEASES, namespace, resource_version=rv, field_selector=selector)
+        async with contextlib.aclosing(stream):
+            async for event in stream:
+                if event["type"] in ("ADDED", "MODIFIED"):
+                    self.specs.append(event["object"]["spec"])
+
+    async def record_after(self, holder: str) -> dict[str, Any] | None:
+        """The first record after the last one held by ``holder`` (None until seen)."""
+        if self._task is not None and self._task.done():
+            self._task.result()  # the watch failed: say why
+        held = [i for i, s in enumerate(self.specs) if s.get("holderIdentity") == holder]
+        after = held[-1] + 1 if held else len(self.specs)
+        return self.specs[after] if after < len(self.specs) else None
+
+    def last_of(self, holder: str) -> dict[str, Any]:
+        """The last record held by ``holder``."""
+        held = [s for s in self.specs if s.get("holderIdentity") == holder]
+        assert held, f"no record held by {holder}: {self.specs}"
+        return held[-1]
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
 
 
 def _some_created(cluster: LocalCluster, ns: str) -> bool:
