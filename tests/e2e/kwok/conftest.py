@@ -5,19 +5,17 @@
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``kubelet``: a ``KubeletStandIn`` that runs, ends and restarts simulated pods.
 - ``start_operator``/``operator``: ``msop run`` processes watching the test's namespace.
-- ``client``: the test's own API client; ``pool``: tainted kwok nodes with devices.
+- ``pool``: tainted kwok nodes with devices (``client`` is in tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
 import pytest
 
-from msop.kube.client import KubeClient
-from tests.e2e.reliability import TEST_AGENT
 from tests.e2e.sessions import (
     DEVICE,
     POOL_LABEL,
@@ -61,15 +59,6 @@ def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFa
     """Operators as the cluster's admin (see :func:`operator_factory`)."""
     with operator_factory(cluster.kubeconfig, namespace) as start:
         yield start
-
-
-@pytest.fixture
-async def client(cluster: LocalCluster) -> AsyncIterator[KubeClient]:
-    """A client of the test's own (the cluster's admin, generous client-side limits)."""
-    async with await KubeClient.from_config(
-        cluster.kubeconfig, user_agent=TEST_AGENT, qps=200, burst=400
-    ) as c:
-        yield c
 
 
 @pytest.fixture
