@@ -9,18 +9,16 @@ asserted where the issue names a bound. Pods are ended by an async kubelet pass
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import random
 import time
-from datetime import datetime
 from typing import Any
 
 import pytest
 
 from msop.kube.client import KubeClient
-from msop.kube.objects import parse_time
 from msop.kube.resources import LEASES
+from tests.e2e.leases import LeaseRecords, lease_time
 from tests.e2e.reliability import (
     assert_created_once,
     condition_types,
@@ -185,8 +183,8 @@ async def test_leader_failover_under_load_takes_over_within_the_lease(
     finally:
         await records.close()
     assert taken["holderIdentity"] not in ("", holder_a), records.specs
-    last_renew = _lease_time(records.last_of(holder_a), "renewTime")
-    takeover = (_lease_time(taken, "acquireTime") - last_renew).total_seconds()
+    last_renew = lease_time(records.last_of(holder_a), "renewTime")
+    takeover = (lease_time(taken, "acquireTime") - last_renew).total_seconds()
     await rest
     final = await drive_to_success(client, namespace, set(names), within=180)
     assert all({"Created", "Running", "Succeeded"} <= condition_types(j) for j in final)
@@ -201,57 +199,6 @@ async def test_leader_failover_under_load_takes_over_within_the_lease(
     # for its requests and event loop on a loaded machine.
     bound = 4 + 2 * 1.2 + 1.5
     assert takeover <= bound, f"acquired {takeover:.1f}s after the last renewal (lease 4s)"
-
-
-def _lease_time(spec: dict[str, Any], field: str) -> datetime:
-    """A Lease record's ``acquireTime``/``renewTime`` (MicroTime)."""
-    value = parse_time(spec.get(field))
-    assert value is not None, f"the Lease has no {field}: {spec}"
-    return value
-
-
-class LeaseRecords:
-    """Every record (``spec``) of a Lease, in order, from a watch."""
-
-    def __init__(self) -> None:
-        self.specs: list[dict[str, Any]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def follow(cls, client: KubeClient, namespace: str, name: str) -> LeaseRecords:
-        records = cls()
-        selector = f"metadata.name={name}"
-        listed = await client.list(LEASES, namespace, field_selector=selector)
-        records.specs += [o["spec"] for o in listed["items"]]
-        rv = listed["metadata"]["resourceVersion"]
-        records._task = asyncio.create_task(records._watch(client, namespace, selector, rv))
-        return records
-
-    async def _watch(self, client: KubeClient, namespace: str, selector: str, rv: str) -> None:
-        stream = client.watch(LEASES, namespace, resource_version=rv, field_selector=selector)
-        async with contextlib.aclosing(stream):
-            async for event in stream:
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    self.specs.append(event["object"]["spec"])
-
-    async def record_after(self, holder: str) -> dict[str, Any] | None:
-        """The first record after the last one held by ``holder`` (None until seen)."""
-        if self._task is not None and self._task.done():
-            self._task.result()  # the watch failed: say why
-        held = [i for i, s in enumerate(self.specs) if s.get("holderIdentity") == holder]
-        after = held[-1] + 1 if held else len(self.specs)
-        return self.specs[after] if after < len(self.specs) else None
-
-    def last_of(self, holder: str) -> dict[str, Any]:
-        """The last record held by ``holder``."""
-        held = [s for s in self.specs if s.get("holderIdentity") == holder]
-        assert held, f"no record held by {holder}: {self.specs}"
-        return held[-1]
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
 
 
 def _some_created(cluster: LocalCluster, ns: str) -> bool:

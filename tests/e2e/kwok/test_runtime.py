@@ -8,10 +8,8 @@ data, owned (controller reference) by the source.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
-from datetime import datetime
 from typing import Any
 
 import aiohttp
@@ -33,8 +31,8 @@ from msop.controller.handler import request_for
 from msop.informers import SharedInformer
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists
-from msop.kube.objects import parse_time
 from msop.kube.resources import CONFIGMAPS, EVENTS, LEASES
+from tests.e2e.leases import LeaseRecords, lease_time
 from tests.harness import LocalCluster
 
 COPY_OF = "toy.msop.io/copy-of"
@@ -162,59 +160,6 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
-def _lease_time(spec: dict[str, Any], field: str) -> datetime:
-    """A Lease record's ``acquireTime``/``renewTime`` (MicroTime)."""
-    value = parse_time(spec.get(field))
-    assert value is not None, f"Lease has no {field}: {spec}"
-    return value
-
-
-class LeaseRecords:
-    """Every record (``spec``) Lease ``name`` goes through, in order, from a watch: a GET
-    can miss one (a released record lasts only until a follower's next try) or read one
-    before a write still in flight from a replica just stopped lands."""
-
-    def __init__(self) -> None:
-        self.specs: list[dict[str, Any]] = []
-        self._task: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def follow(cls, kube: KubeClient, namespace: str, name: str) -> LeaseRecords:
-        records = cls()
-        selector = f"metadata.name={name}"
-        listed = await kube.list(LEASES, namespace, field_selector=selector)
-        records.specs += [o["spec"] for o in listed["items"]]
-        rv = listed["metadata"]["resourceVersion"]
-        records._task = asyncio.create_task(records._watch(kube, namespace, selector, rv))
-        return records
-
-    async def _watch(self, kube: KubeClient, namespace: str, selector: str, rv: str) -> None:
-        stream = kube.watch(LEASES, namespace, resource_version=rv, field_selector=selector)
-        async with contextlib.aclosing(stream):
-            async for event in stream:
-                if event["type"] in ("ADDED", "MODIFIED"):
-                    self.specs.append(event["object"]["spec"])
-
-    async def record_after(self, holder: str) -> dict[str, Any] | None:
-        """The first record after the last one held by ``holder`` (None until seen)."""
-        if self._task is not None and self._task.done():
-            self._task.result()  # the watch failed: say why
-        held = [i for i, s in enumerate(self.specs) if s.get("holderIdentity") == holder]
-        after = held[-1] + 1 if held else len(self.specs)
-        return self.specs[after] if after < len(self.specs) else None
-
-    def last_of(self, holder: str) -> dict[str, Any]:
-        """The last record held by ``holder``."""
-        held = [s for s in self.specs if s.get("holderIdentity") == holder]
-        assert held, f"no record held by {holder}: {self.specs}"
-        return held[-1]
-
-    async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-
 def lease_config(ns: str, identity: str, *, release: bool = True) -> LeaderElectionConfig:
     return LeaderElectionConfig(
         name="toy-leader",
@@ -309,8 +254,8 @@ async def test_leader_election_one_leader_kill_and_release(
         await asyncio.wait_for(b.wait_until_leader(), 60)  # a hang guard, not a bound
         taken = await eventually("the record after A's", lambda: records.record_after("replica-a"))
         assert taken["holderIdentity"] == "replica-b", records.specs
-        last_renew = _lease_time(records.last_of("replica-a"), "renewTime")
-        gap = (_lease_time(taken, "acquireTime") - last_renew).total_seconds()
+        last_renew = lease_time(records.last_of("replica-a"), "renewTime")
+        gap = (lease_time(taken, "acquireTime") - last_renew).total_seconds()
         assert gap >= 3.0, f"B took over {gap:.2f}s after A's last renewal (lease 3s)"
         await kube.create(CONFIGMAPS, source(namespace, "two", {"y": "2"}), namespace)
         await eventually(
@@ -339,8 +284,8 @@ async def test_leader_election_one_leader_kill_and_release(
         assert taken["holderIdentity"] == "replica-c", records.specs
         # From the Lease's own times again: had C ignored the release, it would have
         # waited a lease duration (3 s) from when it saw the released record.
-        released = _lease_time(release, "renewTime")
-        gap = (_lease_time(taken, "acquireTime") - released).total_seconds()
+        released = lease_time(release, "renewTime")
+        gap = (lease_time(taken, "acquireTime") - released).total_seconds()
         assert gap < 3.0, f"C took the lease {gap:.2f}s after the release: it waited for expiry"
     finally:
         await records.close()
