@@ -55,6 +55,7 @@ from msop.api import constants as c
 from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.kube import PODS
+from msop.kube.flowcontrol import client_limit
 from msop.msjob.poller import FIRST_POLL_DELAY
 from tests.harness import LocalCluster
 from tests.harness.cluster import create_namespace
@@ -416,14 +417,15 @@ async def _wait_quiet(metrics_url: str, wait_s: float, every: float = 2.5) -> No
         await asyncio.sleep(every)
 
 
-#: The operator's default ``--kube-api-qps``: it takes progress reports at half of it.
-OPERATOR_QPS = 50.0
+#: The operator's default ``--kube-api-qps`` (no client-side limit). With a limit it takes
+#: progress reports at half of it at most.
+OPERATOR_QPS = -1.0
 
 
 def effective_interval(interval: float, jobs: int, qps: float = OPERATOR_QPS) -> float:
     """The poll interval the operator keeps with ``jobs`` reporting jobs: the flag's, or
-    longer when reports at that pace would outrun half the status budget."""
-    return max(interval, jobs / (qps / 2))
+    longer when reports at that pace would outrun half of a client-side status budget."""
+    return max(interval, jobs / (client_limit(qps, 0)[0] / 2))
 
 
 async def run(

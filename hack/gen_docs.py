@@ -367,6 +367,8 @@ def msjob_api_page(crd: dict[str, Any] | None = None) -> str:
 _TYPES = {
     "_positive_float": "number > 0",
     "_positive_int": "integer >= 1",
+    "_non_negative_int": "integer >= 0",
+    "_number": "number",
     "_port": "port, 0-65535",
 }
 

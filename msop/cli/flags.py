@@ -10,6 +10,7 @@ CRD, lost leader election).
 from __future__ import annotations
 
 import argparse
+import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,20 @@ def _positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
     return n
+
+
+def _non_negative_int(value: str) -> int:
+    n = int(value)
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {n}")
+    return n
+
+
+def _number(value: str) -> float:
+    f = float(value)
+    if math.isnan(f) or math.isinf(f):
+        raise argparse.ArgumentTypeError(f"must be a finite number, got {value}")
+    return f
 
 
 def _port(value: str) -> int:
@@ -196,16 +211,19 @@ def _add_run(sub: Any) -> None:
     a(
         "--kube-api-qps",
         "MSOP_KUBE_API_QPS",
-        "client-side request rate limit",
-        "50",
-        type=_positive_float,
+        "client-side request rate limit of each budget: -1 (or any negative) sets none and "
+        "leaves the shaping to the API server's Priority and Fairness, 0 takes client-go's "
+        "default (5/s), a positive value is the limit",
+        "-1",
+        type=_number,
     )
     a(
         "--kube-api-burst",
         "MSOP_KUBE_API_BURST",
-        "client-side request burst",
-        "100",
-        type=_positive_int,
+        "client-side request burst of each budget, when --kube-api-qps sets a limit: 0 "
+        "takes client-go's default (10)",
+        "0",
+        type=_non_negative_int,
     )
     a(
         "--graceful-shutdown-timeout",

@@ -20,6 +20,7 @@ from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_found
+from msop.kube.flowcontrol import client_limit
 from msop.kube.resources import PODGROUPS, WORKLOADS
 from msop.metrics import register_process_metrics
 from msop.msjob.settings import Settings
@@ -82,6 +83,11 @@ async def _preflight(
         raise StartupError(f"API server error: {e.status} {e.reason}: {e.message}") from None
 
 
+def _status_budget(qps: float) -> float:
+    """The status writes' client-side rate (``math.inf`` without a limit)."""
+    return client_limit(qps, 0)[0]
+
+
 async def run_operator(args: argparse.Namespace) -> int:
     log = structlog.get_logger("msop")
     register_process_metrics(__version__)
@@ -126,7 +132,7 @@ async def run_operator(args: argparse.Namespace) -> int:
                 kueue=args.enable_kueue,
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,
-                progress_writes_per_second=args.kube_api_qps / 2,
+                progress_writes_per_second=_status_budget(args.kube_api_qps) / 2,
             ),
         )
         log.info(

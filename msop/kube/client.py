@@ -24,8 +24,11 @@ Contract for every request method:
   ApiError with ``retry_after`` set. Watches and streams are not retried here (their
   callers reopen them). Nothing else is retried: callers own their retry policy.
 
-Requests other than watches are throttled by client-side :class:`TokenBucket` s
-(``qps``/``burst``, like client-go), one per **budget**, each of ``qps``/``burst``:
+Requests other than watches may be throttled by client-side :class:`TokenBucket` s, one
+per **budget**, each of ``qps``/``burst`` (read by :func:`~msop.kube.flowcontrol.client_limit`:
+by default, ``qps=-1``, there is no client-side limit and the API server's Priority and
+Fairness shapes the traffic, as controller-runtime does since 0.21; 0 means client-go's
+5/s; a positive value is the limit):
 
 - ``events``: writes and reads of Events (``v1`` and ``events.k8s.io``);
 - ``status``: the ``status`` subresource of any object;
@@ -35,7 +38,7 @@ Requests other than watches are throttled by client-side :class:`TokenBucket` s
 So a backlog of Event writes never delays a pod create, and leader election always has
 tokens to renew its Lease: what client-go users get by giving the event broadcaster and
 the leader elector clients of their own (ms-operator gives pods, status and events a
-client each). The process may therefore send up to four times ``qps`` in total.
+client each). With a limit, the process may send up to four times ``qps`` in total.
 
 Every request, watches included, is counted in ``rest_client_requests_total{code,method,host}``.
 
@@ -58,7 +61,7 @@ import orjson
 
 from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
-from msop.kube.flowcontrol import TokenBucket
+from msop.kube.flowcontrol import TokenBucket, client_limit
 from msop.kube.metrics import (
     RATE_LIMITER_DURATION,
     REQUEST_DURATION,
@@ -160,8 +163,8 @@ class KubeClient:
         self,
         transport: Transport,
         *,
-        qps: float = 50,
-        burst: int = 100,
+        qps: float = -1,
+        burst: int = 0,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
         max_retries: int = 10,
@@ -174,7 +177,8 @@ class KubeClient:
         """``host[:port]`` of the API server, the ``host`` label of the metrics."""
         self.user_agent = user_agent
         """Sent as ``User-Agent`` on every request (audit logs group requests by it)."""
-        self.limiters = {name: TokenBucket(qps, burst) for name in BUDGETS}
+        rate, size = client_limit(qps, burst)
+        self.limiters = {name: TokenBucket(rate, size) for name in BUDGETS}
         """One client-side token bucket per budget (:data:`BUDGETS`); watches bypass them."""
         self.limiter = self.limiters["default"]
         """The ``default`` budget's bucket."""
@@ -213,8 +217,8 @@ class KubeClient:
         kubeconfig: str | None = None,
         *,
         context: str | None = None,
-        qps: float = 50,
-        burst: int = 100,
+        qps: float = -1,
+        burst: int = 0,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
         max_connections: int | None = 100,
@@ -254,8 +258,8 @@ class KubeClient:
         cls,
         configuration: Any,
         *,
-        qps: float = 50,
-        burst: int = 100,
+        qps: float = -1,
+        burst: int = 0,
         user_agent: str = "msop",
         request_timeout: float | None = 60.0,
         max_connections: int | None = 100,

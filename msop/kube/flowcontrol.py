@@ -16,7 +16,25 @@ import math
 import time
 from collections.abc import Callable
 
-__all__ = ["TokenBucket"]
+__all__ = ["DEFAULT_BURST", "DEFAULT_QPS", "TokenBucket", "client_limit"]
+
+DEFAULT_QPS = 5.0
+"""client-go's ``rest.DefaultQPS``: what a ``qps`` of 0 means."""
+DEFAULT_BURST = 10
+"""client-go's ``rest.DefaultBurst``: what a ``burst`` of 0 means."""
+
+
+def client_limit(qps: float, burst: int) -> tuple[float, int]:
+    """The (qps, burst) of a client's token buckets from its settings, read as client-go
+    and controller-runtime users expect: a negative ``qps`` (``-1``) means no client-side
+    limit (``math.inf``: the API server's Priority and Fairness shapes the traffic), 0
+    means client-go's default (5/s), a positive value is the limit. A ``burst`` of 0 (or
+    less) means client-go's default (10)."""
+    if math.isnan(qps):
+        raise ValueError("qps must be a number")
+    if qps < 0:
+        return math.inf, max(burst, 1)
+    return (qps or DEFAULT_QPS), (burst if burst > 0 else DEFAULT_BURST)
 
 
 class TokenBucket:

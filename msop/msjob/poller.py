@@ -19,10 +19,10 @@ Why pull. The operator asks; pods never call it. So:
   does not answer is asked again after 5, 10, 20 s, then once per interval; such
   targets hold at most half the slots, so silent pods never starve answering ones.
 - **Progress never outruns its budget or delays the real work.** Reports are taken at
-  most ``max_reports_per_second`` over all jobs (``msop run``: half of
-  ``--kube-api-qps``, the status writes' budget): with more jobs than that allows at the
-  interval, the interval stretches. A job with a new report is enqueued at low priority,
-  behind every pod event and spec change.
+  most ``max_reports_per_second`` over all jobs (``msop run``: half of the status
+  writes' budget when ``--kube-api-qps`` sets one, else no cap beyond the interval):
+  with more jobs than that allows at the interval, the interval stretches. A job with a
+  new report is enqueued at low priority, behind every pod event and spec change.
 - **One status write per new report, at most one per interval.** A report is stored
   only when its ``seq`` is new; the job is then enqueued and the planner (not this
   module) puts it in ``status.progress``. The last report of a process reaches the

@@ -5,6 +5,7 @@ Light on purpose (no runtime imports): ``msop run``'s flags take their defaults 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,8 +31,9 @@ class Settings:
     progress_interval: float = 30.0
     """Seconds between two progress polls of one job (and so between two progress
     writes of its status)."""
-    progress_writes_per_second: float = 25.0
+    progress_writes_per_second: float = math.inf
     """Progress reports taken per second at most, over all jobs (each may cost a status
-    write): ``msop run`` gives half of ``--kube-api-qps``, the status budget, so that
-    progress never holds up a condition. More jobs than that allows at
-    ``progress_interval`` are polled less often."""
+    write). When ``--kube-api-qps`` sets a client-side limit, ``msop run`` gives half of
+    it (the status budget), so that progress never holds up a condition, and more jobs
+    than that allows at ``progress_interval`` are polled less often. Without one (the
+    default) the interval alone paces them: one write per job per interval."""

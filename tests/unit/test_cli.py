@@ -28,7 +28,8 @@ def test_version() -> None:
     "args",
     [
         ["run", "--max-concurrent-reconciles", "0"],
-        ["run", "--kube-api-qps", "-1"],
+        ["run", "--kube-api-qps", "nan"],
+        ["run", "--kube-api-burst", "-1"],
         ["run", "--log-format", "xml"],
         ["run", "--progress-port", "70000"],
         ["run", "--progress-port", "http"],
@@ -84,6 +85,15 @@ def test_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch)
     args = parse_args(["run", "--max-concurrent-reconciles", "3", "--namespace", "c"])
     assert args.max_concurrent_reconciles == 3
     assert args.namespaces == ["c"]  # the command line wins over the variable
+
+
+def test_no_client_side_limit_by_default_and_client_go_semantics_when_set() -> None:
+    args = parse_args(["run"])
+    assert (args.kube_api_qps, args.kube_api_burst) == (-1, 0)  # APF shapes the traffic
+    args = parse_args(["run", "--kube-api-qps", "0"])  # client-go's default, 5/s burst 10
+    assert (args.kube_api_qps, args.kube_api_burst) == (0, 0)
+    args = parse_args(["run", "--kube-api-qps", "50", "--kube-api-burst", "100"])
+    assert (args.kube_api_qps, args.kube_api_burst) == (50, 100)
 
 
 def test_a_bad_environment_value_is_a_one_line_usage_error() -> None:

@@ -324,6 +324,8 @@ def test_report_names_the_command(
 def test_the_interval_the_operator_keeps_stretches_past_half_the_qps() -> None:
     from bench.polling import effective_interval
 
-    assert effective_interval(30, 500) == 30  # 500 / 25 = 20 s: the flag's interval
-    assert effective_interval(30, 1000) == 40  # 1,000 jobs at 25 reports/s
+    assert effective_interval(30, 1000) == 30  # no client-side limit: the flag's interval
+    assert effective_interval(30, 500, qps=50) == 30  # 500 / 25 = 20 s: the flag's interval
+    assert effective_interval(30, 1000, qps=50) == 40  # 1,000 jobs at 25 reports/s
     assert effective_interval(10, 1000, qps=200) == 10
+    assert effective_interval(30, 1000, qps=0) == 400  # client-go's 5/s: 2.5 reports/s

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from msop.kube.flowcontrol import TokenBucket
+from msop.kube.flowcontrol import TokenBucket, client_limit
 from tests.support.clocks import FakeClock
 
 
@@ -91,3 +91,30 @@ async def test_cancelled_wait_gives_the_token_back() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert tb.tokens() == pytest.approx(0.0, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("qps", "burst", "expected"),
+    [
+        (-1, 0, (math.inf, 1)),  # no client-side limit: APF shapes the traffic
+        (-0.5, 50, (math.inf, 50)),  # any negative, as controller-runtime reads it
+        (0, 0, (5.0, 10)),  # client-go's defaults
+        (0, 3, (5.0, 3)),
+        (20, 0, (20.0, 10)),
+        (20, 30, (20.0, 30)),
+    ],
+)
+def test_client_limit_reads_qps_and_burst_as_client_go_users_expect(
+    qps: float, burst: int, expected: tuple[float, int]
+) -> None:
+    assert client_limit(qps, burst) == expected
+
+
+def test_no_limit_never_makes_a_caller_wait() -> None:
+    tb = TokenBucket(*client_limit(-1, 0), clock=FakeClock(100.0))
+    assert [tb.reserve() for _ in range(10_000)] == [0.0] * 10_000
+
+
+def test_nan_is_refused() -> None:
+    with pytest.raises(ValueError, match="qps"):
+        client_limit(math.nan, 0)
