@@ -18,7 +18,7 @@ from bench import burst, memory, polling
 from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
 from bench.pyspy import write_summary
-from bench.report import judge, judge_issue17, render_markdown
+from bench.report import judge, judge_issue17, judge_issue26, render_markdown
 from msop import __version__
 
 #: Operator flags for the burst: as many jobs reconciled at once as the raw baseline has
@@ -26,12 +26,14 @@ from msop import __version__
 #: none either).
 DEFAULT_OPERATOR_ARGS = "--max-concurrent-reconciles {concurrency}"
 
-#: The load scenarios of issue 17, each on a fresh cluster: (jobs at scale 1, operator
+#: The load scenarios of issues 17 and 26, each on a fresh cluster: (jobs at scale 1, operator
 #: flags, requests in flight of the raw baseline). The raw baseline runs at 16 in flight
 #: as in the issue's side-by-side measurements; the operator keeps its defaults except
 #: for the flags named.
 LOAD_SCENARIOS: dict[str, tuple[int, str, int]] = {
+    "n100": (100, "", 16),
     "defaults": (500, "", 16),
+    "n2000": (2000, "", 16),
     "qps20": (200, "--kube-api-qps 20 --kube-api-burst 30", 16),
 }
 
@@ -170,6 +172,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     report["targets"] = judge(report)
     report["issue17"] = judge_issue17(report)
+    report["issue26"] = judge_issue26(report)
     try:
         report["plots"] = write_plots(report, out)
     except ImportError:

@@ -113,10 +113,40 @@ ISSUE17_GOALS = (
 )  # fmt: skip
 
 
-def judge_issue17(results: JSON) -> list[JSON]:
-    """One row per goal of issue 17: value, limit, previous, met (None: not judged)."""
+#: Issue 26's goals (the APF era: no client-side limit by default), all at default flags,
+#: each load scenario on a fresh cluster against raw creates at 16 in flight. "issue"
+#: figures come from the issue's held-out side-by-side bench; "make bench" figures from
+#: the run of 2026-11-22 (throttled at the old default, --kube-api-qps 50).
+ISSUE26_GOALS = (
+    Goal("all pods / raw creates, N=500", ("load", "defaults", "ratio_operator_to_raw"), 1.3,
+         "x", "1.47x (issue); 3.29x (make bench)"),
+    Goal("all pods / raw creates, N=2,000", ("load", "n2000", "ratio_operator_to_raw"), 1.3,
+         "x", "not measured before"),
+    Goal("events dropped, N=2,000", ("load", "n2000", "operator", "events_dropped"), 0, "",
+         "not measured before"),
+    Goal("RSS peak, N=2,000", ("load", "n2000", "operator", "operator_rss_mib_peak"), 150,
+         "MiB", "not measured before"),
+    Goal("CPU per job, N=100", ("load", "n100", "operator", "operator_cpu_ms_per_lifecycle"),
+         20, "ms", "not measured before"),
+    Goal("CPU per job, N=500", ("load", "defaults", "operator",
+         "operator_cpu_ms_per_lifecycle"), 20, "ms", "42 ms (issue); 27.6 ms (make bench)"),
+    Goal("CPU per job, N=2,000", ("load", "n2000", "operator",
+         "operator_cpu_ms_per_lifecycle"), 20, "ms", "not measured before"),
+    Goal("bytes per cached pod", ("memory", "bytes_per_cached_pod"), 2048, "B",
+         "6.2 KB (make bench)"),
+    Goal("RSS idle (synced, empty cluster)", ("memory", "rss_mib_empty"), 40, "MiB",
+         "45 MiB (issue); 43.6 MiB (make bench)"),
+    Goal("RSS idle before the burst, N=500", ("load", "defaults", "operator",
+         "operator_rss_mib_idle"), 40, "MiB", "45 MiB (issue)"),
+    Goal("writes per job excl. Events, N=2,000", ("load", "n2000", "api", "writes_per_job"),
+         10.0, "", "10.0 at N=500 (issue)"),
+)  # fmt: skip
+
+
+def judge_goals(results: JSON, goals: tuple[Goal, ...]) -> list[JSON]:
+    """One row per goal: value, limit, previous, met (None: not judged)."""
     rows = []
-    for g in ISSUE17_GOALS:
+    for g in goals:
         value = _dig(results, g.path)
         met = None
         if isinstance(value, int | float) and g.limit is not None:
@@ -127,6 +157,16 @@ def judge_issue17(results: JSON) -> list[JSON]:
         rows.append({"goal": g.name, "value": value, "limit": g.limit, "unit": g.unit,
                      "previous": g.previous, "met": met})  # fmt: skip
     return rows
+
+
+def judge_issue17(results: JSON) -> list[JSON]:
+    """One row per goal of issue 17 (see :func:`judge_goals`)."""
+    return judge_goals(results, ISSUE17_GOALS)
+
+
+def judge_issue26(results: JSON) -> list[JSON]:
+    """One row per goal of issue 26 (see :func:`judge_goals`)."""
+    return judge_goals(results, ISSUE26_GOALS)
 
 
 def _dig(data: JSON, path: tuple[str, ...]) -> Any:
@@ -236,6 +276,23 @@ def _render_progress(pr: JSON | None) -> list[str]:
     return lines
 
 
+def _goals_table(title: str, goals: list[JSON]) -> list[str]:
+    if not goals:
+        return []
+    rows = []
+    for r in goals:
+        verdict = {True: "met", False: "MISSED", None: "-"}[r["met"]]
+        goal = "-" if r["limit"] is None else f"≤ {_fmt(r['limit'])} {r['unit']}"
+        rows.append([r["goal"], f"{_fmt(r['value'])} {r['unit']}", r["previous"], goal,
+                     verdict])  # fmt: skip
+    return [
+        "",
+        f"## {title}",
+        "",
+        *_table(["goal", "this run", "previous", "target", "verdict"], rows),
+    ]
+
+
 def render_markdown(report: JSON) -> str:
     """The human-readable report; every number comes from ``report``."""
     env = report.get("environment", {})
@@ -253,6 +310,10 @@ def render_markdown(report: JSON) -> str:
         "Versions: " + ", ".join(f"{k} {val}" for k, val in v.items()) + ". "
         "The control plane (etcd, apiserver, scheduler, kwok) shares the machine."
     )
+    lines += _goals_table(
+        "Issue 26 goals: default flags, this run next to the previous figures",
+        report.get("issue26") or [],
+    )
     lines += ["", "## Targets", ""]
     rows = []
     for r in report.get("targets", []):
@@ -262,16 +323,9 @@ def render_markdown(report: JSON) -> str:
                      verdict])  # fmt: skip
     lines += _table(["target", "measured", "goal", "verdict"], rows)
 
-    goals = report.get("issue17") or []
-    if goals:
-        lines += ["", "## Issue 17 goals (this run next to the previous figures)", ""]
-        rows = []
-        for r in goals:
-            verdict = {True: "met", False: "MISSED", None: "-"}[r["met"]]
-            goal = "-" if r["limit"] is None else f"≤ {_fmt(r['limit'])} {r['unit']}"
-            rows.append([r["goal"], f"{_fmt(r['value'])} {r['unit']}", r["previous"], goal,
-                         verdict])  # fmt: skip
-        lines += _table(["goal", "this run", "previous", "target", "verdict"], rows)
+    lines += _goals_table(
+        "Issue 17 goals (this run next to the previous figures)", report.get("issue17") or []
+    )
     load = report.get("load") or {}
     if load:
         lines += ["", "## Load scenarios (issue 17)", ""]

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.audit import WRITE_VERBS, count_requests
-from bench.report import judge, judge_issue17, render_markdown
+from bench.report import judge, judge_issue17, judge_issue26, render_markdown
 from bench.stats import cdf, percentile, ratio, summarize
 
 
@@ -131,3 +131,27 @@ def test_issue17_goals_next_to_previous_figures() -> None:
     md = render_markdown(report)
     assert "## Issue 17 goals" in md and "99.5 s / 17.6 s = 5.6x (issue)" in md
     assert "## Load scenarios" in md and "| qps20 | 200 |" in md
+
+
+def test_issue26_goals_come_first_with_the_scale_scenarios() -> None:
+    n2000 = _scenario(0, 0, 1.0)
+    n2000["ratio_operator_to_raw"] = 1.2
+    n2000["operator"]["operator_rss_mib_peak"] = 151.0  # type: ignore[index]
+    report: dict[str, object] = {
+        "load": {"n100": _scenario(0, 0, 1.0), "n2000": n2000},
+        "memory": {"bytes_per_cached_pod": 1900.0, "rss_mib_empty": 41.0},
+        "targets": [],
+    }
+    rows = {r["goal"]: r for r in judge_issue26(report)}
+    assert rows["all pods / raw creates, N=2,000"]["met"] is True
+    assert rows["RSS peak, N=2,000"]["met"] is False
+    assert rows["CPU per job, N=100"]["met"] is True  # 20.0 <= 20
+    assert rows["CPU per job, N=500"]["met"] is None  # scenario not run
+    assert rows["bytes per cached pod"]["met"] is True
+    assert rows["RSS idle (synced, empty cluster)"]["met"] is False
+    report["issue26"] = list(rows.values())
+    report["issue17"] = judge_issue17(report)
+    del report["memory"]  # the memory section needs the whole scenario
+    md = render_markdown(report)
+    assert md.index("## Issue 26 goals") < md.index("## Targets") < md.index("## Issue 17 goals")
+    assert "6.2 KB (make bench)" in md
