@@ -6,8 +6,9 @@ runs all informers in one ``asyncio.TaskGroup`` until cancelled, including infor
 requested after it started. :meth:`InformerFactory.wait_for_sync` waits for all of them.
 
 Errors: :meth:`InformerFactory.informer_for` raises ValueError when an existing informer
-was built with a different transform. ``run`` ends only by cancellation (informers retry
-API errors forever) or by an unexpected bug in an informer, which propagates.
+was built with a different transform or ``compact`` setting. ``run`` ends only by
+cancellation (informers retry API errors forever) or by an unexpected bug in an informer,
+which propagates.
 """
 
 from __future__ import annotations
@@ -50,10 +51,13 @@ class InformerFactory:
         label_selector: str | None = None,
         field_selector: str | None = None,
         transform: Transform | None = None,
+        *,
+        compact: bool = False,
     ) -> SharedInformer:
         """The shared informer for this scope, created on first request.
 
-        ``transform=None`` means :data:`~msop.informers.store.default_transform`. If the
+        ``transform=None`` means :data:`~msop.informers.store.default_transform`;
+        ``compact`` keeps its cache encoded (see :class:`SharedInformer`). If the
         factory is running, a new informer starts at once.
         """
         key: InformerKey = (res, namespace, label_selector or None, field_selector or None)
@@ -62,6 +66,8 @@ class InformerFactory:
         if informer is not None:
             if informer.transform is not wanted:
                 raise ValueError(f"informer for {key} already exists with another transform")
+            if informer.compact != compact:
+                raise ValueError(f"informer for {key} already exists with compact={not compact}")
             return informer
         informer = SharedInformer(
             self.client,
@@ -71,6 +77,7 @@ class InformerFactory:
             field_selector=key[3],
             transform=wanted,
             options=self.options,
+            compact=compact,
         )
         self._informers[key] = informer
         if self._tg is not None:

@@ -40,7 +40,6 @@ import structlog
 from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL
 from msop.informers.store import (
     Obj,
-    Transform,
 )
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable, is_gone
@@ -140,10 +139,11 @@ class ReflectorSink(Protocol):
     """Where a reflector delivers what it sees. Calls are synchronous and must not raise."""
 
     def replace(
-        self, items: list[Obj], resource_version: str, *, transformed: bool = False
+        self, items: list[Any], resource_version: str, *, transformed: bool = False
     ) -> None:
         """A complete list: the sink's content must become exactly ``items``;
-        ``transformed``: they already went through the reflector's ``list_transform``."""
+        ``transformed``: they already went through the reflector's ``list_transform``
+        (and are whatever it returns)."""
 
     def watch_event(self, event_type: str, obj: Obj) -> None:
         """One ADDED, MODIFIED or DELETED watch event with its object."""
@@ -183,7 +183,7 @@ class Reflector:
         label_selector: str | None = None,
         field_selector: str | None = None,
         options: ReflectorOptions | None = None,
-        list_transform: Transform | None = None,
+        list_transform: Callable[[Obj], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
@@ -191,7 +191,8 @@ class Reflector:
         self.resource = resource
         self.sink = sink
         # Applied to listed objects page by page: the parsed pages of a long list are
-        # freed as they go instead of all being held until the sink slims them down.
+        # freed as they go instead of all being held until the sink slims them down. It
+        # may return any form the sink's ``replace(..., transformed=True)`` accepts.
         self.list_transform = list_transform
         self.namespace = namespace
         self.label_selector = label_selector

@@ -12,6 +12,14 @@ Index functions map an object to a list of index values; :func:`by_namespace` an
 :func:`by_controller_uid` are built in. They must not raise; an exception from an index
 function propagates out of the mutating call, leaving the store unchanged for that object.
 
+:class:`EncodedStore` has the same interface but keeps each object encoded (compact JSON,
+deflated against a dictionary) and decodes it on every read: a new dict each time, so
+readers may even modify what they get, but two reads of one object are equal, not
+identical. A projected pod of ~800 bytes as JSON takes ~2.5 KB as Python dicts and about
+a hundred bytes encoded, and the long-lived part of the cache is a few objects per entry
+instead of dozens that pin the allocator's arenas. Decoding costs a few microseconds per
+object: meant for caches read a few objects at a time.
+
 Transforms (:data:`Transform`) run before objects enter a store - the informer applies
 them, the store does not. :func:`default_transform` drops ``metadata.managedFields``, which
 is often half the size of a small object and is never needed by a controller, and
@@ -22,8 +30,11 @@ from __future__ import annotations
 
 import builtins
 import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal, NamedTuple
+
+import orjson
 
 from msop.kube.objects import controller_ref
 
@@ -33,6 +44,7 @@ __all__ = [
     "LAST_APPLIED_ANNOTATION",
     "DeletedFinalStateUnknown",
     "Delta",
+    "EncodedStore",
     "IndexFunc",
     "Obj",
     "Store",
@@ -41,6 +53,7 @@ __all__ = [
     "by_namespace",
     "default_transform",
     "intern_strings",
+    "iter_relist_deltas",
     "key_of",
     "make_transform",
     "relist_deltas",
@@ -188,6 +201,10 @@ class Store:
         """Iterate ``(key, obj)``; do not mutate the store while iterating."""
         return iter(self._items.items())
 
+    def snapshot(self) -> Mapping[str, Obj]:
+        """The content as ``key -> object`` at this moment (later changes do not show)."""
+        return dict(self._items)
+
     def __len__(self) -> int:
         return len(self._items)
 
@@ -278,6 +295,162 @@ class Store:
         self.resource_version = resource_version
 
 
+class EncodedStore(Store):
+    """A :class:`Store` that keeps objects encoded; see the module docstring.
+
+    An object is stored as its compact JSON, deflated with a preset dictionary: the JSON
+    of the first object this store ever encoded. Objects of one cache are alike (the pods
+    of a controller differ in a few names, uids and values), so each takes about a
+    hundred bytes instead of ~800 as JSON or several KB as dicts; decoding one costs
+    about as much as parsing its JSON (a few microseconds).
+
+    Reads return a freshly decoded object each time; index functions and the objects
+    returned by mutators (the previous state) see decoded objects too.
+    """
+
+    def __init__(
+        self,
+        indexers: Mapping[str, IndexFunc] | None = None,
+        key_func: Callable[[Obj], str] = key_of,
+    ) -> None:
+        super().__init__(indexers, key_func)
+        self._raw: dict[str, bytes] = {}
+        del self._items  # every access goes through _raw
+        self._zdict: bytes | None = None
+
+    # -- encoding ---------------------------------------------------------------------
+
+    def encode(self, obj: Obj) -> bytes:
+        """The stored form of ``obj``. The first object encoded becomes the dictionary."""
+        data = orjson.dumps(obj)
+        if self._zdict is None:
+            self._zdict = bytes(memoryview(data))  # orjson's buffer is larger than data
+        z = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEMLEVEL, zdict=self._zdict)
+        return z.compress(data) + z.flush()
+
+    def decode(self, raw: bytes) -> Obj:
+        """An object from its stored form (a new dict each time)."""
+        assert self._zdict is not None
+        z = zlib.decompressobj(_WBITS, zdict=self._zdict)
+        result: Obj = orjson.loads(z.decompress(raw))
+        return result
+
+    # -- reading ----------------------------------------------------------------------
+
+    def get(self, key: str) -> Obj | None:
+        raw = self._raw.get(key)
+        return None if raw is None else self.decode(raw)
+
+    def get_by_name(self, namespace: str | None, name: str) -> Obj | None:
+        return self.get(f"{namespace}/{name}" if namespace else name)
+
+    def list(self) -> builtins.list[Obj]:
+        return [self.decode(raw) for raw in self._raw.values()]
+
+    def keys(self) -> builtins.list[str]:
+        return list(self._raw)
+
+    def items(self) -> Iterator[tuple[str, Obj]]:
+        return ((key, self.decode(raw)) for key, raw in self._raw.items())
+
+    def snapshot(self) -> Mapping[str, Obj]:
+        """The content at this moment, decoded only where it is read."""
+        return _Decoded(dict(self._raw), self.decode)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
+        keys = self._indices[index_name].get(value)
+        if not keys:
+            return []
+        raw = self._raw
+        return [self.decode(raw[k]) for k in keys]
+
+    # -- writing ----------------------------------------------------------------------
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
+        for name in indexers:
+            if name in self._indexers:
+                raise ValueError(f"index {name!r} already exists")
+        for name, func in indexers.items():
+            self._indexers[name] = func
+            index: dict[str, set[str]] = {}
+            for key, raw in self._raw.items():
+                for value in func(self.decode(raw)):
+                    index.setdefault(value, set()).add(key)
+            self._indices[name] = index
+
+    def add(self, obj: Obj) -> Obj | None:
+        key = self._key(obj)
+        raw = self.encode(obj)  # before any change: an unencodable object changes nothing
+        old_raw = self._raw.get(key)
+        old = None
+        if old_raw is not None:
+            old = self.decode(old_raw)
+            self._unindex(key, old)
+        self._raw[key] = raw
+        self._index(key, obj)
+        return old
+
+    update = add
+
+    def delete(self, obj_or_key: Obj | str) -> Obj | None:
+        key = obj_or_key if isinstance(obj_or_key, str) else self._key(obj_or_key)
+        raw = self._raw.pop(key, None)
+        if raw is None:
+            return None
+        old = self.decode(raw)
+        self._unindex(key, old)
+        return old
+
+    def replace(self, items: Iterable[Obj], resource_version: str) -> None:
+        self.replace_encoded([self.encode(obj) for obj in items], resource_version)
+
+    def replace_encoded(self, raws: Iterable[bytes], resource_version: str) -> None:
+        """:meth:`replace` with objects already encoded by this store's :meth:`encode`:
+        each is decoded once, alone, to be keyed and indexed. A list can thus be
+        encoded page by page and never exist as dicts all at once."""
+        content: dict[str, bytes] = {}
+        indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        for raw in raws:
+            obj = self.decode(raw)
+            key = self._key(obj)
+            content[key] = raw
+            for name, func in self._indexers.items():
+                for value in func(obj):
+                    indices[name].setdefault(value, set()).add(key)
+        self._raw, self._indices = content, indices
+        self.resource_version = resource_version
+
+
+# Raw deflate with an 8 KB window (a dictionary object and the one encoded fit in it) and
+# a small state: compressing an object costs a few microseconds.
+_WBITS = -13
+_MEMLEVEL = 2
+_LEVEL = 6
+
+
+class _Decoded(Mapping[str, Obj]):
+    """A read-only ``key -> object`` view over encoded objects, decoded when read."""
+
+    def __init__(self, raw: dict[str, bytes], decode: Callable[[bytes], Obj]) -> None:
+        self._raw = raw
+        self._decode = decode
+
+    def __getitem__(self, key: str) -> Obj:
+        return self._decode(self._raw[key])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
 class DeletedFinalStateUnknown(dict[str, Any]):
     """A delete noticed by a relist, not by a watch event.
 
@@ -321,17 +494,25 @@ def relist_deltas(
     - a key in ``known`` but not in ``listed`` is a ``delete`` whose ``old`` is the last
       known state.
     """
-    deltas: list[Delta] = []
+    return list(iter_relist_deltas(known, listed, key_func))
+
+
+def iter_relist_deltas(
+    known: Mapping[str, Obj],
+    listed: Iterable[Obj],
+    key_func: Callable[[Obj], str] = key_of,
+) -> Iterator[Delta]:
+    """:func:`relist_deltas` one at a time: ``listed`` is consumed as the deltas are, and
+    ``known`` is read only for the keys listed and the ones that vanished."""
     seen: set[str] = set()
     for obj in listed:
         key = key_func(obj)
         seen.add(key)
         old = known.get(key)
         if old is None:
-            deltas.append(Delta("add", key, None, obj))
+            yield Delta("add", key, None, obj)
         elif old["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
-            deltas.append(Delta("update", key, old, obj))
-    for key, old in known.items():
+            yield Delta("update", key, old, obj)
+    for key in known:
         if key not in seen:
-            deltas.append(Delta("delete", key, old, None))
-    return deltas
+            yield Delta("delete", key, known[key], None)

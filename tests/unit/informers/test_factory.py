@@ -29,6 +29,15 @@ def test_conflicting_transform_is_refused() -> None:
         f.informer_for(PODS, transform=make_transform(drop_last_applied=False))
 
 
+def test_conflicting_compact_setting_is_refused() -> None:
+    f = factory()
+    a = f.informer_for(PODS, "ns", compact=True)
+    assert a.compact and f.informer_for(PODS, "ns", compact=True) is a
+    with pytest.raises(ValueError):
+        f.informer_for(PODS, "ns")
+    assert not f.informer_for(PODS).compact
+
+
 def test_has_synced_requires_all() -> None:
     f = factory()
     a = f.informer_for(PODS)

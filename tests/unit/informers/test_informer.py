@@ -8,6 +8,7 @@ import pytest
 
 from msop.informers import (
     DeletedFinalStateUnknown,
+    EncodedStore,
     Lister,
     MultiNamespaceLister,
     SharedInformer,
@@ -136,3 +137,30 @@ def test_list_already_transformed_by_the_reflector_is_not_transformed_again() ->
     inf.replace([cm("y", "2")], "2")
     inf.watch_event("ADDED", cm("z", "3"))
     assert calls == ["y", "z"]
+
+
+def test_compact_informer_encodes_pages_and_hands_dicts_to_handlers() -> None:
+    inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, compact=True)
+    assert isinstance(inf.store, EncodedStore)
+    rec, seen = Recorder(), []
+    inf.add_event_handler(rec.on_add, rec.on_update, rec.on_delete)
+    inf.add_event_handler(lambda obj, initial: seen.append(obj))
+    # The reflector's list transform applies the default transform, then encodes.
+    page = [inf.reflector.list_transform(cm(n, "1", managedFields=[{}])) for n in ("x", "y")]
+    assert all(isinstance(raw, bytes) for raw in page)
+    inf.replace(page, "1", transformed=True)
+    assert rec.events == [("add", "x", True), ("add", "y", True)]
+    assert seen == [cm("x", "1"), cm("y", "1")]  # managedFields dropped
+    assert inf.store.get("a/x") == cm("x", "1") and inf.has_synced()
+    # a relist without transformed items, and watch events, go through the same store
+    inf.replace([cm("x", "2", managedFields=[{}])], "2")
+    inf.watch_event("ADDED", cm("z", "3"))
+    inf.watch_event("DELETED", cm("x", "4"))
+    assert rec.events[2:] == [
+        ("update", "1", "2"),
+        ("delete", "y", True),
+        ("add", "z", False),
+        ("delete", "x", False),
+    ]
+    assert inf.store.keys() == ["a/z"] and inf.store.resource_version == "4"
+    assert Lister(inf).get("z", "a") == cm("z", "3")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from msop.informers.store import (
@@ -11,10 +12,12 @@ from msop.informers.store import (
     BY_NAMESPACE,
     LAST_APPLIED_ANNOTATION,
     Delta,
+    EncodedStore,
     Store,
     by_controller_uid,
     default_transform,
     intern_strings,
+    iter_relist_deltas,
     key_of,
     make_transform,
     relist_deltas,
@@ -151,3 +154,86 @@ def test_relist_deltas_of_first_list_are_all_adds() -> None:
     deltas = relist_deltas({}, [o("x", "1"), o("y", "2")])
     assert [d.type for d in deltas] == ["add", "add"]
     assert relist_deltas({"a/x": o("x", "1")}, []) == [Delta("delete", "a/x", o("x", "1"), None)]
+
+
+# -- EncodedStore -----------------------------------------------------------------------
+
+
+def test_encoded_store_reads_equal_fresh_copies_and_follows_the_indexes() -> None:
+    s = EncodedStore()
+    o1 = obj("p1", owner="u1", labels={"app": "w"})
+    assert s.add(o1) is None
+    got = s.get("a/p1")
+    assert got == o1 and got is not o1
+    assert s.get_by_name("a", "p1") == o1 and s.get("a/p1") is not got
+    got["metadata"]["name"] = "changed"  # a reader's copy: the cache is not affected
+    assert s.get("a/p1") == o1
+    s.add(obj("p2", owner="u1"))
+    s.add(obj("p3", ns="b", owner="u2"))
+    assert {key_of(o) for o in s.by_index(BY_CONTROLLER_UID, "u1")} == {"a/p1", "a/p2"}
+    old = s.update(obj("p2", owner="u2", rv="2"))
+    assert old == obj("p2", owner="u1")
+    assert set(s.index_keys(BY_CONTROLLER_UID, "u2")) == {"a/p2", "b/p3"}
+    assert [o["metadata"]["resourceVersion"] for o in s.by_index(BY_CONTROLLER_UID, "u2")
+            if o["metadata"]["name"] == "p2"] == ["2"]  # fmt: skip
+    assert s.delete("a/p1") == o1 and s.delete("a/p1") is None
+    assert "u1" not in s.index_values(BY_CONTROLLER_UID)
+    assert sorted(s.keys()) == ["a/p2", "b/p3"] and len(s) == 2 and "b/p3" in s
+    assert sorted(key_of(o) for o in s.list()) == ["a/p2", "b/p3"]
+    assert dict(s.items()) == {"a/p2": obj("p2", owner="u2", rv="2"), "b/p3": s.get("b/p3")}
+    s.add_indexers({"name": lambda o: [o["metadata"]["name"]]})
+    assert [key_of(o) for o in s.by_index("name", "p3")] == ["b/p3"]
+
+
+def test_encoded_store_is_compact() -> None:
+    # Alike objects (a controller's pods) share most of their JSON with the first one.
+    s = EncodedStore()
+    pods = [obj(f"job-{i}-worker-{i % 5}", owner=f"uid-{i:08d}", labels={"app": "w"},
+                annotations={"note": "x" * 300}) for i in range(50)]  # fmt: skip
+    s.replace(pods, "7")
+    assert s.resource_version == "7" and len(s) == 50
+    assert sorted(s.list(), key=key_of) == sorted(pods, key=key_of)
+    sizes = [len(raw) for raw in s._raw.values()]
+    assert max(sizes) < len(orjson.dumps(pods[-1])) / 3
+
+
+def test_encoded_store_replace_encoded_and_snapshot() -> None:
+    s = EncodedStore()
+    s.add(obj("old", owner="u1"))
+    snap = s.snapshot()
+    raws = [s.encode(obj("n1", owner="u2")), s.encode(obj("n2", ns="b"))]
+    s.replace_encoded(raws, "9")
+    assert sorted(s.keys()) == ["a/n1", "b/n2"] and s.resource_version == "9"
+    assert s.index_values(BY_CONTROLLER_UID) == ["u2"]
+    assert sorted(s.index_values(BY_NAMESPACE)) == ["a", "b"]
+    # the snapshot taken before still shows (and decodes) the old content
+    assert list(snap) == ["a/old"] and len(snap) == 1 and snap["a/old"] == obj("old", owner="u1")
+    assert snap.get("a/n1") is None
+
+
+def test_encoded_store_rejects_an_unencodable_object_unchanged() -> None:
+    s = EncodedStore()
+    s.add(obj("x"))
+    with pytest.raises(TypeError):
+        s.add(obj("x", rv="2", bad=object()))
+    assert s.get("a/x") == obj("x")
+
+
+def test_iter_relist_deltas_reads_known_only_where_needed() -> None:
+    reads: list[str] = []
+
+    class Known(dict[str, Any]):
+        def get(self, key: str, default: Any = None) -> Any:
+            reads.append(key)
+            return super().get(key, default)
+
+        def __getitem__(self, key: str) -> Any:
+            reads.append(key)
+            return super().__getitem__(key)
+
+    known = Known({"a/same": obj("same"), "a/gone": obj("gone")})
+    deltas = iter_relist_deltas(known, iter([obj("same"), obj("new")]))
+    assert next(deltas) == Delta("add", "a/new", None, obj("new"))
+    assert reads == ["a/same", "a/new"]
+    assert list(deltas) == [Delta("delete", "a/gone", obj("gone"), None)]
+    assert reads == ["a/same", "a/new", "a/gone"]
