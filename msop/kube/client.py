@@ -63,13 +63,15 @@ from msop.kube import k8sconfig
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
 from msop.kube.flowcontrol import TokenBucket, client_limit
 from msop.kube.metrics import (
+    HELD_TOTAL,
     RATE_LIMITER_DURATION,
     REQUEST_DURATION,
     REQUEST_RETRIES_TOTAL,
     REQUESTS_TOTAL,
+    UNREACHABLE_TOTAL,
 )
 from msop.kube.resources import Resource
-from msop.kube.transport import Transport
+from msop.kube.transport import Transport, server_unreachable
 from msop.kube.writer import PatchType
 
 __all__ = ["BUDGETS", "MAX_RETRY_AFTER", "RETRY_JITTER", "KubeClient", "PatchType", "budget_of"]
@@ -371,6 +373,10 @@ class KubeClient:
         if throttle:
             waited = await self.limiters[budget].wait()
             self._observe(self._m_waits, RATE_LIMITER_DURATION, method, waited)
+        gate = self.transport.gate
+        if not gate.is_open:
+            HELD_TOTAL.labels(self.host).inc()
+            await gate.wait()
         try:
             resp = await self.transport.request(
                 method, path, query=query, headers=headers, body=body, client_timeout=client_timeout
@@ -380,6 +386,8 @@ class KubeClient:
             raise ApiTimeout(f"{method} {path}: timed out") from e
         except _TRANSPORT_ERRORS as e:
             self._count_request("<error>", method)
+            if server_unreachable(e) and gate.trip(headers):
+                UNREACHABLE_TOTAL.labels(self.host).inc()
             raise ApiUnavailable(f"{method} {path}: {e!r}") from e
         self._count_request(str(resp.status), method)
         return resp

@@ -9,6 +9,10 @@
   500-504); ``code`` is the refusal's status.
 - ``rest_client_rate_limiter_duration_seconds{verb,host}``: time spent waiting on the
   client-side token bucket.
+- ``msop_apiserver_unreachable_total{host}``: times a refused or dropped connection closed
+  the transport's ready gate (:class:`~msop.kube.transport.ReadyGate`).
+- ``msop_apiserver_held_requests_total{host}``: requests that waited at the closed gate
+  for the API server's ``/readyz`` to say 200.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ from prometheus_client import Counter, Histogram
 
 from msop.metrics import REGISTRY
 
-__all__ = ["RATE_LIMITER_DURATION", "REQUESTS_TOTAL", "REQUEST_DURATION", "REQUEST_RETRIES_TOTAL"]
+__all__ = [
+    "HELD_TOTAL",
+    "RATE_LIMITER_DURATION",
+    "REQUESTS_TOTAL",
+    "REQUEST_DURATION",
+    "REQUEST_RETRIES_TOTAL",
+    "UNREACHABLE_TOTAL",
+]
 
 _LATENCY_BUCKETS = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
@@ -48,5 +59,20 @@ RATE_LIMITER_DURATION = Histogram(
     "Client side rate limiter latency in seconds. Broken down by verb and host.",
     ["verb", "host"],
     buckets=_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+
+UNREACHABLE_TOTAL = Counter(
+    "msop_apiserver_unreachable",
+    "Times the API server refused or dropped a connection and requests were held until "
+    "its /readyz answered 200 (or for at most 10 s).",
+    ["host"],
+    registry=REGISTRY,
+)
+
+HELD_TOTAL = Counter(
+    "msop_apiserver_held_requests",
+    "Requests that waited for an unreachable API server to report ready.",
+    ["host"],
     registry=REGISTRY,
 )

@@ -17,17 +17,29 @@ in-cluster); the session is ours, so that each request costs only what it must:
   lost its Lease exiting), bytes still queued in the kernel are discarded, not delivered
   by the kernel's retransmissions once a partitioned link comes back. A plain close
   would keep sending them for up to a minute after the process has moved on or exited.
+- **Requests wait out a restarting API server** (:class:`ReadyGate`). When a connection
+  is refused or dropped, the transport's gate closes: requests then wait while one probe
+  asks ``GET /readyz`` (which every authenticated user may read) until it answers 200,
+  at most :data:`MAX_HOLD` seconds. Without it every reconcile fails during the outage
+  and is retried with backoff, and a server that has just come back refuses requests
+  until its authorizer's caches are filled (403s for what RBAC allows); the retries of
+  those failures pile up behind the workqueue's rate limiter and run long after the
+  server is back. A server that never says ready (``/readyz`` forbidden, say) costs a
+  request at most :data:`MAX_HOLD` seconds once it is unreachable.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import ipaddress
 import os
 import socket
 import ssl
 import struct
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 
@@ -128,6 +140,105 @@ def ssl_context(configuration: Any) -> ssl.SSLContext:
     return context
 
 
+#: The longest a request waits for an unreachable API server to say it is ready (seconds).
+MAX_HOLD = 10.0
+#: The first pause between two ``/readyz`` probes; it doubles up to :data:`PROBE_MAX_INTERVAL`.
+PROBE_INTERVAL = 0.25
+PROBE_MAX_INTERVAL = 2.0
+
+Probe = Callable[[Mapping[str, str]], Awaitable[int]]
+"""Sends ``GET /readyz`` with the given headers and returns the HTTP status."""
+
+
+def server_unreachable(error: BaseException) -> bool:
+    """Whether ``error`` means the API server refused or dropped the connection (not a
+    timeout, which a partition gives, and not a TLS failure, which waiting cannot mend)."""
+    if isinstance(error, aiohttp.ClientSSLError):
+        return False
+    return isinstance(
+        error, aiohttp.ClientConnectorError | aiohttp.ServerDisconnectedError | ConnectionError
+    )
+
+
+class ReadyGate:
+    """Holds requests while the API server is unreachable, until its ``/readyz`` says 200.
+
+    :meth:`trip` closes the gate (a request found the server unreachable) and starts one
+    probe task; :meth:`wait` returns at once while the gate is open, else when it opens or
+    after ``max_hold`` seconds. The probe opens the gate on a 200, or gives up after
+    ``max_hold`` seconds of probing (the next unreachable request closes it again).
+    ``trips`` counts the closings.
+    """
+
+    def __init__(
+        self,
+        probe: Probe,
+        *,
+        max_hold: float = MAX_HOLD,
+        interval: float = PROBE_INTERVAL,
+        max_interval: float = PROBE_MAX_INTERVAL,
+    ) -> None:
+        self._probe = probe
+        self.max_hold = max_hold
+        self._interval = interval
+        self._max_interval = max_interval
+        self._opened: asyncio.Event | None = None  # made lazily, in the running loop
+        self._task: asyncio.Task[None] | None = None
+        self.trips = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self._task is None
+
+    def trip(self, headers: Mapping[str, str]) -> bool:
+        """Close the gate and start probing; False if it was already closed."""
+        if self._task is not None:
+            return False
+        self.trips += 1
+        self._opened = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._watch(dict(headers)))
+        return True
+
+    async def wait(self) -> float:
+        """Wait while the gate is closed (at most ``max_hold`` s); return the seconds waited."""
+        if self._task is None or self._opened is None:
+            return 0.0
+        start = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.max_hold):
+                await self._opened.wait()
+        return time.monotonic() - start
+
+    async def _watch(self, headers: Mapping[str, str]) -> None:
+        deadline = time.monotonic() + self.max_hold
+        delay = self._interval
+        try:
+            while True:
+                try:
+                    status = await self._probe(headers)
+                except (aiohttp.ClientError, OSError, TimeoutError):
+                    status = 0
+                if status == 200 or time.monotonic() + delay > deadline:
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, self._max_interval)
+        finally:
+            self._task = None
+            if self._opened is not None:
+                self._opened.set()
+
+    async def close(self) -> None:
+        """Stop probing and let every waiter through."""
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._task = None  # a task cancelled before it ran never reached its finally
+        if self._opened is not None:
+            self._opened.set()
+
+
 class Transport:
     """Sends HTTP requests to one API server; see the module docstring.
 
@@ -155,8 +266,24 @@ class Transport:
         self.session = aiohttp.ClientSession(
             connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE
         )
+        self.gate = ReadyGate(self._probe_ready)
+        """Holds requests while the API server is unreachable (see the module docstring)."""
+
+    async def _probe_ready(self, headers: Mapping[str, str]) -> int:
+        timeout = aiohttp.ClientTimeout(total=PROBE_MAX_INTERVAL)
+        async with self.session.get(
+            self.base + "/readyz",
+            headers=headers,
+            timeout=timeout,
+            proxy=self.proxy,
+            proxy_headers=self.proxy_headers,
+            server_hostname=self.server_hostname,
+        ) as resp:
+            await resp.read()
+            return resp.status
 
     async def close(self) -> None:
+        await self.gate.close()
         await self.session.close()
 
     async def request(
