@@ -33,7 +33,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from msop.cli.validate import validate_files
 
         return validate_files(args.files, sys.stdout)
-    from msop import logs
+    from msop import logs, malloc
+
+    malloc.limit_heap_growth()  # before any list page is parsed
     from msop.cli.run import StartupError, run_operator
 
     logs.configure(args.log_format, args.log_level)
