@@ -79,6 +79,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
+import orjson
 import structlog
 from cachetools import LRUCache
 
@@ -235,10 +236,11 @@ class MSJobReconciler:
         # job -> since when a change of its pod counts alone is held back
         # (Observed.counts_unwritten_since; the planner decides when to write it).
         self._counts_unwritten: dict[Request, datetime] = {}
-        # job -> (resourceVersion, the job defaulted): most reconciles are caused by
-        # pod events and see an unchanged job, so it is not copied and defaulted again.
-        # The same resourceVersion is the same content; bounded to the recent jobs.
-        self._defaulted: LRUCache[Request, tuple[str, JSON]] = LRUCache(maxsize=DEFAULTED_CACHE)
+        # job -> (resourceVersion, the job defaulted, as JSON): most reconciles are caused
+        # by pod events and see an unchanged job, so it is not defaulted again. The same
+        # resourceVersion is the same content; bounded to the recent jobs. Kept encoded
+        # (~2.5 KB, parsed in ~5 us) rather than as dicts (~15 KB: 512 jobs took 7.5 MB).
+        self._defaulted: LRUCache[Request, tuple[str, bytes]] = LRUCache(maxsize=DEFAULTED_CACHE)
         # job -> writes in doubt and their announcements (see the module docstring).
         self._doubts: dict[Request, _Doubt] = {}
 
@@ -272,10 +274,11 @@ class MSJobReconciler:
             pod_group = self.pod_groups.get(request.name, request.namespace)
         cached = self._defaulted.get(request)
         if cached is not None and cached[0] == rv and rv:
-            defaulted = cached[1]
+            defaulted = orjson.loads(cached[1])
         else:
             defaulted = apply_defaults(job)
-            self._defaulted[request] = (rv, defaulted)
+            # orjson's result holds its whole output buffer: keep an exact-size copy.
+            self._defaulted[request] = (rv, bytes(memoryview(orjson.dumps(defaulted))))
         workload, other_workloads, flavors = self._workloads(job)
         observed = Observed(
             job=job,

@@ -8,6 +8,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import orjson
 import pytest
 
 from msop.api import constants as c
@@ -417,3 +418,29 @@ def test_a_pass_cancelled_with_a_write_out_counts_it_in_doubt(verb: str, kind: s
 
     asyncio.run(cancel_mid_write())
     assert h.reconciler.unannounced() == 1
+
+
+def test_the_defaulted_job_is_kept_encoded_and_reused_for_the_same_resource_version(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import msop.msjob.reconciler as reconciler_module
+
+    h = Harness(_job(workers=2))
+    calls: list[str] = []
+    real = reconciler_module.apply_defaults
+
+    def counting(j: JSON) -> JSON:
+        calls.append(j["metadata"]["resourceVersion"])
+        return real(j)
+
+    monkeypatch.setattr(reconciler_module, "apply_defaults", counting)
+    h.reconcile()
+    h.reconcile()  # sees the job with its first status written
+    rv = h.cluster.job["metadata"]["resourceVersion"]
+    cached_rv, cached = h.reconciler._defaulted[Request("ns", "j")]
+    assert cached_rv == rv and isinstance(cached, bytes)
+    assert cached == orjson.dumps(real(h.cluster.job))
+    before = len(calls)
+    h.reconcile()
+    assert h.cluster.job["metadata"]["resourceVersion"] == rv  # nothing new to write
+    assert len(calls) == before  # the cached defaulted job was used
