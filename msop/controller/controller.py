@@ -37,10 +37,10 @@ import structlog
 
 from msop.controller import metrics
 from msop.controller.clock import Clock, MonotonicClock
-from msop.controller.handler import EventHandler
+from msop.controller.handler import EventHandler, RequestQueue
 from msop.controller.ratelimiter import RateLimiter
 from msop.controller.reconcile import Reconciler, Request, Result, StopAware, TerminalError
-from msop.controller.workqueue import ShutDown, WorkQueue
+from msop.controller.workqueue import PRIORITY_NORMAL, ShutDown, WorkQueue
 from msop.kube.errors import ApiError
 
 __all__ = ["DEFAULT_EXPECTED_ERRORS", "Controller", "EventSource"]
@@ -67,6 +67,18 @@ class EventSource(Protocol):
         ...
 
 
+class _Delayed:
+    """A queue whose ``add`` is ``add_after(delay)``: the adds of one key within ``delay``
+    seconds become one reconcile (see :meth:`Controller.watch`)."""
+
+    def __init__(self, queue: WorkQueue[Request], delay: float) -> None:
+        self.queue = queue
+        self.delay = delay
+
+    def add(self, item: Request, *, priority: int = PRIORITY_NORMAL) -> None:
+        self.queue.add_after(item, self.delay, priority=priority)
+
+
 class _Watch:
     """One (source, handler) pair, adapted to informer callbacks."""
 
@@ -75,11 +87,15 @@ class _Watch:
         controller: Controller,
         source: EventSource,
         handler: EventHandler,
+        batch_window: float = 0.0,
     ) -> None:
         self.controller = controller
         self.source = source
         self.handler = handler
         self.registration: Any = None
+        self.queue: RequestQueue = (
+            _Delayed(controller.queue, batch_window) if batch_window > 0 else controller.queue
+        )
 
     def _guard(self, kind: str, fn: Callable[[], None]) -> None:
         try:
@@ -89,19 +105,19 @@ class _Watch:
 
     def on_add(self, obj: dict[str, Any], initial: bool) -> None:
         def go() -> None:
-            self.handler.create(obj, self.controller.queue, initial=initial)
+            self.handler.create(obj, self.queue, initial=initial)
 
         self._guard("create", go)
 
     def on_update(self, old: dict[str, Any], new: dict[str, Any]) -> None:
         def go() -> None:
-            self.handler.update(old, new, self.controller.queue)
+            self.handler.update(old, new, self.queue)
 
         self._guard("update", go)
 
     def on_delete(self, obj: dict[str, Any]) -> None:
         def go() -> None:
-            self.handler.delete(obj, self.controller.queue)
+            self.handler.delete(obj, self.queue)
 
         self._guard("delete", go)
 
@@ -162,14 +178,21 @@ class Controller:
         """How many workers are reconciling right now."""
         return self._active
 
-    def watch(self, source: EventSource, handler: EventHandler) -> None:
+    def watch(
+        self, source: EventSource, handler: EventHandler, *, batch_window: float = 0.0
+    ) -> None:
         """Map ``source``'s events through ``handler`` into the queue.
+
+        ``batch_window`` > 0 delays each add by that many seconds, so that the events of
+        one key within the window are reconciled once (an add without delay, e.g. from
+        another watch, still goes at once). For watches of children, whose changes come
+        in bursts (a job's pods bound, started or finished within a moment of each other).
 
         Takes effect when :meth:`run` starts; must be called before. Raises RuntimeError after.
         """
         if self._started:
             raise RuntimeError("watch() must be called before run()")
-        self._watches.append(_Watch(self, source, handler))
+        self._watches.append(_Watch(self, source, handler, batch_window))
 
     async def run(self) -> None:
         """Register the watches, run the workers until cancelled, then stop gracefully.

@@ -7,8 +7,9 @@ projection with only the fields :mod:`~msop.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
-IP and ``hostNetwork`` (the progress poller), a Service's ClusterIP), then apply the
-default transform (strings interned).
+IP and ``hostNetwork`` (the progress poller), a Service's ClusterIP). The caches keep
+these encoded (:class:`~msop.informers.store.EncodedStore`), so strings are not interned:
+a projection is serialised at once, and the dicts handlers get are short-lived.
 
 A field read from a cached pod or Service must be kept here; the unit tests check that
 plans from projected objects equal plans from full ones.
@@ -19,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from msop.api import constants as c
-from msop.informers.store import Obj, default_transform
+from msop.informers.store import LAST_APPLIED_ANNOTATION, Obj
 
 __all__ = ["pod_projection", "service_projection"]
 
@@ -53,7 +54,10 @@ def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 def _base(obj: Obj) -> Obj:
     out: Obj = _pick(obj, ("apiVersion", "kind"))
-    out["metadata"] = _pick(obj.get("metadata"), _METADATA)
+    meta = out["metadata"] = _pick(obj.get("metadata"), _METADATA)
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict) and LAST_APPLIED_ANNOTATION in annotations:
+        meta["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED_ANNOTATION}
     return out
 
 
@@ -81,11 +85,11 @@ def pod_projection(obj: Obj) -> Obj:
             _pick(cs, _CONTAINER_STATUS) for cs in status["containerStatuses"]
         ]
     out["status"] = projected
-    return default_transform(out)
+    return out
 
 
 def service_projection(obj: Obj) -> Obj:
     """The cached form of a Service; never raises on missing or odd fields."""
     out = _base(obj)
     out["spec"] = _pick(obj.get("spec"), _SERVICE_SPEC)
-    return default_transform(out)
+    return out

@@ -352,3 +352,36 @@ async def test_a_stop_aware_reconciler_hears_of_the_stop_after_its_last_reconcil
     with pytest.raises(asyncio.CancelledError):
         await task
     assert order == ["a", "stopped"]
+
+
+async def test_a_batch_window_reconciles_a_burst_of_child_events_once() -> None:
+    r = FakeReconciler()
+    clock = FakeClock()
+    limiter: ItemExponentialFailureRateLimiter[Request] = ItemExponentialFailureRateLimiter(1, 60)
+    c = Controller("t-batch", r, rate_limiter=limiter, clock=clock)
+    children, owners = FakeSource(), FakeSource()
+    c.watch(children, EnqueueRequestForOwner("example.com/v1", "Toy"), batch_window=0.1)
+    c.watch(owners, EnqueueRequestForObject())
+    ref = {"apiVersion": "example.com/v1", "kind": "Toy", "name": "o", "controller": True}
+
+    def child(name: str, rv: str) -> dict[str, Any]:
+        return obj(name, resourceVersion=rv, ownerReferences=[ref])
+
+    async def body() -> None:
+        for i in range(6):  # six pods of one job change within the window
+            children.update(child(f"p{i}", "1"), child(f"p{i}", "2"))
+            clock.advance(0.01)
+        await settle(c)
+        assert r.calls == []  # still inside the window
+        clock.advance(0.1)
+        await settle(c)
+        assert r.calls == [Request("ns", "o")]  # once for the six
+        children.update(child("p0", "2"), child("p0", "3"))
+        owners.add(obj("o"))  # the owner's own event is not delayed, and absorbs the child's
+        await settle(c)
+        assert r.calls == [Request("ns", "o")] * 2
+        clock.advance(0.2)
+        await settle(c)
+        assert r.calls == [Request("ns", "o")] * 2
+
+    await run_for(c, body)
