@@ -1,4 +1,4 @@
-"""The manager's HTTP endpoints: ``/healthz``, ``/readyz`` and ``/metrics`` (aiohttp).
+"""The manager's HTTP endpoints: ``/healthz``, ``/readyz`` and ``/metrics``.
 
 * ``/healthz`` and ``/readyz`` run their named checks (plain callables returning True when
   healthy; an exception counts as failing). All pass -> ``200 ok``; otherwise ``500`` with
@@ -9,22 +9,46 @@
 
 A bind address is ``host:port``; ``:port`` means every interface; ``"0"`` disables the
 endpoint; port ``0`` picks a free port (see :attr:`HttpServer.port`).
+
+The server is a small HTTP/1.1 server on :func:`asyncio.start_server` (GET and HEAD, no
+request bodies, keep-alive), not aiohttp's web server: three fixed read-only endpoints do
+not need it, and importing it cost the operator about 2 MiB of RSS. Unknown paths answer
+``404``, other methods on a known path ``405`` (``Allow: GET, HEAD``), malformed requests
+``400`` (and the connection is closed).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
+from urllib.parse import parse_qsl, unquote
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from msop.metrics import REGISTRY
 
-__all__ = ["Checks", "HttpServer", "health_routes", "metrics_routes", "parse_bind_address"]
+__all__ = [
+    "Checks",
+    "HttpServer",
+    "Request",
+    "Response",
+    "Routes",
+    "health_routes",
+    "metrics_routes",
+    "parse_bind_address",
+]
 
 Check = Callable[[], bool]
+
+TEXT = "text/plain; charset=utf-8"
+#: The longest request line or header line, and the most header lines, a request may have.
+MAX_LINE = 8190
+MAX_HEADERS = 100
+#: Seconds an idle keep-alive connection (or a slow request head) is kept open.
+KEEPALIVE_TIMEOUT = 75.0
 
 
 def parse_bind_address(address: str) -> tuple[str, int] | None:
@@ -62,8 +86,38 @@ class Checks:
         return results
 
 
-def _probe_handler(checks: Checks) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    async def handle(request: web.Request) -> web.StreamResponse:
+@dataclass(frozen=True)
+class Request:
+    """What a handler sees of a request."""
+
+    method: str
+    path: str
+    """Percent-decoded, without the query."""
+    query: dict[str, str]
+    headers: dict[str, str]
+    """Lower-cased names."""
+
+
+@dataclass(frozen=True)
+class Response:
+    """A complete response (the body is sent with a ``Content-Length``)."""
+
+    status: int = 200
+    body: bytes = b""
+    content_type: str = TEXT
+
+
+Handler = Callable[[Request], Response]
+Routes = dict[str, Handler]
+"""path -> handler of GET (and HEAD: the same response without its body)."""
+
+
+def _text(status: int, text: str) -> Response:
+    return Response(status, text.encode())
+
+
+def _probe_handler(checks: Checks) -> Handler:
+    def handle(request: Request) -> Response:
         results = checks.run()
         ok = all(results.values())
         verbose = "verbose" in request.query
@@ -73,50 +127,186 @@ def _probe_handler(checks: Checks) -> Callable[[web.Request], Awaitable[web.Stre
             if verbose or not passed
         ]
         if ok:
-            text = "\n".join([*lines, "ok"]) if verbose else "ok"
-            return web.Response(text=text)
-        return web.Response(status=500, text="\n".join([*lines, "check failed"]))
+            return _text(200, "\n".join([*lines, "ok"]) if verbose else "ok")
+        return _text(500, "\n".join([*lines, "check failed"]))
 
     return handle
 
 
-def health_routes(app: web.Application, healthz: Checks, readyz: Checks) -> None:
-    """Mount ``/healthz`` and ``/readyz`` on ``app``."""
-    app.router.add_get("/healthz", _probe_handler(healthz))
-    app.router.add_get("/readyz", _probe_handler(readyz))
+def health_routes(routes: Routes, healthz: Checks, readyz: Checks) -> None:
+    """Mount ``/healthz`` and ``/readyz`` on ``routes``."""
+    routes["/healthz"] = _probe_handler(healthz)
+    routes["/readyz"] = _probe_handler(readyz)
 
 
-def metrics_routes(app: web.Application, registry: CollectorRegistry = REGISTRY) -> None:
-    """Mount ``/metrics`` (Prometheus text format of ``registry``) on ``app``."""
+def metrics_routes(routes: Routes, registry: CollectorRegistry = REGISTRY) -> None:
+    """Mount ``/metrics`` (Prometheus text format of ``registry``) on ``routes``."""
 
-    async def handle(request: web.Request) -> web.StreamResponse:
-        body = generate_latest(registry)
-        response = web.Response(body=body)
-        response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-        return response
+    def handle(request: Request) -> Response:
+        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
 
-    app.router.add_get("/metrics", handle)
+    routes["/metrics"] = handle
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _error(status: int) -> Response:
+    return _text(status, f"{status}: {HTTPStatus(status).phrase}")
 
 
 class HttpServer:
-    """One aiohttp application bound to one address; ``start()``/``stop()``."""
+    """Serves ``routes`` on one address; ``start()``/``stop()``."""
 
-    def __init__(self, app: web.Application, host: str, port: int) -> None:
-        self._runner = web.AppRunner(app, access_log=None)
+    def __init__(self, routes: Routes, host: str, port: int) -> None:
+        self._routes = routes
         self._host = host
         self._port = port
+        self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
         self.port = port
         """The bound port (the real one after ``start()`` when 0 was asked for)."""
 
     async def start(self) -> None:
         """Bind and serve. Raises OSError when the address is taken."""
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
-        await site.start()
-        sockets = getattr(site._server, "sockets", None) or []
+        self._server = await asyncio.start_server(
+            self._serve, self._host, self._port, limit=MAX_LINE + 2
+        )
+        sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
-        """Stop serving and release the port. Idempotent."""
-        await self._runner.cleanup()
+        """Stop serving, close open connections and release the port. Idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.gather(*self._connections, return_exceptions=True)
+        await server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(KEEPALIVE_TIMEOUT):
+                        head = await _read_head(reader)
+                except (TimeoutError, ConnectionError):
+                    return
+                if head is None:
+                    return
+                try:
+                    request, version = _parse_head(head)
+                    keep_alive = _keep_alive(version, request.headers)
+                    await _skip_body(reader, request.headers)
+                except _BadRequest:
+                    writer.write(_encode(_error(400), "GET", keep_alive=False))
+                    await writer.drain()
+                    return
+                response = self._respond(request)
+                writer.write(_encode(response, request.method, keep_alive))
+                await writer.drain()
+                if not keep_alive:
+                    return
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    def _respond(self, request: Request) -> Response:
+        handler = self._routes.get(request.path)
+        if handler is None:
+            return _error(404)
+        if request.method not in ("GET", "HEAD"):
+            return _error(405)
+        try:
+            return handler(request)
+        except Exception:
+            return _error(500)
+
+
+async def _read_head(reader: asyncio.StreamReader) -> list[bytes] | None:
+    """The request line and header lines; None at a clean end of stream. Raises
+    _BadRequest for lines or heads over the limits (through the caller's parse)."""
+    lines: list[bytes] = []
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as e:
+            if not lines and not e.partial:
+                return None
+            raise ConnectionResetError from None
+        except asyncio.LimitOverrunError:
+            return [b""]  # unparsable: a 400
+        line = line.rstrip(b"\r\n")
+        if not line:
+            if not lines:
+                continue  # tolerated: empty lines before a request line (RFC 9112 2.2)
+            return lines
+        lines.append(line)
+        if len(lines) > MAX_HEADERS + 1:
+            return [b""]
+
+
+def _parse_head(head: list[bytes]) -> tuple[Request, str]:
+    try:
+        method, target, version = head[0].decode("ascii").split(" ")
+    except (UnicodeDecodeError, ValueError):
+        raise _BadRequest from None
+    if version not in ("HTTP/1.1", "HTTP/1.0") or not method.isalpha() or not method.isupper():
+        raise _BadRequest
+    if not target.startswith("/"):
+        raise _BadRequest
+    headers: dict[str, str] = {}
+    for line in head[1:]:
+        name, sep, value = line.decode("latin-1").partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest
+        headers[name.lower()] = value.strip()
+    path, _, query = target.partition("?")
+    return (
+        Request(method, unquote(path), dict(parse_qsl(query, keep_blank_values=True)), headers),
+        version,
+    )
+
+
+def _keep_alive(version: str, headers: dict[str, str]) -> bool:
+    tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
+    if version == "HTTP/1.0":
+        return "keep-alive" in tokens
+    return "close" not in tokens
+
+
+async def _skip_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> None:
+    """Read and drop a request body (none of the endpoints takes one)."""
+    if "transfer-encoding" in headers:
+        raise _BadRequest  # chunked GETs: not worth supporting
+    length = headers.get("content-length", "0")
+    if not length.isdigit():
+        raise _BadRequest
+    if int(length) > 1 << 20:
+        raise _BadRequest
+    if int(length):
+        await reader.readexactly(int(length))
+
+
+def _encode(response: Response, method: str, keep_alive: bool) -> bytes:
+    status = HTTPStatus(response.status)
+    head = [
+        f"HTTP/1.1 {status.value} {status.phrase}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+    ]
+    if response.status == 405:
+        head.append("Allow: GET, HEAD")
+    head.append("Connection: keep-alive" if keep_alive else "Connection: close")
+    data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+    return data if method == "HEAD" else data + response.body

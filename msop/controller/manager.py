@@ -41,13 +41,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import structlog
-from aiohttp import web
 
 from msop import malloc
 from msop.controller.events import EventRecorder
 from msop.controller.health import (
     Checks,
     HttpServer,
+    Routes,
     health_routes,
     metrics_routes,
     parse_bind_address,
@@ -234,15 +234,15 @@ class Manager:
     async def _start_servers(self) -> list[HttpServer]:
         servers = []
         if self._metrics_addr is not None:
-            app = web.Application()
-            metrics_routes(app)
+            routes: Routes = {}
+            metrics_routes(routes)
             if self._health_addr == self._metrics_addr:
-                health_routes(app, self.healthz, self.readyz)
-            servers.append(HttpServer(app, *self._metrics_addr))
+                health_routes(routes, self.healthz, self.readyz)
+            servers.append(HttpServer(routes, *self._metrics_addr))
         if self._health_addr is not None and self._health_addr != self._metrics_addr:
-            app = web.Application()
-            health_routes(app, self.healthz, self.readyz)
-            servers.append(HttpServer(app, *self._health_addr))
+            probes: Routes = {}
+            health_routes(probes, self.healthz, self.readyz)
+            servers.append(HttpServer(probes, *self._health_addr))
         try:
             for server in servers:
                 await server.start()

@@ -145,3 +145,11 @@ def test_each_layer_imports_only_the_layers_before_it() -> None:
                 if n.startswith("msop.") and _rank(n) > _rank(module)
             ]
     assert wrong == []
+
+
+def test_the_operator_does_not_load_aiohttp_web() -> None:
+    # /healthz, /readyz and /metrics are served by msop.controller.health's own small
+    # server: aiohttp's web server (about 2 MiB of RSS) is not part of ``msop run``.
+    mods = _loaded_by("import msop.cli.run")
+    assert "msop.controller.manager" in mods
+    assert [m for m in mods if m.startswith("aiohttp.web")] == []
