@@ -150,6 +150,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         _observe(inf, expectations, SERVICES)
     for inf in [*pod_groups, *workloads]:
         controller.watch(inf, OWNER)
+    reconciler.backlog = lambda: len(controller.queue)
     manager.add(controller)
     if poller is not None:
         for inf in pods:

@@ -61,6 +61,29 @@ def test_a_new_job_creates_the_service_then_every_pod_in_one_pass() -> None:
     assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["active"] == 0
 
 
+def test_with_other_jobs_waiting_the_pods_wait_for_the_services_watch_event() -> None:
+    h = Harness(_job(workers=2, scheduler=True))
+    waiting = [3]
+    h.reconciler.backlog = lambda: waiting[0]
+    assert h.reconcile() == Result()  # done: the Service's watch event brings the job back
+    assert h.cluster.calls == [("create", "Service", "j-scheduler-0"), ("patch", "MSJob", "j")]
+    assert h.reasons() == ["SuccessfulCreateService"]
+    assert h.conditions()["Created"]["lastTransitionTime"] == STAMP
+    h.cluster.calls.clear()
+    assert h.reconcile() == Result()  # the Service is cached now; the backlog is irrelevant
+    assert h.cluster.calls == [
+        ("create", "Pod", "j-scheduler-0"),
+        ("create", "Pod", "j-worker-0"),
+        ("create", "Pod", "j-worker-1"),
+    ]
+    env = {
+        e["name"]: e.get("value")
+        for e in h.cluster.objects[("Pod", "j-worker-0")]["spec"]["containers"][0]["env"]
+    }
+    assert env[c.ENV_SCHED_HOST] == "10.0.0.7"
+    assert h.reasons() == ["SuccessfulCreateService", "SuccessfulCreatePod"]
+
+
 def test_already_exists_counts_as_created() -> None:
     h = Harness(_job(workers=1))
     h.cluster.fail("create", "Pod", EXISTS)
