@@ -312,11 +312,12 @@ class MSJobReconciler:
             # the pods that need it go out in this pass, not after a watch round trip.
             failure, created = await self._create(request, job, SERVICES, p.create_services)
             if failure is None:
+                if self.backlog() > 0:
+                    # Other jobs' Services first; the Service's watch event brings us back
+                    # for the pods and the status (one status write, as without the wait).
+                    return Result()
                 observed.services = [*observed.services, *created]
                 p = plan(observed, self.options)
-                if self.backlog() > 0:
-                    # Other jobs' Services first; the Service's watch event brings us back.
-                    p.create_pods = []
             else:
                 p.create_services, p.create_pods = [], []
         return await self._apply(request, observed, p, failure)
