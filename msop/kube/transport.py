@@ -11,7 +11,7 @@ in-cluster); the session is ours, so that each request costs only what it must:
   Credentials in the proxy URL (``http://user:pass@proxy:3128``) are sent to the proxy.
   ``.netrc`` is not read (client-go does not read it either).
 - **Compact JSON bodies** (no spaces after separators), encoded with orjson.
-- **One connection pool** of ``max_connections`` (0 = unbounded).
+- **One connection pool** of ``max_connections`` (0 = unbounded), and no cookie jar.
 - **Abandoned requests never land later.** Every socket closes with a reset
   (``SO_LINGER`` 0): when a request is given up (timeout, cancellation, a leader that
   lost its Lease exiting), bytes still queued in the kernel are discarded, not delivered
@@ -263,8 +263,12 @@ class Transport:
             ssl=ssl_context(configuration),
             socket_factory=reset_on_close_socket,
         )
+        # The API server sets no cookies: a dummy jar spares every response a cookie parse.
         self.session = aiohttp.ClientSession(
-            connector=connector, trust_env=False, read_bufsize=READ_BUFSIZE
+            connector=connector,
+            trust_env=False,
+            read_bufsize=READ_BUFSIZE,
+            cookie_jar=aiohttp.DummyCookieJar(),
         )
         self.gate = ReadyGate(self._probe_ready)
         """Holds requests while the API server is unreachable (see the module docstring)."""

@@ -241,6 +241,10 @@ class MSJobReconciler:
         # job -> the resourceVersion our last status write replaced. While the cache
         # still shows that version it is stale: planning from it would only conflict.
         self._superseded: dict[Request, str] = {}
+        # job -> the resourceVersion our last status write made, and the jobs whose
+        # reconcile waits for that write's watch event (see caused_by_own_write).
+        self._own_writes: dict[Request, str] = {}
+        self._awaiting_own_write: set[Request] = set()
         # job -> since when a change of its pod counts alone is held back
         # (Observed.counts_unwritten_since; the planner decides when to write it).
         self._counts_unwritten: dict[Request, datetime] = {}
@@ -252,10 +256,21 @@ class MSJobReconciler:
         # job -> writes in doubt and their announcements (see the module docstring).
         self._doubts: dict[Request, _Doubt] = {}
 
+    def caused_by_own_write(self, request: Request, resource_version: str) -> bool:
+        """Whether a job at ``resource_version`` is exactly what our last status write
+        made, with no reconcile waiting for it: its watch event needs no reconcile (the
+        pass that wrote it planned from everything else)."""
+        return (
+            self._own_writes.get(request) == resource_version
+            and request not in self._awaiting_own_write
+        )
+
     async def reconcile(self, request: Request) -> Result:
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
             self._superseded.pop(request, None)
+            self._own_writes.pop(request, None)
+            self._awaiting_own_write.discard(request)
             self._counts_unwritten.pop(request, None)
             self._defaulted.pop(request, None)
             self._doubts.pop(request, None)
@@ -266,8 +281,10 @@ class MSJobReconciler:
         rv = job["metadata"].get("resourceVersion", "")
         if self._superseded.get(request) == rv:
             # Our own status write has not reached the cache yet; its watch event requeues.
+            self._awaiting_own_write.add(request)
             return Result()
         self._superseded.pop(request, None)
+        self._awaiting_own_write.discard(request)
         if not (
             self.expectations.satisfied((request, PODS))
             and self.expectations.satisfied((request, SERVICES))
@@ -491,6 +508,9 @@ class MSJobReconciler:
                 raise TerminalError(f"status write refused: {e.message}") from e
             raise
         self._superseded[request] = meta["resourceVersion"]
+        rv = (updated.get("metadata") or {}).get("resourceVersion") if updated else None
+        if rv:
+            self._own_writes[request] = rv
         metrics.count_transitions(transitions, meta["namespace"])
         return updated
 

@@ -5,6 +5,7 @@ how it reacts."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -468,3 +469,22 @@ def test_the_defaulted_job_is_kept_encoded_and_reused_for_the_same_resource_vers
     h.reconcile()
     assert h.cluster.job["metadata"]["resourceVersion"] == rv  # nothing new to write
     assert len(calls) == before  # the cached defaulted job was used
+
+
+def test_the_watch_event_of_our_own_status_write_needs_no_reconcile() -> None:
+    h = Harness(_job(workers=1))
+    request = Request("ns", "j")
+    stale = copy.deepcopy(h.cluster.job)
+    assert h.reconcile() == Result()  # creates the pod and writes the status
+    written = h.cluster.job["metadata"]["resourceVersion"]
+    assert written != stale["metadata"]["resourceVersion"]
+    assert h.reconciler.caused_by_own_write(request, written)
+    assert not h.reconciler.caused_by_own_write(request, stale["metadata"]["resourceVersion"])
+    # A reconcile that found the cache still at the version the write replaced waits for
+    # that write's event: it must not be skipped.
+    h.cluster.cached = stale
+    assert h.reconcile() == Result()
+    assert not h.reconciler.caused_by_own_write(request, written)
+    h.cluster.cached = None
+    h.reconcile()  # the event came: planned from the stored job
+    assert h.reconciler.caused_by_own_write(request, written)
