@@ -25,10 +25,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
-from msop.metrics import REGISTRY
+from msop.metrics import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 __all__ = [
     "Checks",

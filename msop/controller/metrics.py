@@ -27,11 +27,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Protocol
 
-from prometheus_client import Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-
-from msop.metrics import REGISTRY
+from msop.metrics import REGISTRY, Collector, Counter, Gauge, GaugeMetricFamily, Histogram
 
 __all__ = [
     "ACTIVE_WORKERS",

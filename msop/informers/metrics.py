@@ -7,9 +7,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter
-
-from msop.metrics import REGISTRY
+from msop.metrics import REGISTRY, Counter
 
 __all__ = ["LISTS_TOTAL", "RESTART_REASONS", "WATCH_RESTARTS_TOTAL"]
 

@@ -26,16 +26,17 @@ run changes.
 ``urllib3`` is made lazy the same way: kubernetes_asyncio's ``Configuration`` imports it
 for ``urllib3.util.make_headers`` (basic auth) alone.
 
-If a package is already imported (someone imported kubernetes_asyncio first),
-:func:`install` leaves it as it is.
+The mechanism is :func:`msop.lazy.lazy_package`. If a package is already imported
+(someone imported kubernetes_asyncio first), :func:`install` leaves it as it is.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import sys
 from typing import Any
+
+from msop.lazy import lazy_package
 
 __all__ = ["LAZY_PACKAGES", "install", "loaded_modules"]
 
@@ -64,39 +65,10 @@ class _DeferredApiClient:
         return ApiClient(*args, **kwargs)
 
 
-def _lazy_package(name: str, hints: dict[str, str]) -> None:
-    if name in sys.modules:
-        return
-    spec = importlib.util.find_spec(name)
-    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
-        return
-    module = importlib.util.module_from_spec(spec)
-    loader = spec.loader
-    initialized = False
-
-    def __getattr__(attr: str) -> Any:  # the module-level hook of PEP 562
-        nonlocal initialized
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        if _deferring and attr == "ApiClient" and name == "kubernetes_asyncio.client":
-            return _DeferredApiClient
-        sub = hints.get(attr)
-        if sub is not None:
-            return getattr(importlib.import_module(f"{name}.{sub}"), attr)
-        if not initialized and importlib.util.find_spec(f"{name}.{attr}") is not None:
-            return importlib.import_module(f"{name}.{attr}")
-        if not initialized:
-            initialized = True
-            loader.exec_module(module)  # the package's real __init__, now
-            if attr in module.__dict__:
-                return module.__dict__[attr]
-        raise AttributeError(f"module {name!r} has no attribute {attr!r}")
-
-    module.__getattr__ = __getattr__  # type: ignore[method-assign]
-    sys.modules[name] = module
-    parent, _, child = name.rpartition(".")
-    if parent:
-        setattr(sys.modules[parent], child, module)
+def _override(attr: str) -> Any:
+    """While :func:`install` imports the config package, ``kubernetes_asyncio.client``'s
+    ``ApiClient`` is :class:`_DeferredApiClient`."""
+    return _DeferredApiClient if _deferring and attr == "ApiClient" else None
 
 
 def install() -> None:
@@ -106,7 +78,8 @@ def install() -> None:
     if "kubernetes_asyncio.config" in sys.modules:
         return
     for name, hints in LAZY_PACKAGES.items():
-        _lazy_package(name, hints)
+        override = _override if name == "kubernetes_asyncio.client" else None
+        lazy_package(name, hints, override)
     _deferring = True
     try:
         importlib.import_module("kubernetes_asyncio.config")

@@ -17,9 +17,7 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
-
-from msop.metrics import REGISTRY
+from msop.metrics import REGISTRY, Counter, Histogram
 
 __all__ = [
     "HELD_TOTAL",

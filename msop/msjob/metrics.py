@@ -33,14 +33,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
-from prometheus_client import Counter
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
-
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
 from msop.controller.reconcile import Request
-from msop.metrics import REGISTRY
+from msop.metrics import REGISTRY, Collector, Counter, GaugeMetricFamily
 
 FRAMEWORK = "mindspore"
 
