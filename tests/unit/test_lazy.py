@@ -1,0 +1,96 @@
+"""prometheus_client and structlog as lazy packages (msop.lazy), in fresh interpreters.
+
+msop's metrics and logs never run those packages' ``__init__``; everything else that
+uses the packages still works, and the log lines are the same bytes as with structlog
+imported the ordinary way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+from tests.harness.paths import REPO
+
+
+def _run(code: str) -> str:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True,
+        text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return out.stdout
+
+
+def test_msop_metrics_and_logs_do_not_run_the_package_initializers() -> None:
+    out = _run(
+        """
+        import json, sys
+        import msop.logs, msop.cli.run, msop.controller.health
+        msop.logs.configure("json", "info")
+        import structlog
+        structlog.get_logger("x")
+        mods = sorted(m for m in sys.modules if m.startswith(("prometheus_client", "structlog")))
+        print(json.dumps(mods))
+        """
+    )
+    mods = json.loads(out.splitlines()[-1])
+    assert "prometheus_client.metrics" in mods and "structlog.stdlib" in mods
+    for unwanted in ("prometheus_client.exposition", "prometheus_client.gc_collector",
+                     "structlog.testing", "structlog.threadlocal"):  # fmt: skip
+        assert unwanted not in mods
+
+
+def test_the_rest_of_a_lazy_package_still_works() -> None:
+    out = _run(
+        """
+        import msop.logs, msop.metrics
+        import prometheus_client, structlog
+        from prometheus_client import generate_latest, start_http_server
+        from prometheus_client.core import GaugeMetricFamily
+        assert callable(start_http_server) and GaugeMetricFamily
+        assert generate_latest(msop.metrics.REGISTRY) == msop.metrics.generate_latest()
+        assert structlog.testing.capture_logs and structlog.PrintLogger
+        assert isinstance(structlog.__version__, str)
+        from structlog import *  # noqa: F403
+        print("ok")
+        """
+    )
+    assert out.splitlines()[-1] == "ok"
+
+
+_LOGS = """
+import logging, sys
+{first}
+from msop import logs
+import structlog
+logs.configure({fmt!r}, "info")
+log = structlog.get_logger("msop.test")
+# One context variable: the order of several varies from run to run (contextvars' own
+# iteration order), lazy or not.
+with structlog.contextvars.bound_contextvars(controller="c"):
+    log.info("reconciled", took=0.25, quoted='a "b"\\nc')
+log.warning("no context", n=1)
+logging.getLogger("aiohttp.client").warning("from %s", "stdlib")
+try:
+    1 / 0
+except ZeroDivisionError:
+    log.exception("failed")
+"""
+
+
+def test_log_lines_are_the_same_as_with_structlog_imported_first() -> None:
+    for fmt in ("json", "console"):
+        lazy = _run(_LOGS.format(first="", fmt=fmt))
+        eager = _run(_LOGS.format(first="import structlog", fmt=fmt))
+        stamp = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z")
+        assert stamp.sub("T", lazy) == stamp.sub("T", eager), fmt
+        assert "reconciled" in lazy and "ZeroDivisionError" in lazy
+    line = json.loads(_run(_LOGS.format(first="", fmt="json")).splitlines()[0])
+    assert line["event"] == "reconciled" and line["controller"] == "c"
+    assert line["level"] == "info" and line["logger"] == "msop.test"
+    assert line["timestamp"].endswith("Z")
