@@ -42,7 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from msop.api import constants as c
 from msop.api import quantity
@@ -50,6 +50,9 @@ from msop.api.copying import copy_json
 from msop.api.naming import job_selector, object_name, owner_reference, replica_labels
 from msop.api.types import MSJob, ReplicaSpec
 from msop.kube.objects import JSON
+
+if TYPE_CHECKING:
+    from fractions import Fraction  # imported where used: see msop.api.quantity
 
 #: Annotation and scheduler name used with gang scheduling (Volcano's conventions).
 GANG_SCHEDULER_NAME = "volcano"
@@ -349,6 +352,8 @@ def pod_requests(pod_spec: JSON) -> dict[str, tuple[Fraction, bool]]:
     (sidecars), which run alongside them; at least what each ordinary init container
     needs with the sidecars started before it. Pod overhead (a RuntimeClass's) is not
     known before admission and is left out."""
+    from fractions import Fraction
+
     total: dict[str, Fraction] = {}
     binary: set[str] = set()
 
@@ -401,6 +406,8 @@ def gang_min_resources(job: JSON) -> dict[str, str]:
     """``schedulingPolicy.minResources`` as written, or else the requests of the first
     ``minMember`` pods (Scheduler first, then PS, then Workers) summed: what Volcano's
     enqueue action checks against the queue and the cluster before it admits the gang."""
+    from fractions import Fraction
+
     sp = MSJob(job).run_policy.scheduling_policy
     if sp is not None and sp.min_resources:
         return {k: str(v) for k, v in sp.min_resources.items()}

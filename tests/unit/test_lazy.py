@@ -2,7 +2,7 @@
 
 msop's metrics and logs never run those packages' ``__init__``; everything else that
 uses the packages still works, and the log lines are the same bytes as with structlog
-imported the ordinary way.
+imported the ordinary way. Also: the operator loads fractions only when it needs it.
 """
 
 from __future__ import annotations
@@ -94,3 +94,18 @@ def test_log_lines_are_the_same_as_with_structlog_imported_first() -> None:
     assert line["event"] == "reconciled" and line["controller"] == "c"
     assert line["level"] == "info" and line["logger"] == "msop.test"
     assert line["timestamp"].endswith("Z")
+
+
+def test_the_operator_imports_fractions_only_when_it_parses_a_quantity() -> None:
+    # fractions pulls in decimal (0.4 MiB); an operator with no jobs never needs it.
+    out = _run(
+        """
+        import sys
+        import msop.logs, msop.cli.run, msop.msjob.setup
+        print("fractions" in sys.modules, "decimal" in sys.modules)
+        from msop.msjob.desired import pod_requests
+        req = pod_requests({"containers": [{"resources": {"requests": {"cpu": "500m"}}}]})
+        print(req["cpu"][0] * 2 == 1, "fractions" in sys.modules)
+        """
+    )
+    assert out.splitlines()[-2:] == ["False False", "True True"]
