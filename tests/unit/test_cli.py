@@ -103,3 +103,19 @@ def test_a_bad_environment_value_is_a_one_line_usage_error() -> None:
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert "--kube-api-qps" in out.stderr
+
+
+def test_the_operator_imports_the_pure_python_frozenlist() -> None:
+    """msop run spares the idle process libstdc++ (frozenlist's C++ extension)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os; os.environ.pop('FROZENLIST_NO_EXTENSIONS', None)\n"
+        "from msop.cli import lean_imports; lean_imports()\n"
+        "import msop.cli.run, frozenlist\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print(frozenlist.FrozenList.__module__, 'libstdc++' in maps)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["frozenlist", "False"], out.stdout + out.stderr
