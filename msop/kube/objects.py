@@ -28,7 +28,10 @@ def controller_ref(obj: Any) -> JSON | None:
 
 def format_time(t: datetime) -> str:
     """A Kubernetes ``Time``: RFC 3339, UTC, whole seconds."""
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if t.tzinfo is not UTC:
+        t = t.astimezone(UTC)
+    # isoformat is several times cheaper than strftime (a planner pass formats a few).
+    return t.replace(microsecond=0, tzinfo=None).isoformat() + "Z"
 
 
 def format_micro_time(t: datetime) -> str:
