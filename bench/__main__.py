@@ -80,6 +80,14 @@ def _count(base: int, scale: float) -> int:
     return max(1, round(base * scale))
 
 
+def _nodes_for(base_jobs: int, scale: float) -> int:
+    """kwok nodes for a load scenario: its operator's pods and the raw baseline's (6 per
+    job each, both kept until the end) at the harness's 2,000 pods per node, and at
+    least the burst's 4."""
+    pods = 2 * 6 * _count(base_jobs, scale)
+    return max(4, -(-pods // 2000) + 1)
+
+
 async def _main(args: argparse.Namespace, started: datetime) -> Path:
     out: Path = args.out
     logs = out / "logs"
@@ -120,7 +128,9 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     for label, (base_jobs, flags, raw_concurrency) in LOAD_SCENARIOS.items():
         if label in args.skip:
             continue
-        cluster = start_cluster(f"msop-bench-{label}-{tag}", nodes=4)
+        cluster = start_cluster(
+            f"msop-bench-{label}-{tag}", nodes=_nodes_for(base_jobs, args.scale)
+        )
         try:
             versions.setdefault("kubernetes", server_version(cluster))
             versions.setdefault("kwok", kwok_version(cluster))
