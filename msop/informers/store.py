@@ -240,7 +240,7 @@ class Store:
         for name, func in indexers.items():
             self._indexers[name] = func
             index: dict[str, set[str]] = {}
-            for key, obj in self._items.items():
+            for key, obj in self.items():
                 for value in func(obj):
                     index.setdefault(value, set()).add(key)
             self._indices[name] = index
@@ -265,13 +265,27 @@ class Store:
                 else:
                     keys.add(key)
 
+    # Where objects are kept: a subclass may keep them in another form (EncodedStore).
+    def _entry(self, obj: Obj) -> Any:
+        """The stored form of ``obj``; computed before any change, so a failure changes
+        nothing."""
+        return obj
+
+    def _swap(self, key: str, entry: Any) -> Obj | None:
+        """Store ``entry`` under ``key``; return the object it replaced."""
+        old = self._items.get(key)
+        self._items[key] = entry
+        return old
+
+    def _pop(self, key: str) -> Obj | None:
+        return self._items.pop(key, None)
+
     def add(self, obj: Obj) -> Obj | None:
         """Insert or overwrite ``obj``; return the previous object under its key."""
         key = self._key(obj)
-        old = self._items.get(key)
+        old = self._swap(key, self._entry(obj))
         if old is not None:
             self._unindex(key, old)
-        self._items[key] = obj
         self._index(key, obj)
         return old
 
@@ -281,7 +295,7 @@ class Store:
     def delete(self, obj_or_key: Obj | str) -> Obj | None:
         """Remove by object or key; return the removed object (None if absent)."""
         key = obj_or_key if isinstance(obj_or_key, str) else self._key(obj_or_key)
-        old = self._items.pop(key, None)
+        old = self._pop(key)
         if old is not None:
             self._unindex(key, old)
         return old
@@ -372,40 +386,17 @@ class EncodedStore(Store):
 
     # -- writing ----------------------------------------------------------------------
 
-    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
-        for name in indexers:
-            if name in self._indexers:
-                raise ValueError(f"index {name!r} already exists")
-        for name, func in indexers.items():
-            self._indexers[name] = func
-            index: dict[str, set[str]] = {}
-            for key, raw in self._raw.items():
-                for value in func(self.decode(raw)):
-                    index.setdefault(value, set()).add(key)
-            self._indices[name] = index
+    def _entry(self, obj: Obj) -> bytes:
+        return self.encode(obj)
 
-    def add(self, obj: Obj) -> Obj | None:
-        key = self._key(obj)
-        raw = self.encode(obj)  # before any change: an unencodable object changes nothing
-        old_raw = self._raw.get(key)
-        old = None
-        if old_raw is not None:
-            old = self.decode(old_raw)
-            self._unindex(key, old)
-        self._raw[key] = raw
-        self._index(key, obj)
-        return old
+    def _swap(self, key: str, entry: Any) -> Obj | None:
+        old = self._raw.get(key)
+        self._raw[key] = entry
+        return None if old is None else self.decode(old)
 
-    update = add
-
-    def delete(self, obj_or_key: Obj | str) -> Obj | None:
-        key = obj_or_key if isinstance(obj_or_key, str) else self._key(obj_or_key)
+    def _pop(self, key: str) -> Obj | None:
         raw = self._raw.pop(key, None)
-        if raw is None:
-            return None
-        old = self.decode(raw)
-        self._unindex(key, old)
-        return old
+        return None if raw is None else self.decode(raw)
 
     def replace(self, items: Iterable[Obj], resource_version: str) -> None:
         self.replace_encoded([self.encode(obj) for obj in items], resource_version)
