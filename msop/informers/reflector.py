@@ -61,7 +61,7 @@ log = structlog.get_logger("msop.informers.reflector")
 class ReflectorOptions:
     """Tuning of one reflector; the defaults follow client-go."""
 
-    page_size: int = 500
+    page_size: int = 100
     """``limit`` of each page of the list."""
     watch_timeout_min: float = 300.0
     """Lower bound of the server-side watch timeout; the value is drawn from [min, 2*min)."""

@@ -42,6 +42,7 @@ __all__ = [
     "BY_CONTROLLER_UID",
     "BY_NAMESPACE",
     "LAST_APPLIED_ANNOTATION",
+    "DeflatedJSON",
     "DeletedFinalStateUnknown",
     "Delta",
     "EncodedStore",
@@ -153,6 +154,55 @@ default_transform: Transform = make_transform()
 :func:`make_transform`."""
 
 
+Bucket = str | tuple[str, ...] | set[str]
+"""The keys filed under one index value: one key alone, a few in a tuple, more in a set.
+Most index values of a controller's caches have one key (a Service's owner) or a few (a
+job's pods); an empty set alone takes 216 bytes, a tuple of five keys 80."""
+
+Index = dict[str, Bucket]
+
+_TUPLE_MAX = 16
+"""Buckets grow from a tuple into a set beyond this many keys (a tuple's add and
+discard copy it)."""
+
+
+def _bucket_keys(bucket: Bucket | None) -> tuple[str, ...] | set[str]:
+    if bucket is None:
+        return ()
+    return (bucket,) if isinstance(bucket, str) else bucket
+
+
+def _bucket_add(index: Index, value: str, key: str) -> None:
+    bucket = index.get(value)
+    if bucket is None:
+        index[value] = key
+    elif isinstance(bucket, str):
+        if bucket != key:
+            index[value] = (bucket, key)
+    elif isinstance(bucket, tuple):
+        if key not in bucket:
+            index[value] = (*bucket, key) if len(bucket) < _TUPLE_MAX else {*bucket, key}
+    else:
+        bucket.add(key)
+
+
+def _bucket_discard(index: Index, value: str, key: str) -> None:
+    bucket = index.get(value)
+    if bucket is None:
+        return
+    if isinstance(bucket, str):
+        if bucket == key:
+            del index[value]
+    elif isinstance(bucket, tuple):
+        if key in bucket:
+            rest = tuple(k for k in bucket if k != key)
+            index[value] = rest[0] if len(rest) == 1 else rest
+    else:
+        bucket.discard(key)
+        if not bucket:
+            del index[value]
+
+
 class Store:
     """Objects by key, plus named indexes ``name -> value -> set of keys``.
 
@@ -172,7 +222,7 @@ class Store:
         self._key = key_func
         self._items: dict[str, Obj] = {}
         self._indexers: dict[str, IndexFunc] = dict(indexers)
-        self._indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        self._indices: dict[str, Index] = {name: {} for name in self._indexers}
         self.resource_version = ""
 
     # -- reading ----------------------------------------------------------------------
@@ -217,14 +267,12 @@ class Store:
 
     def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
         """Objects whose index function returned ``value``. KeyError for unknown indexes."""
-        keys = self._indices[index_name].get(value)
-        if not keys:
-            return []
-        return [self._items[k] for k in keys]
+        items = self._items
+        return [items[k] for k in _bucket_keys(self._indices[index_name].get(value))]
 
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         """Keys of the objects filed under ``value`` in ``index_name``."""
-        return list(self._indices[index_name].get(value, ()))
+        return list(_bucket_keys(self._indices[index_name].get(value)))
 
     def index_values(self, index_name: str) -> builtins.list[str]:
         """Every value that currently has objects in ``index_name``."""
@@ -239,31 +287,23 @@ class Store:
                 raise ValueError(f"index {name!r} already exists")
         for name, func in indexers.items():
             self._indexers[name] = func
-            index: dict[str, set[str]] = {}
+            index: Index = {}
             for key, obj in self.items():
                 for value in func(obj):
-                    index.setdefault(value, set()).add(key)
+                    _bucket_add(index, value, key)
             self._indices[name] = index
 
     def _unindex(self, key: str, obj: Obj) -> None:
         for name, func in self._indexers.items():
             index = self._indices[name]
             for value in func(obj):
-                keys = index.get(value)
-                if keys is not None:
-                    keys.discard(key)
-                    if not keys:
-                        del index[value]
+                _bucket_discard(index, value, key)
 
     def _index(self, key: str, obj: Obj) -> None:
         for name, func in self._indexers.items():
             index = self._indices[name]
             for value in func(obj):
-                keys = index.get(value)
-                if keys is None:
-                    index[value] = {key}
-                else:
-                    keys.add(key)
+                _bucket_add(index, value, key)
 
     # Where objects are kept: a subclass may keep them in another form (EncodedStore).
     def _entry(self, obj: Obj) -> Any:
@@ -309,6 +349,39 @@ class Store:
         self.resource_version = resource_version
 
 
+# Raw deflate with an 8 KB window (a dictionary object and the one encoded fit in it) and
+# a small state: compressing an object costs a few microseconds.
+_WBITS = -13
+_MEMLEVEL = 2
+_LEVEL = 6
+
+
+class DeflatedJSON:
+    """Objects kept as compact JSON deflated against a preset dictionary: the JSON of the
+    first object encoded. Objects of one kind are alike, so each takes about a hundred
+    bytes; decoding one costs about as much as parsing its JSON."""
+
+    __slots__ = ("_zdict",)
+
+    def __init__(self) -> None:
+        self._zdict: bytes | None = None
+
+    def encode(self, obj: Obj) -> bytes:
+        """``obj`` encoded; the first object encoded becomes the dictionary."""
+        data = orjson.dumps(obj)
+        if self._zdict is None:
+            self._zdict = bytes(memoryview(data))  # orjson's buffer is larger than data
+        z = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEMLEVEL, zdict=self._zdict)
+        return z.compress(data) + z.flush()
+
+    def decode(self, raw: bytes) -> Obj:
+        """An object from what :meth:`encode` returned (a new dict each time)."""
+        assert self._zdict is not None
+        z = zlib.decompressobj(_WBITS, zdict=self._zdict)
+        result: Obj = orjson.loads(z.decompress(raw))
+        return result
+
+
 class EncodedStore(Store):
     """A :class:`Store` that keeps objects encoded; see the module docstring.
 
@@ -330,24 +403,17 @@ class EncodedStore(Store):
         super().__init__(indexers, key_func)
         self._raw: dict[str, bytes] = {}
         del self._items  # every access goes through _raw
-        self._zdict: bytes | None = None
+        self._codec = DeflatedJSON()
 
     # -- encoding ---------------------------------------------------------------------
 
     def encode(self, obj: Obj) -> bytes:
         """The stored form of ``obj``. The first object encoded becomes the dictionary."""
-        data = orjson.dumps(obj)
-        if self._zdict is None:
-            self._zdict = bytes(memoryview(data))  # orjson's buffer is larger than data
-        z = zlib.compressobj(_LEVEL, zlib.DEFLATED, _WBITS, _MEMLEVEL, zdict=self._zdict)
-        return z.compress(data) + z.flush()
+        return self._codec.encode(obj)
 
     def decode(self, raw: bytes) -> Obj:
         """An object from its stored form (a new dict each time)."""
-        assert self._zdict is not None
-        z = zlib.decompressobj(_WBITS, zdict=self._zdict)
-        result: Obj = orjson.loads(z.decompress(raw))
-        return result
+        return self._codec.decode(raw)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -378,11 +444,8 @@ class EncodedStore(Store):
         return key in self._raw
 
     def by_index(self, index_name: str, value: str) -> builtins.list[Obj]:
-        keys = self._indices[index_name].get(value)
-        if not keys:
-            return []
         raw = self._raw
-        return [self.decode(raw[k]) for k in keys]
+        return [self.decode(raw[k]) for k in _bucket_keys(self._indices[index_name].get(value))]
 
     # -- writing ----------------------------------------------------------------------
 
@@ -406,23 +469,16 @@ class EncodedStore(Store):
         each is decoded once, alone, to be keyed and indexed. A list can thus be
         encoded page by page and never exist as dicts all at once."""
         content: dict[str, bytes] = {}
-        indices: dict[str, dict[str, set[str]]] = {name: {} for name in self._indexers}
+        indices: dict[str, Index] = {name: {} for name in self._indexers}
         for raw in raws:
             obj = self.decode(raw)
             key = self._key(obj)
             content[key] = raw
             for name, func in self._indexers.items():
                 for value in func(obj):
-                    indices[name].setdefault(value, set()).add(key)
+                    _bucket_add(indices[name], value, key)
         self._raw, self._indices = content, indices
         self.resource_version = resource_version
-
-
-# Raw deflate with an 8 KB window (a dictionary object and the one encoded fit in it) and
-# a small state: compressing an object costs a few microseconds.
-_WBITS = -13
-_MEMLEVEL = 2
-_LEVEL = 6
 
 
 class _Decoded(Mapping[str, Obj]):

@@ -78,6 +78,49 @@ def test_namespace_and_controller_indexes_follow_updates() -> None:
         s.by_index("nope", "x")
 
 
+@pytest.mark.parametrize("kind", [Store, EncodedStore])
+def test_index_buckets_stay_exact_as_they_grow_and_shrink(kind: type[Store]) -> None:
+    """Buckets change form (one key, a tuple, a set past 16 keys) as owners gain and lose
+    objects; the index must answer exactly as a set would, through every form."""
+    import random
+
+    rng = random.Random(7)
+    s = kind()
+    model: dict[str, str | None] = {}  # name -> owner
+    for _ in range(3000):
+        name = f"p{rng.randrange(60)}"
+        if rng.random() < 0.3:
+            s.delete(f"a/{name}")
+            model.pop(name, None)
+        else:
+            owner = rng.choice(["u1", "u2", "u3", None])
+            s.add(obj(name, owner=owner))
+            model[name] = owner
+        for uid in ("u1", "u2", "u3"):
+            want = {f"a/{n}" for n, o in model.items() if o == uid}
+            keys = s.index_keys(BY_CONTROLLER_UID, uid)
+            assert len(keys) == len(want) and set(keys) == want
+            assert {key_of(o) for o in s.by_index(BY_CONTROLLER_UID, uid)} == want
+            assert (uid in s.index_values(BY_CONTROLLER_UID)) == bool(want)
+        assert set(s.index_keys(BY_NAMESPACE, "a")) == {f"a/{n}" for n in model}
+    # one, a few and many: each form was met
+    s.replace([obj(f"q{i}", owner="big") for i in range(40)] + [obj("solo", owner="one")], "9")
+    assert len(s.index_keys(BY_CONTROLLER_UID, "big")) == 40
+    assert s.index_keys(BY_CONTROLLER_UID, "one") == ["a/solo"]
+
+
+def test_index_buckets_of_a_few_keys_are_small() -> None:
+    import sys
+
+    s = Store()
+    for i in range(5):
+        s.add(obj(f"p{i}", owner="u1"))
+    s.add(obj("svc", owner="u2"))
+    buckets = s._indices[BY_CONTROLLER_UID]
+    assert sys.getsizeof(buckets["u1"]) < sys.getsizeof(set()) / 2
+    assert buckets["u2"] == "a/svc"
+
+
 def test_replace_rebuilds_everything() -> None:
     s = Store()
     s.add(obj("old", owner="u1"))
