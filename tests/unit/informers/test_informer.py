@@ -86,6 +86,26 @@ def test_late_handler_gets_replay_as_initial() -> None:
     assert len(rec.events) == 1  # removed: no more events
 
 
+def test_late_handler_on_a_compact_cache_gets_one_decoded_object_at_a_time() -> None:
+    """The replay to a late handler decodes each object just before handing it over:
+    decoding a cache of 10,000 pods all at once took 20 MB, most of it kept by the heap."""
+    inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, compact=True)
+    inf.replace([cm(f"p{i}", "1") for i in range(50)], "1")
+    store = inf.store
+    assert isinstance(store, EncodedStore)
+    decoded: list[int] = []
+    real = store.decode
+
+    def counting(raw: bytes) -> dict[str, Any]:
+        decoded.append(1)
+        return real(raw)
+
+    store.decode = counting  # type: ignore[method-assign]
+    at_call: list[int] = []
+    inf.add_event_handler(lambda obj, initial: at_call.append(len(decoded)))
+    assert at_call == list(range(1, 51))
+
+
 def test_handler_exceptions_are_swallowed_and_counted() -> None:
     inf, rec = informer(), Recorder()
 
