@@ -103,14 +103,38 @@ def count_transitions(transitions: Iterable[str], namespace: str) -> None:
             count(what, namespace)
 
 
+BY_JOB_STATE = "msop-job-state"
+"""Name of the MSJob cache index by ``namespace/state`` that ``msop_jobs`` counts."""
+
+
+def job_state_index(job: Mapping[str, Any]) -> list[str]:
+    """Index function: the job's ``namespace/state`` (``None`` before its first status)."""
+    ns = str((job.get("metadata") or {}).get("namespace", ""))
+    return [f"{ns}/{latest_condition_type(job.get('status') or {}) or 'None'}"]
+
+
+class StateIndex(Protocol):
+    def index_values(self, index_name: str) -> list[str]: ...
+    def index_keys(self, index_name: str, value: str) -> list[str]: ...
+
+
+def state_counts(store: StateIndex) -> Iterator[tuple[str, str, int]]:
+    """``(namespace, state, jobs)`` from a cache indexed with :func:`job_state_index`:
+    a scrape counts index entries and decodes no job."""
+    for value in store.index_values(BY_JOB_STATE):
+        ns, _, state = value.rpartition("/")
+        yield ns, state, len(store.index_keys(BY_JOB_STATE, value))
+
+
 class JobStateCollector(Collector):
     """``msop_jobs{namespace,state}``: jobs by the type of their latest condition
-    (``None`` before the first status write), from the sources registered with ``add``."""
+    (``None`` before the first status write), from the sources registered with ``add``:
+    each yields ``(namespace, state, count)`` (:func:`state_counts`)."""
 
     def __init__(self) -> None:
-        self._sources: list[Callable[[], Iterable[Mapping[str, Any]]]] = []
+        self._sources: list[Callable[[], Iterable[tuple[str, str, int]]]] = []
 
-    def add(self, source: Callable[[], Iterable[Mapping[str, Any]]]) -> None:
+    def add(self, source: Callable[[], Iterable[tuple[str, str, int]]]) -> None:
         self._sources.append(source)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -119,10 +143,8 @@ class JobStateCollector(Collector):
         )
         counts: dict[tuple[str, str], int] = {}
         for source in self._sources:
-            for job in source():
-                ns = str((job.get("metadata") or {}).get("namespace", ""))
-                state = latest_condition_type(job.get("status") or {}) or "None"
-                counts[(ns, state)] = counts.get((ns, state), 0) + 1
+            for ns, state, n in source():
+                counts[(ns, state)] = counts.get((ns, state), 0) + n
         for (ns, state), n in sorted(counts.items()):
             family.add_metric([ns, state], n)
         yield family

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 from msop.api import constants as c
@@ -160,7 +161,8 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         metrics.touch(ns)
     for inf in jobs:
         controller.watch(inf, _JobEvents(reconciler.caused_by_own_write))
-        metrics.JOB_STATES.add(inf.store.list)
+        inf.add_indexers({metrics.BY_JOB_STATE: metrics.job_state_index})
+        metrics.JOB_STATES.add(functools.partial(metrics.state_counts, inf.store))
         inf.add_event_handler(
             on_add=lambda obj, initial: metrics.touch(str(obj["metadata"].get("namespace", ""))),
             on_delete=lambda obj: metrics.count(

@@ -100,7 +100,7 @@ def test_msops_registry_and_collectors_render_as_prometheus_client_renders_them(
     queue = _Queue()
     track_queue(queue)
     jobs = JobStateCollector()
-    jobs.add(lambda: [{"metadata": {"namespace": "a"}, "status": {}}])
+    jobs.add(lambda: [("a", "None", 1), ("a", "Running", 2)])
     progress = ProgressCollector()
     progress.add(_Reports())
     r = CollectorRegistry()
