@@ -86,6 +86,49 @@ def test_with_other_jobs_waiting_the_pods_wait_for_the_services_watch_event() ->
     assert h.reasons() == ["SuccessfulCreateService", "SuccessfulCreatePod"]
 
 
+def _create_batches(h: Harness) -> list[int]:
+    """Record the sizes of the reconciler's batches of creates (those sent together)."""
+    batches: list[int] = []
+    in_flight = [0]
+    real = h.cluster.create
+
+    async def create(res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+        if in_flight[0] == 0:
+            batches.append(0)
+        in_flight[0] += 1
+        batches[-1] += 1
+        await asyncio.sleep(0)  # let the rest of the batch start
+        try:
+            return await real(res, body, namespace)
+        finally:
+            in_flight[0] -= 1
+
+    h.cluster.create = create  # type: ignore[method-assign]
+    return batches
+
+
+def test_creates_slow_start_until_a_pass_in_the_namespace_succeeded() -> None:
+    h = Harness(_job(workers=6))
+    batches = _create_batches(h)
+    h.reconcile()
+    assert batches == [1, 2, 3]  # a namespace of unknown fate: 1, 2, 4, ...
+    batches.clear()
+    h.cluster.job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 12
+    h.cluster.job["metadata"]["resourceVersion"] = "100"
+    h.reconcile()
+    assert batches == [6]  # the last pass here succeeded: one batch of up to 16
+    batches.clear()
+    h.cluster.job["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 40
+    h.cluster.job["metadata"]["resourceVersion"] = "101"
+    h.cluster.fail("create", "Pod", SERVER)  # the first create of the pass fails
+    with pytest.raises(ApiError):
+        h.reconcile()
+    assert batches == [16]  # a warm namespace's first batch, refused in part
+    batches.clear()
+    h.reconcile()
+    assert batches == [1, 2, 4, 6]  # cold again: the 13 the failed batch did not make
+
+
 def test_already_exists_counts_as_created() -> None:
     h = Harness(_job(workers=1))
     h.cluster.fail("create", "Pod", EXISTS)
