@@ -103,7 +103,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     versions: dict[str, str] = {"msop": __version__, "python": platform.python_version()}
     tag = f"{os.getpid()}"
     if "burst" not in args.skip:
-        cluster = start_cluster(f"msop-bench-burst-{tag}", nodes=4)
+        cluster = start_cluster(f"msop-bench-burst-{tag}", nodes=_nodes_for(500, args.scale))
         try:
             versions["kubernetes"] = server_version(cluster)
             versions["kwok"] = kwok_version(cluster)
