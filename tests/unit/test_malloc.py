@@ -17,6 +17,30 @@ def test_on_glibc_the_calls_take_effect() -> None:
     assert malloc.trim() is True
 
 
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+def test_a_tls_read_buffer_comes_from_the_heap_and_a_list_page_from_mmap() -> None:
+    import ctypes
+
+    class MallInfo2(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_size_t) for name in (
+            "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks",
+            "uordblks", "fordblks", "keepcost")]  # fmt: skip
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallinfo2.restype = MallInfo2
+
+    def mapped() -> int:
+        return int(libc.mallinfo2().hblks)
+
+    assert malloc.limit_heap_growth() is True
+    before = mapped()
+    tls_buffer = bytearray(256 * 1024)  # what SSLObject.read(256 KiB) allocates
+    assert mapped() == before
+    page = bytearray(512 * 1024)  # a list page's body
+    assert mapped() == before + 1
+    del tls_buffer, page
+
+
 def test_without_glibc_nothing_happens(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(malloc, "_libc", False)
     assert malloc.limit_heap_growth() is False
