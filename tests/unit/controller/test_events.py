@@ -305,3 +305,71 @@ async def test_gives_up_after_max_tries(no_backoff: list[float]) -> None:
     client = FlakyClient(fail=100, error=ApiUnavailable("down"))
     rec = await _write_one(client, max_tries=5)
     assert len(client.calls) == 5 and rec.failed == 1 and max(no_backoff) <= 10
+
+
+@pytest.fixture
+def quick_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_module, "HOLD_RECHECK", 0.01)
+
+
+async def test_normal_events_wait_while_reconciles_wait_and_warnings_do_not(
+    quick_recheck: None,
+) -> None:
+    client = RecordingClient()
+    rec = EventRecorder(client, component="c-hold", host="h", writers=1)  # type: ignore[arg-type]
+    busy = [True]
+    rec.busy = lambda: busy[0]
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)
+    rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pods: p")
+    rec.event(OBJ, "Warning", "FailedCreatePod", "quota")
+    await client.wait_calls(1)
+    for _ in range(5):
+        await asyncio.sleep(0.01)  # several looks at busy()
+    assert client.calls == [("create", 1, "quota")]  # the Warning went ahead alone
+    assert rec.pending() == 1
+    busy[0] = False  # the queue is empty: the held event goes
+    await asyncio.wait_for(client.wait_calls(2), 5)
+    assert client.calls[1] == ("create", 1, "Created pods: p")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_normal_event_is_held_at_most_max_hold(quick_recheck: None) -> None:
+    client = RecordingClient()
+    now = [0.0]
+    rec = EventRecorder(
+        client, component="c-hold", host="h", writers=1, max_hold=60, clock=lambda: now[0]
+    )  # type: ignore[arg-type]
+    rec.busy = lambda: True  # never quiet
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)
+    rec.event(OBJ, "Normal", "MSJobRunning", "running")
+    now[0] = 59.0
+    for _ in range(5):
+        await asyncio.sleep(0.01)
+    assert client.calls == []
+    now[0] = 60.0  # its hold is over
+    await asyncio.wait_for(client.wait_calls(1), 5)
+    assert client.calls == [("create", 1, "running")]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_held_events_are_flushed_at_shutdown(quick_recheck: None) -> None:
+    client = RecordingClient()
+    rec = EventRecorder(client, component="c-hold", host="h", writers=2)  # type: ignore[arg-type]
+    rec.busy = lambda: True
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)
+    for i in range(4):
+        rec.event(OBJ, "Normal", "SuccessfulCreatePod", f"Created pods: p{i}")
+    await asyncio.sleep(0.05)
+    assert client.calls == []
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(m for _, _, m in client.calls) == [f"Created pods: p{i}" for i in range(4)]
+    assert rec.abandoned == 0
