@@ -3,7 +3,7 @@
 :class:`EventRecorder` is what reconcilers use:
 
 * ``recorder.event(obj, "Normal" | "Warning", reason, message)`` never blocks and never
-  raises. It puts the event on a bounded pending queue (default 16,384 distinct events).
+  raises. It puts the event on a bounded pending queue (default 4096 distinct events).
 * **Nothing is lost to a burst.** An event identical to one still pending (same object,
   type, reason and message) is folded into it (its count goes up, no new queue entry), so
   the queue holds distinct events only. Only when ``max_pending`` distinct events wait is a
@@ -29,13 +29,6 @@
   ``lastTimestamp`` instead of creating a new Event. If the Event is gone (expired by the API
   server's TTL) a new one is created. The memory of recent events is a bounded LRU
   (``cachetools.LRUCache``, default 4096 entries), so it cannot grow without bound.
-* **Creates go first.** While ``busy()`` says the controller has work waiting (setup
-  passes "reconciles wait in the queue"), ``Normal`` events stay pending, up to
-  ``max_hold`` (60 s) each, so that in a burst the API server's time goes to the pods
-  and Services, not to announcing them; they are written as soon as the queue is empty,
-  or when their hold is over. ``Warning`` events are never held. The pending queue holds
-  16,384 distinct events by default, enough for the held events of a burst of 2,000
-  jobs (one Service and one pod event each) with room to spare.
 * **Its own budget.** Event writes take their tokens from the client's ``events`` budget
   (see :class:`~msop.kube.client.KubeClient`), so a backlog of events never delays the
   creates and status writes of reconciles, as client-go's event broadcaster has its own
@@ -47,7 +40,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -69,9 +61,6 @@ __all__ = ["Correlation", "EventCorrelator", "EventKey", "EventRecorder", "Event
 EventType = Literal["Normal", "Warning"]
 
 log = structlog.get_logger("msop.controller.events")
-
-#: Seconds between two looks at ``busy()`` while Normal events are held.
-HOLD_RECHECK = 0.25
 
 
 @dataclass(frozen=True)
@@ -169,8 +158,6 @@ class _Pending:
     """Wall time of the first occurrence."""
     last: float
     """Wall time of the latest occurrence."""
-    queued: float = 0.0
-    """Monotonic time it was queued (how long it may still be held)."""
     name: str | None = None
     """The Event's name once a create was tried (a retry creates the same name)."""
     tries: int = 0
@@ -205,9 +192,8 @@ class EventRecorder:
         component: str,
         host: str | None = None,
         *,
-        max_pending: int = 16384,
+        max_pending: int = 4096,
         writers: int = 4,
-        max_hold: float = 60.0,
         window: float = 600.0,
         cache_size: int = 4096,
         log_interval: float = 10.0,
@@ -222,13 +208,8 @@ class EventRecorder:
         self.writers = max(1, writers)
         # One ordered map per writer (insertion order = FIFO); an event goes to the shard
         # its key hashes to, so repeats of one event are written in order by one writer
-        # and aggregate instead of racing to create two Events. Warnings have their own
-        # maps: they are written first and never held.
+        # and aggregate instead of racing to create two Events.
         self._shards: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
-        self._urgent: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
-        self.busy: Callable[[], bool] | None = None
-        """While it returns True, Normal events wait (at most ``max_hold`` s each)."""
-        self.max_hold = max_hold
         self._wakes = [asyncio.Event() for _ in range(self.writers)]
         self._pending = 0
         self._in_flight = 0
@@ -275,7 +256,7 @@ class EventRecorder:
             ref = involved_object(obj)
             key = self._key(ref, type, reason, message)
             index = hash(key) % self.writers
-            shard = (self._urgent if type == "Warning" else self._shards)[index]
+            shard = self._shards[index]
             now = self._wall()
             pending = shard.get(key)
             if pending is not None:
@@ -287,7 +268,7 @@ class EventRecorder:
                 self.dropped += 1
                 self._m_dropped["queue_full"].inc()
                 return
-            shard[key] = _Pending(ref, 1, now, now, queued=self._clock())
+            shard[key] = _Pending(ref, 1, now, now)
             self._pending += 1
             self._wakes[index].set()
         except Exception:
@@ -332,7 +313,7 @@ class EventRecorder:
             if left:
                 self.abandoned += left
                 self._m_dropped["shutdown"].inc(left)
-                for shard in (*self._shards, *self._urgent):
+                for shard in self._shards:
                     shard.clear()
                 self._pending = 0
                 log.warning("events not written: shutdown deadline reached", count=left)
@@ -355,27 +336,10 @@ class EventRecorder:
                 max_pending=self.max_pending,
             )
 
-    def _held_for(self, item: _Pending) -> float:
-        """Seconds a Normal event waits before the next look (0: write it now)."""
-        if self._flushing or self.busy is None or not self.busy():
-            return 0.0
-        left = item.queued + self.max_hold - self._clock()
-        return min(HOLD_RECHECK, left) if left > 0 else 0.0
-
     async def _writer(self, index: int) -> None:
-        urgent, normal, wake = self._urgent[index], self._shards[index], self._wakes[index]
+        shard, wake = self._shards[index], self._wakes[index]
         while True:
-            if urgent:
-                shard = urgent
-            elif normal:
-                held = self._held_for(next(iter(normal.values())))
-                if held > 0:
-                    wake.clear()  # a Warning (or any new event) wakes it early
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), held)
-                    continue
-                shard = normal
-            else:
+            if not shard:
                 if self._flushing:
                     return
                 wake.clear()

@@ -183,8 +183,6 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in [*pod_groups, *workloads]:
         controller.watch(inf, OWNER)
     reconciler.backlog = lambda: len(controller.queue)
-    # Normal events wait while reconciles wait: creates first (EventRecorder.busy).
-    manager.event_recorder(EVENT_COMPONENT).busy = lambda: len(controller.queue) > 0
     manager.add(controller)
     if poller is not None:
         for inf in pods:
