@@ -204,7 +204,7 @@ def _bucket_discard(index: Index, value: str, key: str) -> None:
 
 
 class Store:
-    """Objects by key, plus named indexes ``name -> value -> set of keys``.
+    """Objects by key, plus named indexes ``name -> value -> keys`` (see :data:`Bucket`).
 
     ``indexers`` defaults to ``{"namespace": by_namespace, "controller-uid":
     by_controller_uid}``. Mutators return the object previously stored under the key

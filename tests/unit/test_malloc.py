@@ -8,8 +8,10 @@ import pytest
 
 from msop import malloc
 
+GLIBC_ONLY = "heap tuning calls glibc's mallopt; on other C libraries it is a no-op (tested below)"
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason=GLIBC_ONLY)
 def test_on_glibc_the_calls_take_effect() -> None:
     assert malloc.limit_heap_growth() is True
     blocks = [bytes(1000) for _ in range(20_000)]  # 20 MB of small heap chunks
@@ -17,7 +19,7 @@ def test_on_glibc_the_calls_take_effect() -> None:
     assert malloc.trim() is True
 
 
-@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="glibc only")
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason=GLIBC_ONLY)
 def test_a_tls_read_buffer_comes_from_the_heap_and_a_large_body_from_mmap() -> None:
     import ctypes
 
