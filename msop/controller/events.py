@@ -29,6 +29,13 @@
   ``lastTimestamp`` instead of creating a new Event. If the Event is gone (expired by the API
   server's TTL) a new one is created. The memory of recent events is a bounded LRU
   (``cachetools.LRUCache``, default 4096 entries), so it cannot grow without bound.
+* **The work before its announcements.** An event queued with ``deferrable=True`` (the
+  reconciler's ``SuccessfulCreatePod``/``SuccessfulCreateService``) waits while ``busy()``
+  says reconciles wait in the controller's queue, ``max_defer`` (30 s) at most, so that in
+  a burst the API server's time goes to the pods and Services rather than to announcing
+  them; it is written as soon as the queue is empty, or its time is up. Every other event
+  is written first, in order, as it comes; a Warning is never deferred, and a graceful
+  stop writes the deferred events with the rest.
 * **Its own budget.** Event writes take their tokens from the client's ``events`` budget
   (see :class:`~msop.kube.client.KubeClient`), so a backlog of events never delays the
   creates and status writes of reconciles, as client-go's event broadcaster has its own
@@ -40,6 +47,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +69,9 @@ __all__ = ["Correlation", "EventCorrelator", "EventKey", "EventRecorder", "Event
 EventType = Literal["Normal", "Warning"]
 
 log = structlog.get_logger("msop.controller.events")
+
+#: Seconds between two looks at ``busy()`` while a deferred event waits.
+DEFER_RECHECK = 0.25
 
 
 @dataclass(frozen=True)
@@ -158,6 +169,8 @@ class _Pending:
     """Wall time of the first occurrence."""
     last: float
     """Wall time of the latest occurrence."""
+    queued: float = 0.0
+    """Monotonic time it was queued (how long a deferred event may still wait)."""
     name: str | None = None
     """The Event's name once a create was tried (a retry creates the same name)."""
     tries: int = 0
@@ -194,6 +207,7 @@ class EventRecorder:
         *,
         max_pending: int = 4096,
         writers: int = 4,
+        max_defer: float = 30.0,
         window: float = 600.0,
         cache_size: int = 4096,
         log_interval: float = 10.0,
@@ -210,6 +224,11 @@ class EventRecorder:
         # its key hashes to, so repeats of one event are written in order by one writer
         # and aggregate instead of racing to create two Events.
         self._shards: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
+        # Deferrable events wait in maps of their own, behind the shard's other events.
+        self._deferred: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
+        self.busy: Callable[[], bool] | None = None
+        """While it returns True, deferrable events wait (``max_defer`` s at most)."""
+        self.max_defer = max_defer
         self._wakes = [asyncio.Event() for _ in range(self.writers)]
         self._pending = 0
         self._in_flight = 0
@@ -250,15 +269,25 @@ class EventRecorder:
             self.host,
         )
 
-    def event(self, obj: Mapping[str, Any], type: EventType, reason: str, message: str) -> None:
-        """Queue an Event about ``obj``; returns at once. Never raises."""
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type: EventType,
+        reason: str,
+        message: str,
+        *,
+        deferrable: bool = False,
+    ) -> None:
+        """Queue an Event about ``obj``; returns at once. Never raises. A ``deferrable``
+        Normal event may wait while ``busy()`` (see the module docstring)."""
         try:
             ref = involved_object(obj)
             key = self._key(ref, type, reason, message)
             index = hash(key) % self.writers
-            shard = self._shards[index]
+            later = self._deferred[index]
+            shard = later if deferrable and type != "Warning" else self._shards[index]
             now = self._wall()
-            pending = shard.get(key)
+            pending = self._shards[index].get(key) or later.get(key)
             if pending is not None:
                 pending.count += 1
                 pending.last = now
@@ -268,7 +297,7 @@ class EventRecorder:
                 self.dropped += 1
                 self._m_dropped["queue_full"].inc()
                 return
-            shard[key] = _Pending(ref, 1, now, now)
+            shard[key] = _Pending(ref, 1, now, now, queued=self._clock())
             self._pending += 1
             self._wakes[index].set()
         except Exception:
@@ -313,7 +342,7 @@ class EventRecorder:
             if left:
                 self.abandoned += left
                 self._m_dropped["shutdown"].inc(left)
-                for shard in self._shards:
+                for shard in (*self._shards, *self._deferred):
                     shard.clear()
                 self._pending = 0
                 log.warning("events not written: shutdown deadline reached", count=left)
@@ -336,17 +365,34 @@ class EventRecorder:
                 max_pending=self.max_pending,
             )
 
+    def _deferral_left(self, item: _Pending) -> float:
+        """Seconds a deferred event waits before the next look (0: write it now)."""
+        if self._flushing or self.busy is None or not self.busy():
+            return 0.0
+        left = item.queued + self.max_defer - self._clock()
+        return min(DEFER_RECHECK, left) if left > 0 else 0.0
+
     async def _writer(self, index: int) -> None:
-        shard, wake = self._shards[index], self._wakes[index]
+        shard, later, wake = self._shards[index], self._deferred[index], self._wakes[index]
         while True:
-            if not shard:
+            if shard:
+                source = shard
+            elif later:
+                wait = self._deferral_left(next(iter(later.values())))
+                if wait > 0:
+                    wake.clear()  # a new event (or a stop) ends the wait early
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), wait)
+                    continue
+                source = later
+            else:
                 if self._flushing:
                     return
                 wake.clear()
                 await wake.wait()
                 continue
-            key = next(iter(shard))
-            item = shard.pop(key)
+            key = next(iter(source))
+            item = source.pop(key)
             self._pending -= 1
             self._in_flight += 1
             try:

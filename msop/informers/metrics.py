@@ -3,13 +3,15 @@
 - ``informer_watch_restarts_total{resource,reason}``: a watch ended and a new one was
   started (or a relist was needed). ``reason`` is one of :data:`RESTART_REASONS`.
 - ``informer_lists_total{resource}``: full lists (initial list and relists).
+- ``informer_watching{resource}``: 1 while the reflector's watch is open, so its cache
+  follows the API server; 0 while it lists, or waits to retry after a failure.
 """
 
 from __future__ import annotations
 
-from msop.metrics import REGISTRY, Counter
+from msop.metrics import REGISTRY, Counter, Gauge
 
-__all__ = ["LISTS_TOTAL", "RESTART_REASONS", "WATCH_RESTARTS_TOTAL"]
+__all__ = ["LISTS_TOTAL", "RESTART_REASONS", "WATCHING", "WATCH_RESTARTS_TOTAL"]
 
 RESTART_REASONS = ("closed", "stalled", "expired", "error")
 """closed: the server ended the stream (its timeoutSeconds, normal); stalled: nothing
@@ -26,6 +28,14 @@ WATCH_RESTARTS_TOTAL = Counter(
 LISTS_TOTAL = Counter(
     "informer_lists",
     "Full lists (initial and relists) done by informer reflectors.",
+    ["resource"],
+    registry=REGISTRY,
+)
+
+WATCHING = Gauge(
+    "informer_watching",
+    "1 while the informer's watch on the resource is open (its cache follows the API "
+    "server); 0 while it lists, or waits to retry after a failed list or watch.",
     ["resource"],
     registry=REGISTRY,
 )

@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
-from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL
+from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL, WATCHING
 from msop.informers.store import (
     Obj,
 )
@@ -202,6 +202,7 @@ class Reflector:
         """resourceVersion of the last list, event or bookmark applied to the sink."""
         self.stats = ReflectorStatistics()
         self._label = str(resource)
+        self._watching = WATCHING.labels(self._label)
         self._log = log.bind(resource=self._label, namespace=namespace)
 
     async def run(self) -> None:
@@ -220,7 +221,10 @@ class Reflector:
                     self._error("list failed", e)
                     await asyncio.sleep(backoff.next())
                     continue
-            reason, relist = await self._watch()
+            try:
+                reason, relist = await self._watch()
+            finally:
+                self._watching.set(0)
             self.stats.restarts[reason] += 1
             WATCH_RESTARTS_TOTAL.labels(self._label, reason).inc()
             need_list = relist
@@ -273,6 +277,7 @@ class Reflector:
             allow_bookmarks=True,
             read_timeout=o.stall_timeout,
         )
+        self._watching.set(1)
         try:
             async with aclosing(stream):
                 async for event in stream:

@@ -13,7 +13,9 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   Service's own watch event causes, so that in a burst every job's Service is created
   before the load of their pods: the API server allocates ClusterIPs far slower while
   pods are being created (a kwok cluster of this project: 150 Services/s alone, 7/s
-  beside a flood of pod creates), and each job's pods wait for its Service.
+  beside a flood of pod creates), and each job's pods wait for its Service. The pass
+  that then creates the pods leaves ``Created`` and the replica counts to the pass its
+  pods' watch events cause (``_status_waits_for_pods``): one status write instead of two.
 - **Creates** go out in slow-start batches (1, 2, 4, ...), Services before pods. The
   first failure stops the rest, so a quota that forbids pods costs one request per
   reconcile, and the controller's rate-limited requeue spaces the retries (no hot loop).
@@ -372,6 +374,8 @@ class MSJobReconciler:
             request.namespace, job, p, observed.workload
         )
 
+        if workload_written and self._status_waits_for_pods(p, failure):
+            return Result()
         w = status_write(observed, p, failure)
         if w.held:
             self._counts_unwritten.setdefault(request, observed.now)
@@ -393,6 +397,23 @@ class MSJobReconciler:
                 return Result(requeue=True)
             raise failure
         return Result(requeue_after=w.requeue_after)
+
+    def _status_waits_for_pods(self, p: Plan, failure: ApiError | None) -> bool:
+        """In a burst (other jobs wait in the queue), a pass that created pods and has
+        nothing but ``Created`` and replica counts to write leaves them to the pass its
+        pods' watch events cause: that pass writes them with the counts the pods show,
+        one status write instead of two, and the API server's time goes to other jobs'
+        pods meanwhile. No event is planned (``Created`` has none), so nothing waits but
+        the write; the pods' watch events are certain to come (they were just created)."""
+        return (
+            failure is None
+            and bool(p.create_pods)
+            and not p.status_first
+            and not p.events
+            and not p.delete_job
+            and set(p.transitions) <= {c.CREATED}
+            and self.backlog() > 0
+        )
 
     async def _children(
         self, request: Request, job: JSON, p: Plan, failure: ApiError | None
@@ -461,7 +482,7 @@ class MSJobReconciler:
         if doubt is not None:
             doubt.creates.get(kind, set()).difference_update(names)
         for message in created_messages(kind, sorted(names)):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
+            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
 
     async def _write_status(
         self,
@@ -612,7 +633,7 @@ class MSJobReconciler:
         names = [o["metadata"]["name"] for o in created]
         self._doubts[request].creates[kind].difference_update(names)
         for message in created_messages(kind, names):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message)
+            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
         self._announce_created(job, kind, found)
         self._forget_settled(request)
 

@@ -184,6 +184,8 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in [*pod_groups, *workloads]:
         controller.watch(inf, OWNER)
     reconciler.backlog = lambda: len(controller.queue)
+    # A burst's creates before their announcements (SuccessfulCreate* are deferrable).
+    reconciler.recorder.busy = lambda: len(controller.queue) > 0
     manager.add(controller)
     if poller is not None:
         for inf in pods:

@@ -165,7 +165,9 @@ class Recorder:
     def __init__(self) -> None:
         self.events: list[tuple[str, str, str]] = []
 
-    def event(self, obj: JSON, type_: str, reason: str, message: str) -> None:
+    def event(
+        self, obj: JSON, type_: str, reason: str, message: str, *, deferrable: bool = False
+    ) -> None:
         self.events.append((type_, reason, message))
 
 

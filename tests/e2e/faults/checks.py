@@ -41,6 +41,7 @@ from tests.e2e.reliability import (
     has_true,
     metric,
     operator_creates,
+    scrape,
     wait_until,
 )
 from tests.harness import LocalCluster, OperatorProcess
@@ -182,6 +183,12 @@ def _event_problems(
     return doubled, missing, missing_events + len(unnamed_jobs)
 
 
+def all_watching(metrics_url: str) -> bool:
+    """Whether every informer of the operator at ``metrics_url`` has its watch open."""
+    samples = [v for (name, _), v in scrape(metrics_url).items() if name == "informer_watching"]
+    return bool(samples) and all(v == 1 for v in samples)
+
+
 async def final_checks(
     cluster: LocalCluster,
     client: KubeClient,
@@ -271,8 +278,15 @@ async def final_checks(
     assert not ghosts, f"children of deleted jobs: {sorted(ghosts)}"
     expected |= expected_children(list(deleted_jobs), set(), workers)
     created_once(cluster, ns, expected, existing, recreated)
-    # 4. quiet window
+    # 4. quiet window, once the probe's caches follow the API server again: a relist still
+    # to come (say its watch was refused while the API server's storage initialized)
+    # rightly reconciles the jobs that changed meanwhile.
     probe = survivors[0][0]
+    await wait_until(
+        "the operator's informers all watching",
+        lambda: asyncio.to_thread(all_watching, probe.metrics_url),
+        within=60,
+    )
     requests0 = metric(probe.metrics_url, "rest_client_requests_total")
     reconciles0 = metric(probe.metrics_url, "controller_runtime_reconcile_total")
     lines0 = len(audit_events(cluster.audit_log))

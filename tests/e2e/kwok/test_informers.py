@@ -99,6 +99,10 @@ def restarts(resource: str, reason: str) -> float:
     return value or 0.0
 
 
+def watching(resource: str) -> float | None:
+    return REGISTRY.get_sample_value("informer_watching", {"resource": resource})
+
+
 async def test_informer_lists_watches_and_converges(client: KubeClient, namespace: str) -> None:
     await client.create(CONFIGMAPS, cm("before", namespace, a="1"))
     factory = InformerFactory(client)
@@ -141,6 +145,9 @@ async def test_informer_lists_watches_and_converges(client: KubeClient, namespac
         scoped = factory.informer_for(CONFIGMAPS, namespace, field_selector="metadata.name=before")
         await factory.wait_for_sync(timeout=10)
         assert [o["metadata"]["name"] for o in scoped.store.list()] == ["before"]
+        await eventually(lambda: watching(str(CONFIGMAPS)) == 1)
+    # a stopped informer no longer follows the API server
+    assert watching(str(CONFIGMAPS)) == 0
 
 
 async def test_cache_converges_after_watch_connections_are_cut(

@@ -305,3 +305,71 @@ async def test_gives_up_after_max_tries(no_backoff: list[float]) -> None:
     client = FlakyClient(fail=100, error=ApiUnavailable("down"))
     rec = await _write_one(client, max_tries=5)
     assert len(client.calls) == 5 and rec.failed == 1 and max(no_backoff) <= 10
+
+
+@pytest.fixture
+def quick_recheck(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(events_module, "DEFER_RECHECK", 0.005)
+
+
+async def test_deferrable_events_wait_while_busy_behind_every_other_event(
+    quick_recheck: None,
+) -> None:
+    client = RecordingClient()
+    now = [0.0]
+    rec = EventRecorder(client, component="c", host="h", writers=1, clock=lambda: now[0])  # type: ignore[arg-type]
+    busy = [True]
+    rec.busy = lambda: busy[0]
+    task = asyncio.create_task(rec.run())
+    rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
+    rec.event(OBJ, "Normal", "MSJobRunning", "running")
+    rec.event(OBJ, "Warning", "FailedCreatePod", "quota", deferrable=True)  # never deferred
+    await client.wait_calls(2)
+    for _ in range(20):
+        await asyncio.sleep(0.005)  # several looks at busy()
+    assert [c[2] for c in client.calls] == ["running", "quota"]
+    assert rec.pending() == 1
+    rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
+    assert rec.folded == 1  # a repeat folds into the deferred one
+    busy[0] = False  # the queue is empty: the announcement goes out
+    await client.wait_calls(3)
+    assert client.calls[2] == ("create", 2, "Created pod: a")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_deferred_event_waits_max_defer_at_most(quick_recheck: None) -> None:
+    client = RecordingClient()
+    now = [0.0]
+    rec = EventRecorder(  # type: ignore[arg-type]
+        client, component="c", host="h", writers=1, max_defer=30, clock=lambda: now[0]
+    )
+    rec.busy = lambda: True  # a queue that never empties
+    task = asyncio.create_task(rec.run())
+    rec.event(OBJ, "Normal", "SuccessfulCreateService", "Created service: s", deferrable=True)
+    now[0] = 29.0
+    for _ in range(20):
+        await asyncio.sleep(0.005)
+    assert client.calls == []
+    now[0] = 30.0
+    await client.wait_calls(1)
+    assert client.calls == [("create", 1, "Created service: s")]
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_graceful_stop_writes_the_deferred_events() -> None:
+    client = RecordingClient()
+    rec = EventRecorder(client, component="c", host="h")  # type: ignore[arg-type]
+    rec.busy = lambda: True
+    task = asyncio.create_task(rec.run())
+    await asyncio.sleep(0)
+    for i in range(3):
+        rec.event(OBJ, "Normal", "SuccessfulCreatePod", f"Created pod: p{i}", deferrable=True)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert sorted(c[2] for c in client.calls) == [f"Created pod: p{i}" for i in range(3)]
+    assert rec.abandoned == 0

@@ -62,7 +62,7 @@ def test_a_new_job_creates_the_service_then_every_pod_in_one_pass() -> None:
     assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["active"] == 0
 
 
-def test_with_other_jobs_waiting_the_pods_wait_for_the_services_watch_event() -> None:
+def test_with_other_jobs_waiting_a_new_job_takes_three_passes_and_one_status_write() -> None:
     h = Harness(_job(workers=2, scheduler=True))
     waiting = [3]
     h.reconciler.backlog = lambda: waiting[0]
@@ -70,20 +70,36 @@ def test_with_other_jobs_waiting_the_pods_wait_for_the_services_watch_event() ->
     assert h.cluster.calls == [("create", "Service", "j-scheduler-0")]
     assert h.reasons() == ["SuccessfulCreateService"]
     h.cluster.calls.clear()
-    assert h.reconcile() == Result()  # the Service is cached now; the backlog is irrelevant
+    assert h.reconcile() == Result()  # the Service is cached now: the pods go out
     assert h.cluster.calls == [
         ("create", "Pod", "j-scheduler-0"),
         ("create", "Pod", "j-worker-0"),
         ("create", "Pod", "j-worker-1"),
-        ("patch", "MSJob", "j"),  # the one status write of the two passes
-    ]
-    assert h.conditions()["Created"]["lastTransitionTime"] == STAMP
+    ]  # and Created waits for the pass the pods' watch events cause
+    assert h.reasons() == ["SuccessfulCreateService", "SuccessfulCreatePod"]
+    assert "status" not in h.cluster.job
     env = {
         e["name"]: e.get("value")
         for e in h.cluster.objects[("Pod", "j-worker-0")]["spec"]["containers"][0]["env"]
     }
     assert env[c.ENV_SCHED_HOST] == "10.0.0.7"
+    h.cluster.calls.clear()
+    assert h.reconcile() == Result()  # the pods are cached: one write, Created and counts
+    assert h.cluster.calls == [("patch", "MSJob", "j")]
+    assert h.conditions()["Created"]["lastTransitionTime"] == STAMP
+    # the counts the cached pods show, not the 0 the creating pass knew of
+    assert h.cluster.job["status"]["replicaStatuses"]["Worker"]["active"] == 2
     assert h.reasons() == ["SuccessfulCreateService", "SuccessfulCreatePod"]
+
+
+def test_in_a_burst_a_refused_create_still_writes_its_status_at_once() -> None:
+    h = Harness(_job(workers=2))
+    h.reconciler.backlog = lambda: 3
+    h.cluster.fail("create", "Pod", QUOTA)
+    assert h.reconcile() == Result(requeue=True)
+    assert h.cluster.calls[-1] == ("patch", "MSJob", "j")
+    assert h.conditions()["ReplicaFailure"]["reason"] == "Forbidden"
+    assert "Created" in h.conditions()
 
 
 def _create_batches(h: Harness) -> list[int]:
