@@ -47,7 +47,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -380,9 +379,15 @@ class EventRecorder:
             elif later:
                 wait = self._deferral_left(next(iter(later.values())))
                 if wait > 0:
-                    wake.clear()  # a new event (or a stop) ends the wait early
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(wake.wait(), wait)
+                    # A new event (or a stop) ends the wait early. Not asyncio.wait_for:
+                    # on 3.11 it can swallow a cancellation that comes as the wake is set
+                    # (a stop sets every wake, then cancels), and the writer would go on.
+                    wake.clear()
+                    timer = asyncio.get_running_loop().call_later(wait, wake.set)
+                    try:
+                        await wake.wait()
+                    finally:
+                        timer.cancel()
                     continue
                 source = later
             else:

@@ -373,3 +373,24 @@ async def test_a_graceful_stop_writes_the_deferred_events() -> None:
         await task
     assert sorted(c[2] for c in client.calls) == [f"Created pod: p{i}" for i in range(3)]
     assert rec.abandoned == 0
+
+
+async def test_a_stop_at_once_ends_a_writer_waiting_on_a_deferred_event() -> None:
+    """A lost Lease: the manager cancels the recorder (the flush starts, every wake set)
+    and, its grace being 0, cancels it again at once. The writer that waited on a
+    deferred event must stop then, not go on to write it against an API server that
+    never answers (asyncio.wait_for on 3.11 swallowed that second cancellation)."""
+    client = BlockedClient()
+    rec = EventRecorder(client, component="c-cut", host="h", writers=1)  # type: ignore[arg-type]
+    rec.busy = lambda: True
+    task = asyncio.create_task(rec.run())
+    rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
+    await asyncio.sleep(0.01)  # the writer waits on it
+    task.cancel()  # graceful: the flush starts
+    _, pending = await asyncio.wait([task], timeout=0)  # as the manager's _stop_tasks
+    assert pending
+    task.cancel()  # the deadline: at once
+    with pytest.raises(asyncio.CancelledError):
+        async with asyncio.timeout(5):
+            await task
+    assert rec.abandoned == 1  # pending or in flight when cut
