@@ -194,7 +194,10 @@ class LeaderElector:
                         f"lease {cfg.namespace}/{cfg.name} lost by {cfg.identity}"
                     )
                 try:
-                    ok = await asyncio.wait_for(self._try_acquire_or_renew(), remaining)
+                    # asyncio.timeout, not wait_for: on 3.11 wait_for loses a cancellation
+                    # that comes as the renewal completes, and the elector would go on.
+                    async with asyncio.timeout(remaining):
+                        ok = await self._try_acquire_or_renew()
                 except TimeoutError:
                     ok = False
                 if ok:

@@ -277,9 +277,8 @@ class ProgressPoller:
         """Ask ``target`` once, store what it says; return the result label."""
         assert self._fetch is not None
         try:
-            status, body = await asyncio.wait_for(
-                self._fetch(target.url, progress_api.MAX_REPORT_BYTES + 1), self.timeout
-            )
+            async with asyncio.timeout(self.timeout):  # not wait_for (see leaderelection)
+                status, body = await self._fetch(target.url, progress_api.MAX_REPORT_BYTES + 1)
         except (TimeoutError, aiohttp.ClientError, OSError):
             return self._schedule(target, "unreachable")
         if status == 204:
