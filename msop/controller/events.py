@@ -31,7 +31,8 @@
   (``cachetools.LRUCache``, default 4096 entries), so it cannot grow without bound.
 * **The work before its announcements.** An event queued with ``deferrable=True`` (the
   reconciler's ``SuccessfulCreatePod``/``SuccessfulCreateService``) waits while ``busy()``
-  says reconciles wait in the controller's queue, ``max_defer`` (30 s) at most, so that in
+  says the controller is in a burst (setup: more reconciles ready in its queue than it has
+  workers), ``max_defer`` (30 s) at most, so that in
   a burst the API server's time goes to the pods and Services rather than to announcing
   them; it is written as soon as the queue is empty, or its time is up. Every other event
   is written first, in order, as it comes; a Warning is never deferred, and a graceful

@@ -184,8 +184,10 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in [*pod_groups, *workloads]:
         controller.watch(inf, OWNER)
     reconciler.backlog = lambda: len(controller.queue)
-    # A burst's creates before their announcements (SuccessfulCreate* are deferrable).
-    reconciler.recorder.busy = lambda: len(controller.queue) > 0
+    # A burst's creates before their announcements (SuccessfulCreate* are deferrable): a
+    # burst is more reconciles ready than workers to take them, not any one waiting (in
+    # a busy cluster some usually are, and every announcement would wait its 30 s).
+    reconciler.recorder.busy = lambda: len(controller.queue) >= controller.max_concurrent_reconciles
     manager.add(controller)
     if poller is not None:
         for inf in pods:
