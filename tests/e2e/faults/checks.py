@@ -6,9 +6,10 @@
    job says Running; then every job is Succeeded, every worker pod Succeeded, and the
    replica counts agree (``Worker.succeeded == 1``, nothing active);
 2. **every pod and Service created exactly once**, per the API server's audit log (a
-   create in flight when the API server was SIGKILLed may be stored without its audit
-   line; such an object counts once if it exists, or was deleted, and was never created
-   again);
+   write in flight when the API server was SIGKILLed may be stored without its audit
+   line; an object with no audited create counts once if it exists, was deleted, or the
+   operator announced its create with an Event, which it does only once the object is
+   known stored, and was never created again);
 3. **no transition lost**: the conditions Created, Running and Succeeded on every job;
    ``MSJobRunning`` and ``MSJobSucceeded`` each exactly one Event with count 1; every
    pod named by exactly one ``SuccessfulCreatePod`` occurrence;
@@ -53,7 +54,7 @@ FIGURES: list[JSON] = []
 
 LIFECYCLE = {"Created", "Running", "Succeeded"}
 ONCE = ("MSJobRunning", "MSJobSucceeded")
-_CREATED = re.compile(r"^Created pods?: (.+)$")
+_CREATED = re.compile(r"^Created (pod|service)s?: (.+)$")
 _WRITES = {"create", "update", "patch", "delete", "deletecollection"}
 
 
@@ -92,28 +93,74 @@ def record(scenario: str, **figures: Any) -> None:
     print(f"\n{scenario}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
+def _ref(audit_event: JSON) -> str:
+    ref = audit_event.get("objectRef") or {}
+    return f"{ref.get('resource')}/{ref.get('name')}"
+
+
+def announced(events: list[JSON]) -> Counter[str]:
+    """How many times the operator's ``SuccessfulCreatePod``/``SuccessfulCreateService``
+    Events name each ``pods/name`` and ``services/name`` (counting repeats)."""
+    out: Counter[str] = Counter()
+    for e in events:
+        if (e.get("involvedObject") or {}).get("kind") != "MSJob":
+            continue
+        m = _CREATED.match(e.get("message", ""))
+        if m and e.get("reason") == f"SuccessfulCreate{m.group(1).capitalize()}":
+            for name in m.group(2).split(", "):
+                out[f"{m.group(1)}s/{name}"] += int(e.get("count") or 1)
+    return out
+
+
 def created_once(
     cluster: LocalCluster,
     ns: str,
     expected: set[str],
     existing: set[str],
+    events: list[JSON],
     recreated: frozenset[str] = frozenset(),
 ) -> None:
     """Each expected ``resource/name`` stored exactly once by the operator (twice if it
-    is in ``recreated``: deleted on purpose) (item 2)."""
+    is in ``recreated``: deleted on purpose) (item 2).
+
+    The audit log counts the creates, but the API server writes an audit line after it
+    has stored the object: a SIGKILL in between loses the line (a create in flight at the
+    first outage), and the same for a delete (the job's Service, deleted on success, in
+    flight at the second). An object with no audited create is still known created if it
+    is there, its delete is audited, or the operator announced it: it announces a create
+    only on a 201, an AlreadyExists of its own create in doubt, or once its cache shows it.
+    """
+    audit = audit_events(cluster.audit_log)
     creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
     twice = {k: n for k, n in creates.items() if n > (2 if k in recreated else 1)}
     assert not twice, f"created more than once (audit log): {twice}"
+    said = announced(events)
+    twice = {k: n for k, n in said.items() if n > (2 if k in recreated else 1)}
+    assert not twice, f"announced as created more than once (Events): {twice}"
     deleted = {
-        f"{(e.get('objectRef') or {}).get('resource')}/{(e.get('objectRef') or {}).get('name')}"
-        for e in audit_events(cluster.audit_log)
+        _ref(e)
+        for e in audit
         if e.get("verb") == "delete"
         and (e.get("objectRef") or {}).get("namespace") == ns
         and (e.get("responseStatus") or {}).get("code") in (200, 202)
     }
     unaudited = expected - set(creates)
-    lost = unaudited - existing - deleted
-    assert not lost, f"never created (no audited create, not there, never deleted): {lost}"
+    lost = unaudited - existing - deleted - set(said)
+    if lost:
+        trail = [
+            (
+                e.get("verb"),
+                _ref(e),
+                (e.get("responseStatus") or {}).get("code"),
+                str(e.get("userAgent", "")).split(" ")[0],
+            )
+            for e in audit
+            if (e.get("objectRef") or {}).get("namespace") == ns and _ref(e) in lost
+        ]
+        raise AssertionError(
+            f"never created (no audited create or delete, not there, never announced): "
+            f"{sorted(lost)}; every audited request on them: {trail}"
+        )
     extra = set(creates) - expected
     assert not extra, f"created but not expected: {sorted(extra)[:10]}"
 
@@ -158,10 +205,9 @@ def _event_problems(
         if obj.get("kind") != "MSJob":
             continue
         by_job.setdefault((obj.get("name", ""), e.get("reason", "")), []).append(e)
-        m = _CREATED.match(e.get("message", ""))
-        if e.get("reason") == "SuccessfulCreatePod" and m:
-            for pod in m.group(1).split(", "):
-                named[pod] += int(e.get("count") or 1)
+        for key, n in announced([e]).items():
+            if key.startswith("pods/"):
+                named[key.split("/", 1)[1]] += n
     missing_events = 0
     for job in names:
         for reason in ONCE:
@@ -277,7 +323,7 @@ async def final_checks(
     }
     assert not ghosts, f"children of deleted jobs: {sorted(ghosts)}"
     expected |= expected_children(list(deleted_jobs), set(), workers)
-    created_once(cluster, ns, expected, existing, recreated)
+    created_once(cluster, ns, expected, existing, events["items"], recreated)
     # 4. quiet window, once the probe's caches follow the API server again: a relist still
     # to come (say its watch was refused while the API server's storage initialized)
     # rightly reconciles the jobs that changed meanwhile.
