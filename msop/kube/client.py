@@ -20,7 +20,10 @@ Contract for every request method:
   sent again after ``Retry-After`` seconds (capped at :data:`MAX_RETRY_AFTER`) stretched
   by up to :data:`RETRY_JITTER` at random (so clients refused together do not come back
   together), at most ``max_retries`` times (10, client-go's default), each counted in
-  ``rest_client_request_retries_total{code,verb,host}``. The last refusal raises
+  ``rest_client_request_retries_total{code,verb,host}``, and sent with the header
+  ``Audit-ID: <the refused attempt's audit ID>-retry-<n>``, so the API server's audit log
+  ties each retry to the first refusal (a refused create is audited without its name:
+  APF refuses it before its body is read). The last refusal raises
   ApiError with ``retry_after`` set. Watches and streams are not retried here (their
   callers reopen them). Nothing else is retried: callers own their retry policy.
 
@@ -75,6 +78,13 @@ from msop.kube.transport import Transport, server_unreachable
 from msop.kube.writer import PatchType
 
 __all__ = ["BUDGETS", "MAX_RETRY_AFTER", "RETRY_JITTER", "KubeClient", "PatchType", "budget_of"]
+
+#: The header by which the API server names a request in its audit log: it echoes the ID
+#: it gave each request and takes the one a client sends.
+AUDIT_ID = "Audit-ID"
+#: A retry of a refused request is sent with ``Audit-ID: <first attempt's ID>-retry-<n>``,
+#: so an audit log pairs every retry with the refusal it answers.
+RETRY_AUDIT_SUFFIX = "-retry-"
 
 #: The longest ``Retry-After`` honoured (seconds); a longer one is waited this long.
 MAX_RETRY_AFTER = 30.0
@@ -328,6 +338,7 @@ class KubeClient:
             content_type or ("application/json" if body is not None else None)
         )
         retries = 0
+        first_id: str | None = None
         while True:
             start = time.monotonic()
             resp = await self._open(
@@ -352,6 +363,9 @@ class KubeClient:
                 raise ApiError.from_status(resp.status, _decode(data), retry_after=retry_after)
             retries += 1
             self._count_retry(str(resp.status), method)
+            first_id = first_id or resp.headers.get(AUDIT_ID)
+            if first_id:
+                headers = {**headers, AUDIT_ID: f"{first_id}{RETRY_AUDIT_SUFFIX}{retries}"}
             await _sleep(wait)
 
     async def _open(

@@ -26,16 +26,23 @@ POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace":
 
 
 class Script:
-    """Answers each request with the next (status, Retry-After) and records the bodies."""
+    """Answers each request with the next (status, Retry-After) and records the bodies;
+    like the API server, it names each request with the ``Audit-ID`` the client sent, or
+    one of its own, and echoes it."""
 
     def __init__(self) -> None:
         self.answers: list[tuple[int, str | None]] = []
         self.bodies: list[bytes] = []
+        self.audit_ids: list[str] = []
 
     async def handler(self, request: web.Request) -> web.Response:
         self.bodies.append(await request.read())
+        audit_id = request.headers.get("Audit-ID") or f"server-{len(self.bodies)}"
+        self.audit_ids.append(audit_id)
         status, retry_after = self.answers.pop(0) if self.answers else (200, None)
-        headers = {"Retry-After": retry_after} if retry_after is not None else {}
+        headers = {"Audit-Id": audit_id}
+        if retry_after is not None:
+            headers["Retry-After"] = retry_after
         if status == 200:
             return web.json_response({"kind": "Pod", "n": len(self.bodies)}, headers=headers)
         body = {"kind": "Status", "code": status, "reason": "TooManyRequests", "message": "x"}
@@ -89,6 +96,18 @@ async def test_429_is_sent_again_after_retry_after_with_jitter(
     # The same request went out each time.
     assert s.bodies[0] == s.bodies[1] == s.bodies[2] and b'"name":"p"' in s.bodies[0]
     assert _retries("429", "POST", client) - before == 2
+
+
+async def test_a_retry_names_the_refusal_it_answers_in_the_audit_log(
+    script: tuple[Script, KubeClient], waits: list[float]
+) -> None:
+    """A refused create is audited without its name (APF reads no body): each retry
+    carries the first attempt's audit ID and its number, so the log pairs them."""
+    s, client = script
+    s.answers = [(429, "1"), (503, "1")]
+    await client.create(PODS, POD, "ns")
+    await client.get(PODS, "p", "ns")
+    assert s.audit_ids == ["server-1", "server-1-retry-1", "server-1-retry-2", "server-4"]
 
 
 async def test_jitter_spreads_clients_refused_together(
