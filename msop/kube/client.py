@@ -21,7 +21,7 @@ Contract for every request method:
   by up to :data:`RETRY_JITTER` at random (so clients refused together do not come back
   together), at most ``max_retries`` times (10, client-go's default), each counted in
   ``rest_client_request_retries_total{code,verb,host}``, and sent with the header
-  ``Audit-ID: <the refused attempt's audit ID>-retry-<n>``, so the API server's audit log
+  ``Audit-ID: <the first refused attempt's audit ID>-retry-<n>``, so the audit log
   ties each retry to the first refusal (a refused create is audited without its name:
   APF refuses it before its body is read). The last refusal raises
   ApiError with ``retry_after`` set. Watches and streams are not retried here (their
