@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import burst, memory, polling
-from bench.environment import REPO, kwok_version, machine, server_version, start_cluster
+from bench.environment import kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
 from bench.pyspy import write_summary
 from bench.report import judge, judge_issue17, judge_issue26, render_markdown
 from msop import __version__
+from tests.harness.paths import REPO
 
 #: Operator flags for the burst: as many jobs reconciled at once as the raw baseline has
 #: requests in flight (--concurrency); no client-side limit, the default (the baseline has

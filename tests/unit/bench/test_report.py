@@ -77,7 +77,7 @@ def _results(p99: float, writes: float) -> dict[str, object]:
         "burst": {
             "operator": {"job_latency_s": {"p99": p99}, "operator_cpu_ms_per_lifecycle": 25.0},
             "ratio_operator_to_raw": 1.2,
-            "api": {"writes_per_job": writes, "minimum_writes_per_job": 10.0},
+            "api": {"writes_per_job": writes, "minimum_writes_per_job": 9.0},
         }
     }
 
@@ -89,9 +89,14 @@ def test_judge() -> None:
     assert rows["writes per job"]["met"] is True
     assert rows["CPU per job lifecycle"]["met"] is False
     assert rows["bytes per cached pod"]["met"] is None  # no memory scenario run
-    rows = {r["target"]: r for r in judge(_results(p99=2.5, writes=9.0))}
+    rows = {r["target"]: r for r in judge(_results(p99=2.5, writes=8.9))}
     assert rows["burst p99 job latency"]["met"] is False
-    assert rows["writes per job"]["met"] is False  # fewer than the minimum is also wrong
+    assert rows["writes per job"]["met"] is False  # fewer than the floor is also wrong
+    # Created and Running in one status write for some jobs: under 10, above the floor.
+    assert {r["target"]: r for r in judge(_results(p99=1, writes=9.9))}["writes per job"]["met"]
+    assert not {r["target"]: r for r in judge(_results(p99=1, writes=10.1))}["writes per job"][
+        "met"
+    ]
 
 
 def test_render_markdown_without_scenarios() -> None:
