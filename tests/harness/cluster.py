@@ -124,14 +124,20 @@ class Kubectl(Protocol):
 def create_namespace(
     cluster: Kubectl, name: str | None = None, *, prefix: str = "ns", timeout: float = 60
 ) -> str:
-    """Create namespace ``name`` (or ``<prefix>-<8 hex>``) and wait until its default
-    ServiceAccount exists: pods are admitted only then. Returns the name."""
+    """Create namespace ``name`` (or ``<prefix>-<8 hex>``) and wait until the
+    controller-manager has filled it: its default ServiceAccount (pods are admitted only
+    then) and its ``kube-root-ca.crt`` ConfigMap (a kubelet mounts it into every pod's
+    token volume; and a test that lists or watches the namespace's ConfigMaps must not see
+    it arrive later). Returns the name."""
     name = name or f"{prefix}-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     deadline = time.monotonic() + timeout
-    while cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode != 0:
+    filled = ("get", "serviceaccount/default", "configmap/kube-root-ca.crt", "-n", name)
+    while cluster.kubectl(*filled, check=False).returncode != 0:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"namespace {name}: no default ServiceAccount within {timeout}s")
+            raise TimeoutError(
+                f"namespace {name}: no default ServiceAccount or kube-root-ca.crt within {timeout}s"
+            )
         time.sleep(0.2)
     return name
 

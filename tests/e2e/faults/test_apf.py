@@ -17,7 +17,7 @@ import time
 from datetime import datetime
 from typing import Any
 
-from msop.kube.client import KubeClient
+from msop.kube.client import RETRY_AUDIT_SUFFIX, KubeClient
 from msop.kube.resources import PODS
 from tests.e2e.faults.checks import final_checks, record
 from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
@@ -29,7 +29,7 @@ from tests.harness.serviceaccount import (
 )
 
 BATCH = 40
-RETRY_ID = re.compile(r"^(.+)-retry-(\d+)$")
+RETRY_ID = re.compile(rf"^(.+){re.escape(RETRY_AUDIT_SUFFIX)}(\d+)$")
 PRIORITY_LEVEL = "msop-faults-tiny"
 FLOW_SCHEMA = "msop-faults"
 
@@ -147,7 +147,7 @@ def _retry_gaps(cluster: LocalCluster, ns: str) -> tuple[list[float], list[str]]
         if m is None:
             continue
         n = int(m.group(2))
-        first = m.group(1) if n == 1 else f"{m.group(1)}-retry-{n - 1}"
+        first = m.group(1) if n == 1 else f"{m.group(1)}{RETRY_AUDIT_SUFFIX}{n - 1}"
         before = by_id.get(first)
         if before is not None and before["responseStatus"]["code"] == 429:
             answered.add(first)
