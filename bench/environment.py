@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.operator import free_port
 from tests.harness.paths import CACHE, REPO
+from tests.harness.ports import free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

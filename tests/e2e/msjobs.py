@@ -128,6 +128,21 @@ def event_reasons(cluster: LocalCluster, ns: str, name: str) -> set[str]:
     return {e["reason"] for e in events(cluster, ns, name)}
 
 
+def wait_events(
+    cluster: LocalCluster, ns: str, name: str, *reasons: str, timeout: float = 30
+) -> list[JSON]:
+    """The Events of ``name`` once each of ``reasons`` is among them. The operator writes an
+    Event just after the status change it announces, so the Event of a condition a test has
+    just seen may not be stored yet: assert on Events through this, not at once."""
+
+    def check() -> list[JSON] | None:
+        evs = events(cluster, ns, name)
+        return evs if set(reasons) <= {e["reason"] for e in evs} else None
+
+    out: list[JSON] = wait_for(f"{name}'s Events {sorted(reasons)}", check, timeout)
+    return out
+
+
 def env_of(pod: JSON) -> dict[str, Any]:
     for c in pod["spec"]["containers"]:
         if c["name"] == "mindspore":

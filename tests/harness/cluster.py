@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import yaml
+
+from tests.harness.ports import free_port
 
 COMPONENTS = (
     "etcd",
@@ -65,13 +66,6 @@ _PORT_OPTIONS = (
     "kubeSchedulerPort",
     "kwokControllerPort",
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fake_node(
@@ -221,7 +215,7 @@ class LocalCluster:
 
     def _write_config(self) -> Path:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.ports = {opt: _free_port() for opt in _PORT_OPTIONS}
+        self.ports = {opt: free_port() for opt in _PORT_OPTIONS}
         policy = self.workdir / f"{self.name}-audit-policy.yaml"
         policy.write_text(AUDIT_POLICY)
         options = {

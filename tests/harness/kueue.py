@@ -33,7 +33,7 @@ import yaml
 
 from tests.harness import addons
 from tests.harness.addons import Kubectl
-from tests.harness.operator import free_port
+from tests.harness.ports import free_port
 from tests.harness.process import terminate
 
 #: How Kueue's configuration names MSJob among its external frameworks (Kind.version.group).

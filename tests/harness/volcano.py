@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tests.harness import addons
 from tests.harness.addons import Kubectl
-from tests.harness.operator import free_port
+from tests.harness.ports import free_port
 from tests.harness.process import terminate
 
 #: Fully qualified: with Kueue's CRDs installed, ``queue`` is Kueue's LocalQueue.

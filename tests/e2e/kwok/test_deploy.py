@@ -42,8 +42,8 @@ from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condit
 from tests.e2e.sessions import OperatorFactory
 from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.harness.monitoring import prometheus_tools
-from tests.harness.operator import free_port
 from tests.harness.paths import REPO
+from tests.harness.ports import free_port
 from tests.harness.serviceaccount import (
     OPERATOR_NAMESPACE,
     install_rbac,

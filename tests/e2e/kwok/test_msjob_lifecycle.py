@@ -15,12 +15,12 @@ from tests.e2e.msjobs import (
     condition,
     env_of,
     event_reasons,
-    events,
     get,
     is_true,
     job_pods,
     sample,
     wait_condition,
+    wait_events,
     wait_for,
     wait_pods,
 )
@@ -75,11 +75,11 @@ def test_dataparallel_sample_runs_to_success(
     assert status["conditions"][-1]["type"] == "Succeeded"
     assert status["replicaStatuses"]["Worker"]["succeeded"] == 4
     assert status["completionTime"]
-    assert {"MSJobRunning", "MSJobSucceeded", "SuccessfulCreatePod"} <= event_reasons(
-        cluster, namespace, name
+    evs = wait_events(
+        cluster, namespace, name, "MSJobRunning", "MSJobSucceeded", "SuccessfulCreatePod"
     )
     # One event for the pass that created the pods, naming every pod (not one per pod).
-    created = [e for e in events(cluster, namespace, name) if e["reason"] == "SuccessfulCreatePod"]
+    created = [e for e in evs if e["reason"] == "SuccessfulCreatePod"]
     assert len(created) == 1, created
     assert created[0]["message"].startswith("Created pods: ")
     named = set(created[0]["message"].removeprefix("Created pods: ").split(", "))
@@ -187,7 +187,7 @@ def test_exitcode_137_restarts_the_pod_then_succeeds(
     kubelet.succeed(namespace, "ec-worker-1")
     kubelet.succeed(namespace, "ec-worker-0")  # worker 0 done => the job succeeded
     wait_condition(cluster, namespace, "ec", "Succeeded")
-    assert {"ExitedWithCode", "MSJobRestarting"} <= event_reasons(cluster, namespace, "ec")
+    wait_events(cluster, namespace, "ec", "ExitedWithCode", "MSJobRestarting")
 
 
 def test_exitcode_1_is_a_permanent_failure(
@@ -206,7 +206,7 @@ def test_exitcode_1_is_a_permanent_failure(
     wait_for(
         "running pod cleanup", lambda: set(job_pods(cluster, namespace, "ec1")) == {"ec1-worker-0"}
     )
-    assert "MSJobFailed" in event_reasons(cluster, namespace, "ec1")
+    wait_events(cluster, namespace, "ec1", "MSJobFailed")
 
 
 def test_onfailure_restarts_beyond_backoff_limit_fail_the_job(
@@ -329,7 +329,7 @@ def test_suspend_and_resume(
     cond = condition(resumed, "Suspended")
     assert cond and cond["status"] == "False" and cond["reason"] == "MSJobResumed"
     assert resumed["status"]["startTime"] > first["status"]["startTime"]
-    assert {"MSJobSuspended", "MSJobResumed"} <= event_reasons(cluster, namespace, "sus")
+    wait_events(cluster, namespace, "sus", "MSJobSuspended", "MSJobResumed")
 
 
 def test_kubectl_scale_up_and_down(
@@ -428,7 +428,9 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     restarting = condition(job, "Restarting")
     assert restarting is not None and restarting["reason"] in ("MSJobRestarting", "MSJobRestarted")
     said = [
-        e["message"] for e in events(cluster, namespace, "js") if e["reason"] == "MSJobRestarting"
+        e["message"]
+        for e in wait_events(cluster, namespace, "js", "MSJobRestarting")
+        if e["reason"] == "MSJobRestarting"
     ]
     assert len(said) == 1 and "js-worker-1 exited with code 137 (OOMKilled)" in said[0], said
     assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"2"}
@@ -448,10 +450,10 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
         kubelet.succeed(namespace, f"js-worker-{i}")
     done = wait_condition(cluster, namespace, "js", "Succeeded")
     assert done["status"]["replicaStatuses"]["Worker"]["restarts"] == 1  # the resize is free
-    assert {"MSJobRestarting", "MSJobResizing", "ExitedWithCode"} <= event_reasons(
-        cluster, namespace, "js"
+    evs = wait_events(
+        cluster, namespace, "js", "MSJobRestarting", "MSJobResizing", "ExitedWithCode"
     )
-    assert "MSJobFailed" not in event_reasons(cluster, namespace, "js")
+    assert "MSJobFailed" not in {e["reason"] for e in evs}
 
 
 def test_restart_scope_job_restarts_are_bounded_by_backoff_limit(
@@ -483,5 +485,8 @@ def test_restart_scope_job_restarts_are_bounded_by_backoff_limit(
     assert "pod " + namespace + "/jb-worker-0 exited with code 137" in cond["message"]
     assert "after 1 restart(s) of the job (backoffLimit 1)" in cond["message"]
     assert failed["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
-    reasons = [e["reason"] for e in events(cluster, namespace, "jb")]
+    reasons = [
+        e["reason"]
+        for e in wait_events(cluster, namespace, "jb", "MSJobRestarting", "BackoffLimitExceeded")
+    ]
     assert reasons.count("MSJobRestarting") == 1 and reasons.count("BackoffLimitExceeded") == 1

@@ -10,11 +10,11 @@ from tests.e2e.msjobs import (
     apply,
     condition,
     env_of,
-    events,
     get,
     job_pods,
     sample,
     wait_condition,
+    wait_events,
     wait_for,
     wait_pods,
 )
@@ -96,7 +96,7 @@ def test_a_killed_local_worker_restarts_the_job_and_a_script_error_fails_it(
     pods = wait_for("every pod recreated", lambda: _fresh(cluster, namespace, "mr", before),
                     timeout=60)  # fmt: skip
     assert {env_of(p)["MS_WORKER_NUM"] for p in pods.values()} == {"4"}
-    said = [e["message"] for e in events(cluster, namespace, "mr")
+    said = [e["message"] for e in wait_events(cluster, namespace, "mr", "MSJobRestarting")
             if e["reason"] == "MSJobRestarting"]  # fmt: skip
     assert len(said) == 1, said
     assert (
@@ -131,6 +131,7 @@ def test_a_job_with_no_way_to_count_its_workers_fails_at_once(
     failed = condition(wait_condition(cluster, namespace, "uncounted", "Failed"), "Failed")
     assert failed is not None and failed["reason"] == "InvalidSpec", failed
     assert "spec.msrun.localWorkers" in failed["message"], failed
-    warnings = [e for e in events(cluster, namespace, "uncounted") if e["type"] == "Warning"]
+    evs = wait_events(cluster, namespace, "uncounted", "InvalidSpec")
+    warnings = [e for e in evs if e["type"] == "Warning"]
     assert len(warnings) == 1 and "spec.msrun.localWorkers" in warnings[0]["message"], warnings
     assert job_pods(cluster, namespace, "uncounted") == {}

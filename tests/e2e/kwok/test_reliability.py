@@ -26,7 +26,15 @@ import yaml
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
 from msop.msjob.setup import RETRY_MAX_DELAY
-from tests.e2e.msjobs import condition, event_reasons, events, get, wait_condition, wait_for
+from tests.e2e.msjobs import (
+    condition,
+    event_reasons,
+    events,
+    get,
+    wait_condition,
+    wait_events,
+    wait_for,
+)
 from tests.e2e.reliability import (
     MSJOBS,
     condition_types,
@@ -213,7 +221,8 @@ async def test_pod_quota_refusals_are_reported_and_retried_without_a_hot_loop(
     )
     assert job["reason"] == "Forbidden", job
     assert "exceeded quota" in job["message"], job
-    warnings = [e for e in events(cluster, namespace, "quota") if e["reason"] == "FailedCreatePod"]
+    evs = wait_events(cluster, namespace, "quota", "FailedCreatePod")
+    warnings = [e for e in evs if e["reason"] == "FailedCreatePod"]
     assert warnings and warnings[0]["type"] == "Warning"
     t0 = len(operator_calls(cluster.audit_log, namespace, "create", "pods"))
     await asyncio.sleep(QUOTA_WINDOW)

@@ -26,7 +26,7 @@ from msop.sdk import (
     dataparallel_job,
     render,
 )
-from tests.e2e.msjobs import SAMPLES, events, get, job_pods, wait_for, wait_pods
+from tests.e2e.msjobs import SAMPLES, get, job_pods, wait_events, wait_for, wait_pods
 from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.harness.paths import REPO
 
@@ -293,10 +293,7 @@ def test_docs_sdk_example_runs_as_written(
     # (Events outlive the job), the pods' creation among them. An Event is written just
     # after the change it announces, so MSJobRunning may trail the status the example saw
     # Running (docs/tasks/sdk.md says so): if it was not printed, it must come.
-    stored = wait_for(
-        "the example's MSJobRunning Event",
-        lambda: with_reason("MSJobRunning", events(cluster, namespace, name)),
-    )
+    stored = wait_events(cluster, namespace, name, "MSJobRunning")
     announced = {f"{e['reason']} {e['message']}" for e in stored}
     assert out[1:] and set(out[1:]) <= announced, (out[1:], announced)
     assert any(line.startswith("SuccessfulCreatePod ") for line in out[1:]), out[1:]

@@ -38,6 +38,7 @@ from tests.e2e.msjobs import (
     get,
     job_pods,
     wait_condition,
+    wait_events,
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
@@ -165,7 +166,7 @@ def test_script_error_fails_the_job(
     assert lines and lines[-1]["event"] != "done"
     assert "Read-only file system" in cluster.kubectl(
         "logs", "-n", namespace, culprit, "-c", "mindspore").stdout  # fmt: skip
-    reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
+    reasons = [e["reason"] for e in wait_events(cluster, namespace, NAME, "MSJobFailed")]
     assert reasons.count("MSJobFailed") == 1 and "MSJobRestarting" not in reasons
 
 

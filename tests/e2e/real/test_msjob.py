@@ -25,6 +25,7 @@ from tests.e2e.msjobs import (
     job_pods,
     sample,
     wait_condition,
+    wait_events,
     wait_for,
 )
 from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
@@ -79,7 +80,7 @@ def test_sample_runs_in_real_containers(
     finished = get(cluster, namespace, "msjob", name)
     assert finished is not None
     assert finished["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
-    assert "MSJobSucceeded" in event_reasons(cluster, namespace, name)
+    wait_events(cluster, namespace, name, "MSJobSucceeded")
 
     async def sdk_logs() -> list[str]:
         async with MSJobClient(kubeconfig=cluster.kubeconfig, namespace=namespace) as client:

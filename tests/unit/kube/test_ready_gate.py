@@ -5,7 +5,6 @@ authorizer's warm-up just after it). Loopback servers only."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Mapping
 
 import aiohttp
@@ -17,6 +16,7 @@ from msop.kube import PODS, KubeClient
 from msop.kube.errors import ApiUnavailable
 from msop.kube.metrics import HELD_TOTAL, UNREACHABLE_TOTAL
 from msop.kube.transport import ReadyGate, server_unreachable
+from tests.harness.ports import free_port
 
 
 class Probe:
@@ -83,16 +83,9 @@ def test_only_refused_or_dropped_connections_trip_the_gate() -> None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.mark.parametrize("readyz", [200])
 async def test_a_restarted_api_server_is_waited_for_not_failed_on(readyz: int) -> None:
-    port = _free_port()
+    port = free_port()
     client = KubeClient.from_configuration(Configuration(host=f"http://127.0.0.1:{port}"))
     host = client.host
     tripped0 = UNREACHABLE_TOTAL.labels(host)._value.get()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from pathlib import Path
 
@@ -11,6 +10,7 @@ import pytest
 
 from msop.kube.errors import ApiUnavailable
 from msop.sdk import MSJobClientSync, MSJobValidationError, dataparallel_job
+from tests.harness.ports import free_port
 
 KUBECONFIG = """\
 apiVersion: v1
@@ -22,17 +22,10 @@ current-context: x
 """
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Path:
     path = tmp_path / "kubeconfig"
-    path.write_text(KUBECONFIG.replace("PORT", str(_closed_port())))
+    path.write_text(KUBECONFIG.replace("PORT", str(free_port())))
     return path
 
 
