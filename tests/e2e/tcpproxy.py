@@ -96,6 +96,11 @@ class TcpProxy:
                 tg.create_task(self._pipe(ureader, cwriter, conn, client_side=False))
         except (OSError, ExceptionGroup):
             pass
+        except asyncio.CancelledError:
+            # Only __aexit__ cancels it, and awaits it. End normally: the callback that
+            # Python 3.11's start_server adds to this task calls task.exception(), which
+            # raises for a cancelled task, and asyncio logged that as an error at teardown.
+            pass
         finally:
             for w in conn.writers:
                 w.close()
