@@ -4,6 +4,7 @@ raw-create limit, the operator's API requests (audit log) and its CPU per lifecy
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,9 @@ from bench.environment import sample, start_operator
 from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
 from msop.api.resources import MSJOBS
+from msop.cli.flags import parse_args
 from msop.kube import PODS, SERVICES, KubeClient
+from msop.kube.flowcontrol import client_limit
 from tests.harness import LocalCluster
 from tests.harness.cluster import create_namespace
 from tests.harness.kubelet import succeeded_status
@@ -313,6 +316,18 @@ def api_efficiency(audit_log: Path, jobs: int, keep: Path | None = None) -> JSON
     }
 
 
+def client_limit_floor_s(operator_args: list[str], creates: int) -> float | None:
+    """The least time any client takes to send ``creates`` requests of one budget under
+    the operator's ``--kube-api-qps``/``--kube-api-burst`` (a token bucket: ``burst`` at
+    once, then ``qps`` a second; pods and Services share the ``default`` budget), or None
+    when the flags set no client-side limit."""
+    args = parse_args(["run", *operator_args])
+    qps, burst = client_limit(args.kube_api_qps, args.kube_api_burst)
+    if math.isinf(qps):
+        return None
+    return max(0, creates - burst) / qps
+
+
 async def run(
     cluster: LocalCluster,
     jobs: int,
@@ -334,9 +349,17 @@ async def run(
     suffix = "" if label == "burst" else f"-{label}"
     api = api_efficiency(cluster.audit_log, jobs, log_dir / f"audit-operator{suffix}.jsonl")
     raw["server_latency"] = raw_server_latency(cluster.audit_log)
+    # Under a client-side limit no client can create the objects faster than its flags
+    # allow: the time is judged against that floor too (it may be many times raw creates).
+    floor = client_limit_floor_s(operator_args, jobs * (PODS_PER_JOB + 1))
     return {
         "operator": operator,
         "raw": raw,
         "ratio_operator_to_raw": ratio(operator["all_objects_exist_s"], raw["all_objects_exist_s"]),
+        "client_limit_floor_s": floor,
+        "ratio_operator_to_floor": (
+            None if floor is None else ratio(operator["all_objects_exist_s"], floor)
+        ),
+        "ratio_floor_to_raw": None if floor is None else ratio(floor, raw["all_objects_exist_s"]),
         "api": api,
     }

@@ -139,6 +139,43 @@ def test_issue17_goals_next_to_previous_figures() -> None:
     assert "## Load scenarios" in md and "| qps20 | 200 |" in md
 
 
+def test_a_goal_below_the_flags_floor_is_out_of_reach_not_missed() -> None:
+    # Raw creates took 5 s; --kube-api-qps 20 cannot create 1,400 objects in under 68.5 s.
+    qps20 = _scenario(0, 0, 1.0)
+    qps20.update(
+        ratio_operator_to_raw=70.0 / 5.0, client_limit_floor_s=68.5,
+        ratio_operator_to_floor=70.0 / 68.5, ratio_floor_to_raw=68.5 / 5.0,
+    )  # fmt: skip
+    report: dict[str, object] = {"load": {"qps20": qps20}, "targets": []}
+    rows = {r["goal"]: r for r in judge_issue17(report)}
+    raw = rows["all pods / raw creates, N=200, qps 20"]
+    assert raw["met"] is False and raw["out_of_reach"] == 68.5 / 5.0
+    floor = rows["all pods / the flags' floor ((creates - burst) / qps), N=200, qps 20"]
+    assert floor["met"] is True
+    report["issue17"] = list(rows.values())
+    md = render_markdown(report)
+    assert "out of reach: the flags' floor is 13.70 x" in md
+    assert "| 68.50 |" in md  # the floor column of the load scenarios
+
+    # Slower than the floor allows, and the floor itself within reach: missed.
+    qps20.update(ratio_operator_to_floor=1.2, ratio_floor_to_raw=3.0)
+    rows = {r["goal"]: r for r in judge_issue17(report)}
+    assert "out_of_reach" not in rows["all pods / raw creates, N=200, qps 20"]
+    assert (
+        rows["all pods / the flags' floor ((creates - burst) / qps), N=200, qps 20"]["met"] is False
+    )
+
+
+def test_the_flags_floor_of_a_client_side_limit() -> None:
+    from bench.burst import client_limit_floor_s
+
+    assert client_limit_floor_s(["--kube-api-qps", "20", "--kube-api-burst", "30"], 1400) == 68.5
+    assert client_limit_floor_s(["--kube-api-qps=0"], 20) == 2.0  # client-go's 5/s, burst 10
+    assert client_limit_floor_s(["--kube-api-qps", "20", "--kube-api-burst", "50"], 10) == 0
+    assert client_limit_floor_s([], 1400) is None  # the default: no client-side limit
+    assert client_limit_floor_s(["--max-concurrent-reconciles", "50"], 1400) is None
+
+
 def test_issue26_goals_come_first_with_the_scale_scenarios() -> None:
     n2000 = _scenario(0, 0, 1.0)
     n2000["ratio_operator_to_raw"] = 1.2
