@@ -20,6 +20,9 @@ class Target:
     limit: float
     unit: str
     exact: bool = False
+    #: Where the run gives the least value any client could reach (see :class:`Goal`).
+    reach: tuple[str, ...] | None = None
+    reach_is: str = ""
 
 
 def _progress(name: str, key: str, limit: float, unit: str = "", exact: bool = False) -> Target:
@@ -52,7 +55,15 @@ PROGRESS_TARGETS = (
 )  # fmt: skip
 
 TARGETS = (
-    Target("burst p99 job latency", ("burst", "operator", "job_latency_s", "p99"), 2.0, "s"),
+    # The raw creates' own p99 is what the API server allows any client in this burst.
+    Target(
+        "burst p99 job latency",
+        ("burst", "operator", "job_latency_s", "p99"),
+        2.0,
+        "s",
+        reach=("burst", "raw", "job_latency_s", "p99"),
+        reach_is="the raw creates' p99",
+    ),
     Target("operator / raw-create time", ("burst", "ratio_operator_to_raw"), 1.3, "x"),
     # One write per object and per transition; never below the floor the run reports.
     Target("writes per job", ("burst", "api", "writes_per_job"), 10.0, ""),
@@ -78,6 +89,8 @@ class Goal:
     #: Where the run gives the least value any client could reach (a client-side limit's
     #: floor, in the goal's unit): a goal below it is reported out of reach, not missed.
     reach: tuple[str, ...] | None = None
+    #: What that least value is, for the verdict ("the flags' floor").
+    reach_is: str = ""
 
 
 #: Issue 17's goals. "issue" figures come from the issue's side-by-side bench (N jobs of
@@ -98,7 +111,7 @@ ISSUE17_GOALS = (
          "shutdown", "sigterm_to_exit_s"), 30, "s", "9-11 s at N=200 (issue)"),
     Goal("all pods / raw creates, N=200, qps 20", ("load", "qps20", "ratio_operator_to_raw"),
          4.0, "x", "99.5 s / 17.6 s = 5.6x (issue)",
-         reach=("load", "qps20", "ratio_floor_to_raw")),
+         reach=("load", "qps20", "ratio_floor_to_raw"), reach_is="the flags' floor"),
     # The floor of 1,400 creates at --kube-api-qps 20 --kube-api-burst 30: (1,400 - 30) / 20
     # = 68.5 s. The issue's 4x of raw creates was that floor on its machine (17.6 s raw).
     Goal("all pods / the flags' floor ((creates - burst) / qps), N=200, qps 20",
@@ -164,15 +177,32 @@ def judge_goals(results: JSON, goals: tuple[Goal, ...]) -> list[JSON]:
         if g.path[-1] == "sigterm_to_exit_s" and met:
             shutdown = _dig(results, g.path[:-1]) or {}
             met = shutdown.get("exit_code") == 0
-        floor = _dig(results, g.reach) if g.reach else None
-        out_of_reach = (
-            met is False and isinstance(floor, int | float) and g.limit is not None
-            and floor > g.limit
-        )  # fmt: skip
         rows.append({"goal": g.name, "value": value, "limit": g.limit, "unit": g.unit,
                      "previous": g.previous, "met": met,
-                     **({"out_of_reach": floor} if out_of_reach else {})})  # fmt: skip
+                     **_out_of_reach(results, met, g.reach, g.reach_is, g.limit)})  # fmt: skip
     return rows
+
+
+def _out_of_reach(
+    results: JSON,
+    met: bool | None,
+    reach: tuple[str, ...] | None,
+    reach_is: str,
+    limit: float | None,
+) -> JSON:
+    """``{"out_of_reach": least, "reach_is": ...}`` when a missed limit is below the least
+    value any client could reach in this run (at ``reach``), else ``{}``."""
+    least = _dig(results, reach) if reach else None
+    if met is False and isinstance(least, int | float) and limit is not None and least > limit:
+        return {"out_of_reach": least, "reach_is": reach_is}
+    return {}
+
+
+def _verdict(row: JSON, unmeasured: str) -> str:
+    if "out_of_reach" in row:
+        least = f"{_fmt(row['out_of_reach'])} {row['unit']}"
+        return f"out of reach here: {row['reach_is']} is {least}"
+    return {True: "met", False: "MISSED", None: unmeasured}[row["met"]]
 
 
 def judge_issue17(results: JSON) -> list[JSON]:
@@ -210,7 +240,7 @@ def judge(results: JSON) -> list[JSON]:
                 met = met and value >= floor  # fewer than the floor: something not written
         rows.append(
             {"target": t.name, "value": value, "limit": limit, "unit": t.unit, "met": met,
-             "exact": t.exact}
+             "exact": t.exact, **_out_of_reach(results, met, t.reach, t.reach_is, limit)}
         )  # fmt: skip
     return rows
 
@@ -300,9 +330,7 @@ def _goals_table(title: str, goals: list[JSON]) -> list[str]:
         return []
     rows = []
     for r in goals:
-        verdict = {True: "met", False: "MISSED", None: "-"}[r["met"]]
-        if "out_of_reach" in r:
-            verdict = f"out of reach: the flags' floor is {_fmt(r['out_of_reach'])} {r['unit']}"
+        verdict = _verdict(r, "-")
         goal = "-" if r["limit"] is None else f"≤ {_fmt(r['limit'])} {r['unit']}"
         rows.append([r["goal"], f"{_fmt(r['value'])} {r['unit']}", r["previous"], goal,
                      verdict])  # fmt: skip
@@ -338,7 +366,7 @@ def render_markdown(report: JSON) -> str:
     lines += ["", "## Targets", ""]
     rows = []
     for r in report.get("targets", []):
-        verdict = {True: "met", False: "MISSED", None: "not measured"}[r["met"]]
+        verdict = _verdict(r, "not measured")
         op = "=" if r["exact"] else "≤"
         rows.append([r["target"], f"{_fmt(r['value'])} {r['unit']}", f"{op} {_fmt(r['limit'])}",
                      verdict])  # fmt: skip

@@ -99,6 +99,21 @@ def test_judge() -> None:
     ]
 
 
+def test_a_latency_the_raw_creates_cannot_reach_is_out_of_reach() -> None:
+    results = _results(p99=19.0, writes=10.0)
+    results["burst"]["raw"] = {"job_latency_s": {"p99": 12.0}}  # type: ignore[index]
+    row = {r["target"]: r for r in judge(results)}["burst p99 job latency"]
+    assert row["met"] is False and row["out_of_reach"] == 12.0
+    md = render_markdown({"targets": judge(results)})
+    assert (
+        "| burst p99 job latency | 19.00 s | ≤ 2.00 | "
+        "out of reach here: the raw creates' p99 is 12.00 s |" in md
+    )
+    results["burst"]["raw"] = {"job_latency_s": {"p99": 1.0}}  # type: ignore[index]
+    row = {r["target"]: r for r in judge(results)}["burst p99 job latency"]
+    assert row["met"] is False and "out_of_reach" not in row  # reachable: missed
+
+
 def test_render_markdown_without_scenarios() -> None:
     report = {"started": "now", "command": "make bench", "scale": 1, "targets": judge({})}
     md = render_markdown(report)
@@ -154,7 +169,7 @@ def test_a_goal_below_the_flags_floor_is_out_of_reach_not_missed() -> None:
     assert floor["met"] is True
     report["issue17"] = list(rows.values())
     md = render_markdown(report)
-    assert "out of reach: the flags' floor is 13.70 x" in md
+    assert "out of reach here: the flags' floor is 13.70 x" in md
     assert "| 68.50 |" in md  # the floor column of the load scenarios
 
     # Slower than the floor allows, and the floor itself within reach: missed.
