@@ -76,7 +76,16 @@ def _operator_metrics(metrics_url: str) -> JSON:
         "reconciles": _metric_by_label(text, "controller_runtime_reconcile_total", "result"),
         "events_written": _metric_by_label(text, "msop_events_written_total", "action"),
         "events_dropped": _metric_by_label(text, "msop_events_dropped_total", "reason"),
+        "watch_restarts": _metric_by_label(text, "informer_watch_restarts_total", "reason"),
     }
+
+
+def _terminated_watchers(cluster: LocalCluster) -> dict[str, float]:
+    """The API server's ``apiserver_terminated_watchers_total`` by resource: watches its
+    watch cache closed because their client did not read the events fast enough (any
+    client: the bench's own watches too)."""
+    text = cluster.kubectl("get", "--raw", "/metrics").stdout
+    return _metric_by_label(text, "apiserver_terminated_watchers_total", "resource")
 
 
 def _stop_and_time(op: Any, log_path: Path) -> JSON:
@@ -151,6 +160,7 @@ async def run_operator_burst(
                 await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
                 created[name] = time.monotonic()
 
+            terminated0 = await asyncio.to_thread(_terminated_watchers, cluster)
             t0 = time.monotonic()
             await bounded(concurrency, names, create)
             t_created = time.monotonic()
@@ -179,6 +189,7 @@ async def run_operator_burst(
             cpu1 = end.cpu_seconds
             rss = end.rss_bytes
             metrics = await asyncio.to_thread(_operator_metrics, op.metrics_url)
+            terminated1 = await asyncio.to_thread(_terminated_watchers, cluster)
             for w in watchers:
                 w.cancel()
     finally:
@@ -210,6 +221,10 @@ async def run_operator_burst(
         "events_dropped": sum(metrics["events_dropped"].values()),
         "reconciles": metrics["reconciles"],
         "reconciles_per_job": sum(metrics["reconciles"].values()) / jobs,
+        "watch_restarts_by_reason": metrics["watch_restarts"],
+        "apiserver_terminated_watchers": {
+            r: n - terminated0.get(r, 0.0) for r, n in terminated1.items()
+        },
         "shutdown": shutdown,
     }
 

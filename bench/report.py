@@ -325,6 +325,19 @@ def _render_progress(pr: JSON | None) -> list[str]:
     return lines
 
 
+def _watch_sentence(op: JSON) -> str:
+    """The watches that ended during a scenario, and which of them the API server gave up on."""
+    closed = op.get("apiserver_terminated_watchers") or {}
+    restarts = op.get("watch_restarts_by_reason") or {}
+    by_server = ", ".join(f"{r} {_fmt(n, 0)}" for r, n in sorted(closed.items()) if n) or "none"
+    by_reason = ", ".join(f"{r} {_fmt(n, 0)}" for r, n in sorted(restarts.items()) if n) or "none"
+    return (
+        f"Watches the API server closed because their client fell behind "
+        f"(`apiserver_terminated_watchers_total`, every client): {by_server}. The operator's "
+        f"watch restarts by reason (`informer_watch_restarts_total`): {by_reason}."
+    )
+
+
 def _goals_table(title: str, goals: list[JSON]) -> list[str]:
     if not goals:
         return []
@@ -436,6 +449,8 @@ def render_markdown(report: JSON) -> str:
             f"started completing ({_fmt(op['completion_patches_s'])} s to send the "
             f"{op['pods']} status patches)."
         )
+        lines.append("")
+        lines.append(_watch_sentence(op))
         lines += ["", "## API requests of the operator (audit log, user agent `msop/`)", ""]
         lines.append(
             f"Writes per job: **{_fmt(api['writes_per_job'])}** (minimum "

@@ -225,3 +225,24 @@ def test_a_rotated_audit_log_gives_no_per_job_figures(tmp_path: Path) -> None:
     assert api["writes_per_job"] is None and api["event_writes_per_job"] is None
     rows = {r["goal"]: r for r in judge_issue26({"load": {"n2000": {"api": api}}})}
     assert rows["writes per job excl. Events, N=2,000"]["met"] is None
+
+
+def test_the_watches_the_api_server_gave_up_on_are_reported() -> None:
+    from bench.burst import _metric_by_label
+    from bench.report import _watch_sentence
+
+    text = (
+        "# TYPE apiserver_terminated_watchers_total counter\n"
+        'apiserver_terminated_watchers_total{group="",resource="pods"} 11\n'
+        'apiserver_terminated_watchers_total{group="",resource="services"} 0\n'
+    )
+    closed = _metric_by_label(text, "apiserver_terminated_watchers_total", "resource")
+    assert closed == {"pods": 11.0, "services": 0.0}
+    said = _watch_sentence(
+        {"apiserver_terminated_watchers": closed, "watch_restarts_by_reason": {"closed": 11.0}}
+    )
+    assert (
+        "every client): pods 11." in said
+        and "by reason (`informer_watch_restarts_total`): closed 11." in said
+    )
+    assert _watch_sentence({}).count("none") == 2  # a report from before these were measured
