@@ -32,7 +32,11 @@ peers in other pods exit 1 meanwhile):
 - a process killed by signal N (a kill, the OOM killer): the pod exits 128+N, which
   ``ExitCode`` retries, as for a single-process pod killed by the same signal;
 - a process that exited with code N: the pod exits N (a script error stays permanent);
-- msrun failed with no failed process (wrong flags, say): the pod exits with msrun's code.
+- msrun failed with no failed process (wrong flags, say): the pod exits with msrun's code;
+- msrun itself killed by signal N: the pod exits 128+N, as for a killed worker.
+
+The launcher is the container's main process: if it is killed itself, the container
+ends as any killed process does (137 for SIGKILL) and leaves no line of its own.
 
 The launcher kills what still runs, and writes one line saying which process ended how
 (``local worker 1 (rank 3) was killed by signal 9 (SIGKILL)``) to the termination
@@ -396,6 +400,12 @@ def _supervise(
             # A watcher may record its ending a moment after msrun saw it.
             if first_failure(watch_dir) is not None:
                 continue
+            if code < 0:
+                # msrun itself was killed (Popen reports signal N as -N): end as a
+                # single-process pod killed by the same signal would, 128+N.
+                line = f"msrun itself was killed by signal {-code} ({_signal_name(-code)})"
+                _write_termination(env, f"msrun: {line}")
+                return 128 - code
             if code != 0:
                 line = f"msrun exited with code {code} and no worker failed (see its log)"
                 _write_termination(env, f"msrun: {line}")

@@ -25,6 +25,8 @@ replica's), the queue name from the label, the priority of the
 Workload                                what msop does (``Queued`` condition)
 ======================================  ==============================================
 missing                                 creates it; no pod (True, ``WorkloadPending``)
+missing, its priority class missing     no pod, no Workload (True,
+                                        ``PriorityClassNotFound``)
 quota not reserved, or checks pending   no pod (True, ``WorkloadPending``, Kueue's
                                         message: which quota is short)
 inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
@@ -36,6 +38,8 @@ inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
 queue stopped, ...)                     the admission so that Kueue queues it again
                                         (True, ``WorkloadEvicted``); not a failure:
                                         nothing counts toward ``backoffLimit``
+``Evicted``, then requeued by Kueue     no pod (True, ``WorkloadPending``: it waits
+for another cause (``Reactivated``)     for quota, :func:`eviction_explains_wait`)
 job finished                            marks it ``Finished`` (its quota is released)
                                         and removes Kueue's finalizer
 spec out of date (replicas or           not admitted: updated in place; admitted: the
@@ -52,7 +56,7 @@ from typing import Any
 from msop.api import constants as c
 from msop.api.naming import job_selector, owner_reference
 from msop.api.types import MSJob
-from msop.kube.objects import JSON
+from msop.kube.objects import JSON, parse_time
 from msop.msjob.desired import Placement
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -66,6 +70,9 @@ REASON_PENDING = "WorkloadPending"
 REASON_INACTIVE = "WorkloadInactive"
 REASON_EVICTED = "WorkloadEvicted"
 REASON_ADMITTED = "WorkloadAdmitted"
+
+#: Kueue's ``Evicted`` reason for a Workload made inactive (``spec.active: false``).
+EVICTED_DEACTIVATED = "Deactivated"
 
 #: Kueue's Workload name: ``<kind>-<job name>`` cut to fit, a dash, 5 hex of a hash.
 _NAME_LIMIT = 253
@@ -133,9 +140,18 @@ def priority_ref(kind: str, name: str, value: int) -> JSON:
     return {"priorityClassRef": {"group": group, "kind": kind, "name": name}, "priority": value}
 
 
-def workload(job: JSON, *, active: bool) -> JSON:
-    """The Workload for ``job`` (its priority is resolved by the caller:
-    :func:`priority_source`, :func:`priority_ref`)."""
+@dataclass(frozen=True)
+class MissingClass:
+    """The priority class a job names (:func:`priority_source`) does not exist: its
+    Workload is not created until it does."""
+
+    kind: str
+    name: str
+
+
+def workload(job: JSON, *, active: bool, priority: JSON | None = None) -> JSON:
+    """The Workload for ``job``; ``priority``: the fields of :func:`priority_ref` for
+    the class :func:`priority_source` names, resolved by the caller (None: no class)."""
     meta = job["metadata"]
     view = MSJob(job)
     labels = dict(job_selector(view.name))
@@ -150,7 +166,12 @@ def workload(job: JSON, *, active: bool) -> JSON:
             "finalizers": [FINALIZER],
             "ownerReferences": [owner_reference(job)],
         },
-        "spec": {"queueName": queue_name(job), "podSets": pod_sets(job), "active": active},
+        "spec": {
+            "queueName": queue_name(job),
+            "podSets": pod_sets(job),
+            "active": active,
+            **(priority or {}),
+        },
     }
 
 
@@ -214,20 +235,50 @@ def cluster_queue(wl: JSON | None) -> str:
     return str(admission.get("clusterQueue") or "")
 
 
+def eviction_explains_wait(wl: JSON) -> bool:
+    """Whether the Workload's ``Evicted`` condition still says why the job waits.
+
+    Kueue leaves ``Evicted`` True until the Workload is admitted again, also after it
+    requeued it for another cause (``Requeued`` True, ``Reactivated`` after a resume,
+    ``BackoffFinished`` after a PodsReady timeout's backoff), and a deactivation ends when
+    the Workload is made active again: from then on the job waits
+    for quota like any other, and ``QuotaReserved`` says why. msop's own hand-back after a
+    preemption writes ``Requeued`` with the eviction's reason: that wait is the eviction's.
+    A requeue older than the eviction (an earlier cycle's) explains nothing."""
+    ev = condition(wl, "Evicted")
+    if ev is None or ev.get("status") != "True":
+        return False
+    if ev.get("reason") == EVICTED_DEACTIVATED and active(wl):
+        return False  # made active again: the deactivation is over
+    rq = condition(wl, "Requeued")
+    if rq is None or rq.get("status") != "True" or rq.get("reason") == ev.get("reason"):
+        return True
+    requeued, evicted = (
+        parse_time(rq.get("lastTransitionTime")),
+        parse_time(ev.get("lastTransitionTime")),
+    )
+    return requeued is not None and evicted is not None and requeued < evicted
+
+
 @dataclass(frozen=True)
 class Wait:
     """Why a queued job's pods are held: the ``Queued`` condition's reason and message."""
 
     reason: str
     message: str
+    event_type: str = "Normal"
+    """The type of the Event that announces it: Warning where the user must act."""
 
 
-def why_waiting(job: JSON, wl: JSON | None) -> Wait:
-    """Why the job waits in Kueue (its Workload is missing or not admitted)."""
+def why_waiting(job: JSON, wl: JSON | None, *, reactivating: bool = False) -> Wait:
+    """Why the job waits in Kueue (its Workload is missing or not admitted);
+    ``reactivating``: this pass makes the Workload active again (the job was resumed)."""
+    if wl is not None and reactivating:
+        wl = {**wl, "spec": {**(wl.get("spec") or {}), "active": True}}
     view = MSJob(job)
     ref = f"{view.namespace}/{view.name}"
     queue = queue_name(job)
-    if wl is not None and is_true(wl, "Evicted"):
+    if wl is not None and eviction_explains_wait(wl):
         ev = condition(wl, "Evicted") or {}
         return Wait(
             REASON_EVICTED,
@@ -241,8 +292,9 @@ def why_waiting(job: JSON, wl: JSON | None) -> Wait:
             f"MSJob {ref}: its Workload {wl['metadata']['name']} is inactive "
             "(spec.active is false); it is not queued until it is made active again.",
         )
-    detail = "Kueue has not looked at its Workload yet"
+    detail = "msop is creating its Workload"
     if wl is not None:
+        detail = "Kueue has not looked at its Workload yet"
         qr = condition(wl, "QuotaReserved")
         if has_quota(wl):
             detail = (
@@ -252,6 +304,24 @@ def why_waiting(job: JSON, wl: JSON | None) -> Wait:
         elif qr is not None and qr.get("message"):
             detail = str(qr["message"])
     return Wait(REASON_PENDING, f"MSJob {ref} waits in LocalQueue {queue!r}: {detail}.")
+
+
+#: The ``Queued`` reason while the priority class a job names does not exist.
+REASON_PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+
+
+def waiting_for_class(job: JSON, missing: MissingClass) -> Wait:
+    """Why a job has no Workload while the priority class it names is missing."""
+    view = MSJob(job)
+    return Wait(
+        REASON_PRIORITY_CLASS_NOT_FOUND,
+        event_type="Warning",
+        message=(
+            f"MSJob {view.namespace}/{view.name}: {missing.kind} {missing.name!r} does not "
+            f"exist; its Workload is created, and queued in LocalQueue {queue_name(job)!r}, "
+            "once it does."
+        ),
+    )
 
 
 def placements(wl: JSON, flavors: dict[str, JSON | None]) -> dict[str, Placement] | None:

@@ -132,6 +132,9 @@ class Observed:
     flavors: dict[str, JSON | None] = field(default_factory=dict)
     """The ResourceFlavors the Workload's admission names, from the cache (None: not
     there yet)."""
+    workload_priority: JSON | kueue.MissingClass | None = None
+    """While the job has no Workload: the priority fields of the class it names
+    (:func:`kueue.priority_ref`), or that class missing; None: it names none."""
 
 
 @dataclass(frozen=True)
@@ -161,7 +164,7 @@ class Plan:
     """A merge patch for the PodGroup's spec (after a scale or a scheduling-policy edit)."""
     delete_pod_group: bool = False
     create_workload: JSON | None = None
-    """A Kueue Workload to create (the reconciler resolves its priority first)."""
+    """A Kueue Workload to create, with its priority (:attr:`Observed.workload_priority`)."""
     patch_workload: JSON | None = None
     """A merge patch for the Workload's spec (pod sets, queue name, active)."""
     workload_status: JSON | None = None
@@ -756,7 +759,7 @@ class _Planner:
         if self.condition(c.QUEUED, c.CONDITION_TRUE, wait.reason, wait.message):
             current = get_condition(self.old_status, c.QUEUED) or {}
             if current.get("reason") != wait.reason or current.get("status") != "True":
-                self.event("Normal", wait.reason, wait.message)
+                self.event(wait.event_type, wait.reason, wait.message)
 
     def kueue_admitted(self, resuming: bool) -> bool:
         """With Kueue: keep the job's Workload in step with it and let its pods run only
@@ -771,8 +774,18 @@ class _Planner:
             self.drop_workload(wl)
             wl = None
         if wl is None:
+            priority = self.obs.workload_priority
+            if isinstance(priority, kueue.MissingClass):
+                self.stop_pods()
+                wait = kueue.waiting_for_class(self.job, priority)
+                self.kueue_wait(wait)
+                # Looked up again after as long as it has waited so far, 1 s to a minute.
+                since = parse_time((get_condition(self.status, c.QUEUED) or {}).get(
+                    "lastTransitionTime")) or self.now  # fmt: skip
+                self.plan.requeue_at(min(60.0, max(1.0, (self.now - since).total_seconds())))
+                return False
             if self.stop_pods() and not self.obs.other_workloads:
-                self.plan.create_workload = kueue.workload(self.job, active=True)
+                self.plan.create_workload = kueue.workload(self.job, active=True, priority=priority)
             self.kueue_wait(kueue.why_waiting(self.job, None))
             return False
         if not kueue.pod_sets_match(self.job, wl):
@@ -780,7 +793,8 @@ class _Planner:
             return False
         self.sync_workload_spec(wl, resuming)
         if not kueue.admitted(wl):
-            wait = kueue.why_waiting(self.job, wl)
+            reactivating = ((self.plan.patch_workload or {}).get("spec") or {}).get("active")
+            wait = kueue.why_waiting(self.job, wl, reactivating=reactivating is True)
             if wait.reason == kueue.REASON_EVICTED:
                 self.status.pop("startTime", None)
             self.stop_pods()

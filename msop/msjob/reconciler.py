@@ -96,6 +96,7 @@ import structlog
 from cachetools import LRUCache
 
 from msop.api import constants as c
+from msop.api.conditions import is_finished
 from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
@@ -320,11 +321,20 @@ class MSJobReconciler:
             defaulted = apply_defaults(job)
             self._defaulted[request] = (rv, self._defaulted_codec.encode(defaulted))
         workload, other_workloads, flavors = self._workloads(job)
+        priority = None
+        if (
+            workload is None
+            and self.options.kueue
+            and kueue.queue_name(job)
+            and not is_finished(job.get("status") or {})
+        ):
+            priority = await self._priority(job)
         observed = Observed(
             job=job,
             workload=workload,
             other_workloads=other_workloads,
             flavors=flavors,
+            workload_priority=priority,
             pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
             services=self.services.by_index(BY_CONTROLLER_UID, uid),
             now=self.now(),
@@ -368,8 +378,7 @@ class MSJobReconciler:
             job = written
 
         failure = await self._children(request, job, p, failure)
-        # A Workload write that conflicted is planned again from a fresher cache; one that
-        # waits for its priority class is retried with the controller's backoff.
+        # A Workload write that conflicted is planned again from a fresher cache.
         workload_written = await self._scheduling_objects(
             request.namespace, job, p, observed.workload
         )
@@ -695,9 +704,9 @@ class MSJobReconciler:
     async def _scheduling_objects(self, ns: str, job: JSON, p: Plan, workload: JSON | None) -> bool:
         """The PodGroup (Volcano) and Workload (Kueue) writes; False: requeue."""
         await self._pod_group(ns, job, p)
-        created = await self._create_workload(ns, job, p)
+        await self._create_workload(ns, job, p)
         written, latest = await self._update_workload(p, workload)
-        return created and written and await self._drop_workloads(ns, p, latest)
+        return written and await self._drop_workloads(ns, p, latest)
 
     async def _pod_group(self, ns: str, job: JSON, p: Plan) -> None:
         if p.create_pod_group is not None:
@@ -761,46 +770,35 @@ class MSJobReconciler:
                 return None
             raise
 
-    async def _priority(self, job: JSON) -> JSON | None:
-        """The Workload's priority fields, from the class the job names; None when that
-        class does not exist (a Warning event says which)."""
+    async def _priority(self, job: JSON) -> JSON | kueue.MissingClass | None:
+        """The priority fields of the class the job names, read live (a class is looked
+        up once per Workload created: no cache is worth it); None: it names none."""
         source = kueue.priority_source(job)
         if source is None:
-            return {}
+            return None
         kind, name = source
         res = WORKLOADPRIORITYCLASSES if kind == "WorkloadPriorityClass" else PRIORITYCLASSES
         try:
             obj = await self.client.get(res, name)
         except ApiError as e:
             if is_not_found(e):
-                self.recorder.event(
-                    job, "Warning", "PriorityClassNotFound",
-                    f"MSJob {job['metadata']['namespace']}/{job['metadata']['name']}: {kind} "
-                    f"{name!r} does not exist; its Workload is created once it does.",
-                )  # fmt: skip
-                return None
+                return kueue.MissingClass(kind, name)
             raise
         return kueue.priority_ref(kind, name, int(obj.get("value") or 0))
 
-    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> bool:
-        """Create the Plan's Workload; False while the priority class it names is missing
-        (retried with the controller's backoff)."""
+    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> None:
+        """Create the Plan's Workload (AlreadyExists counts as created)."""
         if p.create_workload is None:
-            return True
-        priority = await self._priority(job)
-        if priority is None:
-            return False
+            return
         wl = p.create_workload
-        wl["spec"].update(priority)
         try:
             await self.client.create(WORKLOADS, wl, ns)
         except ApiError as e:
             if not is_already_exists(e):
                 raise
-            return True
+            return
         message = f"Created Workload: {ns}/{wl['metadata']['name']}"
         self.recorder.event(job, "Normal", "CreatedWorkload", message)
-        return True
 
     async def _update_workload(self, p: Plan, workload: JSON | None) -> tuple[bool, JSON | None]:
         """The job's Workload: spec patch, then status patch. Returns False if one

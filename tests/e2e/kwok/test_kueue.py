@@ -322,9 +322,29 @@ def test_suspend_releases_the_quota_and_resume_queues_again(
         cluster.kubectl("label", "msjob", "paused", "-n", namespace, f"{QUEUE_LABEL}={q}",
                         "--overwrite")  # fmt: skip
 
-    cluster.kubectl("delete", "msjob", "next", "-n", namespace)
+    # Resumed while "next" holds the quota: it waits for quota, and says so (Kueue keeps
+    # the Workload's Evicted=True/Deactivated after requeuing it as Reactivated).
+    evictions = event_count(cluster, namespace, "paused", "WorkloadEvicted")
     cluster.kubectl("patch", "msjob", "paused", "-n", namespace, "--type=merge",
                     "-p", '{"spec":{"runPolicy":{"suspend":false}}}')  # fmt: skip
+    wait_for(
+        "Kueue requeued the reactivated Workload",
+        lambda: (
+            (condition(workload(cluster, namespace, "paused"), "Requeued") or {}).get("reason")
+            == "Reactivated"
+        ),
+    )
+    wait_queued(cluster, namespace, "paused", "WorkloadPending")
+    wait_for(
+        "Kueue's quota message in Queued",
+        lambda: "insufficient" in (queued(cluster, namespace, "paused") or {}).get("message", ""),
+    )
+    q = queued(cluster, namespace, "paused") or {}
+    assert q.get("reason") == "WorkloadPending", q
+    assert event_count(cluster, namespace, "paused", "WorkloadEvicted") == evictions
+    stays_without_pods(cluster, namespace, "paused", seconds=2)
+
+    cluster.kubectl("delete", "msjob", "next", "-n", namespace)
     wait_bound(cluster, namespace, "paused", 3, timeout=90)
     assert (workload(cluster, namespace, "paused") or {})["spec"]["active"] is True
     cluster.kubectl("delete", "msjob", "paused", "-n", namespace)

@@ -210,6 +210,22 @@ def test_msrun_failing_on_its_own_exits_with_its_code_and_says_so(pod: MakePod) 
     assert p.message() == "msrun: msrun exited with code 1 and no worker failed (see its log)\n"
 
 
+def test_msrun_itself_killed_makes_the_pod_exit_128_plus_the_signal(pod: MakePod) -> None:
+    # Popen reports msrun killed by SIGKILL as -9: the pod must exit 137 and say so, not 247.
+    p = pod(WORK="60", SCHED_WORK="60")
+    proc = p.start()
+    for name in ("MS_SCHED-0", "MS_WORKER-0", "MS_WORKER-1"):
+        p.wait_for(name)
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+    assert len(children) == 1, children  # msrun, the launcher's only child
+    os.kill(int(children[0]), signal.SIGKILL)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL, out
+    assert p.message() == "msrun: msrun itself was killed by signal 9 (SIGKILL)\n"
+    assert not p.alive("MS_WORKER-0") and not p.alive("MS_WORKER-1")
+    assert not p.alive("MS_SCHED-0")
+
+
 def test_sigterm_reaches_every_process_and_the_pod_exits_143(pod: MakePod) -> None:
     p = pod(WORK="60", SCHED_WORK="60")
     proc = p.start()

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from datetime import timedelta
 from typing import Any
+
+import pytest
 
 from msop.api import constants as c
 from msop.controller.expectations import Expectations
@@ -253,6 +256,84 @@ def test_suspending_a_queued_job_deactivates_its_workload_and_resuming_reactivat
     assert p.create_pods == []
 
 
+def _handed_back(j: JSON, evicted_reason: str, requeued: tuple[str, str, str], at: str) -> JSON:
+    """An evicted Workload after msop handed it back: no quota, ``Evicted`` still True."""
+    wl = wl_of(
+        j, ("Evicted", "True", evicted_reason), requeued,
+        ("QuotaReserved", "False", "Pending"), ("Admitted", "False", "NoReservation"),
+    )  # fmt: skip
+    next(x for x in wl["status"]["conditions"] if x["type"] == "Requeued")["lastTransitionTime"] = (
+        at
+    )
+    qr = next(x for x in wl["status"]["conditions"] if x["type"] == "QuotaReserved")
+    qr["message"] = "couldn't assign flavors to pod set worker: insufficient quota for cpu"
+    return wl
+
+
+LATER = "2026-01-01T11:59:30Z"
+EARLIER = "2026-01-01T11:58:30Z"
+
+
+def test_a_resumed_job_waits_for_quota_not_for_its_old_eviction() -> None:
+    # Kueue keeps Evicted=True (Deactivated) after it requeues the reactivated Workload.
+    j = queued_job()
+    p = run(j, _handed_back(j, "Deactivated", ("Requeued", "True", "Reactivated"), LATER))
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
+    assert "insufficient quota for cpu" in q["message"]
+
+
+def test_the_pass_that_resumes_a_job_says_it_waits_not_that_it_was_evicted() -> None:
+    resumed = queued_job(status={"conditions": [
+        {"type": c.SUSPENDED, "status": "True", "reason": "MSJobSuspended", "message": "s",
+         "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
+    wl = _handed_back(resumed, "Deactivated", ("Requeued", "False", "Deactivated"), T0)
+    wl["spec"]["active"] = False
+    p = run(resumed, wl)
+    assert p.patch_workload == {"spec": {"active": True}}
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
+    assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [kueue.REASON_PENDING]
+    # Active again before Kueue wrote its Requeued: the deactivation no longer explains it.
+    wl["spec"]["active"] = True
+    q = queued(run(queued_job(), wl))
+    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
+
+
+def test_a_preempted_job_handed_back_still_says_it_was_evicted() -> None:
+    j = queued_job()
+    p = run(j, _handed_back(j, "Preempted", ("Requeued", "True", "Preempted"), LATER))
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_EVICTED and "Preempted" in q["message"]
+
+
+@pytest.mark.parametrize(
+    ("requeued", "reason"),
+    [
+        (("Requeued", "False", "PodsReadyTimeout"), kueue.REASON_EVICTED),  # in backoff
+        (("Requeued", "True", "BackoffFinished"), kueue.REASON_PENDING),
+    ],
+)
+def test_a_pods_ready_timeout_is_the_wait_until_kueue_requeues_after_backoff(
+    requeued: tuple[str, str, str], reason: str
+) -> None:
+    j = queued_job()
+    p = run(j, _handed_back(j, "PodsReadyTimeout", requeued, LATER))
+    q = queued(p)
+    assert q is not None and q["reason"] == reason
+
+
+def test_a_requeue_older_than_the_eviction_does_not_hide_it() -> None:
+    j = queued_job()
+    # Reactivated once, then preempted (msop has not handed it back yet).
+    wl = _handed_back(j, "Preempted", ("Requeued", "True", "Reactivated"), EARLIER)
+    next(x for x in wl["status"]["conditions"] if x["type"] == "Evicted")["lastTransitionTime"] = (
+        LATER
+    )
+    q = queued(run(j, wl))
+    assert q is not None and q["reason"] == kueue.REASON_EVICTED
+
+
 def test_a_workload_deactivated_by_someone_else_keeps_the_job_queued() -> None:
     j = queued_job()
     wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
@@ -389,25 +470,32 @@ class _Api:
         self.calls.append(("delete", res.kind, name))
 
 
-def _reconcile(api: _Api, plan_: Plan, wl: JSON | None, j: JSON) -> bool:
-    r = MSJobReconciler(
+def _reconciler(api: _Api) -> MSJobReconciler:
+    return MSJobReconciler(
         api,  # type: ignore[arg-type]
         jobs=None, pods=None, services=None, pod_groups=None,  # type: ignore[arg-type]
         recorder=type("R", (), {"event": lambda *a: None})(),  # type: ignore[arg-type]
         expectations=Expectations(), options=Options(kueue=True),
     )  # fmt: skip
-    return asyncio.run(r._scheduling_objects("ns", j, plan_, wl))
+
+
+def _reconcile(api: _Api, plan_: Plan, wl: JSON | None, j: JSON) -> bool:
+    return asyncio.run(_reconciler(api)._scheduling_objects("ns", j, plan_, wl))
 
 
 def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
     j = queued_job()
     j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
-    p = run(j)
     api = _Api(None)
-    assert _reconcile(api, p, None, j)
-    assert api.calls[0] == ("get", "WorkloadPriorityClass", "urgent")
-    assert api.calls[1][0:2] == ("create", "Workload")
+    r = _reconciler(api)
+    priority = asyncio.run(r._priority(j))
+    assert api.calls == [("get", "WorkloadPriorityClass", "urgent")]
+    assert priority == kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000)
+    obs = Observed(j, [], [service()], NOW, workload_priority=priority)
+    p = plan(obs, Options(kueue=True))
     assert p.create_workload is not None and p.create_workload["spec"]["priority"] == 1000
+    assert asyncio.run(r._scheduling_objects("ns", j, p, None))
+    assert api.calls[1][0:2] == ("create", "Workload")
 
 
 def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finalizer() -> None:
@@ -436,15 +524,27 @@ def test_a_workload_that_moved_is_planned_again() -> None:
 def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     j = queued_job()
     j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "nope"
-    p = run(j)
 
     class Missing(_Api):
         async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
             raise ApiError(404, "NotFound", f'"{name}" not found')
 
-    api = Missing(None)
-    assert not _reconcile(api, p, None, j)
-    assert not any(call[0] == "create" for call in api.calls)
+    missing = asyncio.run(_reconciler(Missing(None))._priority(j))
+    assert missing == kueue.MissingClass("WorkloadPriorityClass", "nope")
+    p = plan(Observed(j, [], [service()], NOW, workload_priority=missing), Options(kueue=True))
+    assert p.create_workload is None and p.create_pods == []
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PRIORITY_CLASS_NOT_FOUND
+    assert "WorkloadPriorityClass 'nope' does not exist" in q["message"]
+    assert "has not looked at its Workload" not in q["message"]
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "PriorityClassNotFound")]
+    assert p.requeue_after == 1.0  # looked up again, then less often
+    later = plan(
+        Observed({**j, "status": p.status}, [], [service()], NOW + timedelta(seconds=300),
+                 workload_priority=missing),
+        Options(kueue=True),
+    )  # fmt: skip
+    assert later.requeue_after == 60.0 and later.events == []
 
 
 def test_pods_ready_follows_kueues_reasons() -> None:
