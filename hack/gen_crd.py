@@ -565,8 +565,9 @@ def status_schema() -> dict[str, Any]:
         "properties": {
             "conditions": {
                 "type": "array",
-                "description": "Created, Running, Restarting, Succeeded, Failed, Suspended, "
-                "ReplicaFailure; the last one is the job's current state.",
+                "description": ", ".join(c.CONDITION_TYPES)
+                + "; the last one is the job's current state (Queued only with gang "
+                "scheduling or Kueue, while the job waits).",
                 "x-kubernetes-list-type": "map",
                 "x-kubernetes-list-map-keys": ["type"],
                 "items": {

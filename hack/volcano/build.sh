@@ -6,8 +6,8 @@
 #   crds/                   the module's own CRDs (config/crd/volcano/bases) for the
 #                           scheduling.volcano.sh, bus.volcano.sh, topology.volcano.sh,
 #                           nodeinfo.volcano.sh and shard.volcano.sh groups the two read
-# Volcano's admission webhook is not built: see docs/tasks/volcano.md for what its
-# absence changes.
+# Volcano's admission webhook is not built: see docs/tasks/gang-scheduling.md (What to know
+# about Volcano) for what its absence changes.
 #
 # If MSOP_VOLCANO_BIN names a directory holding all of it, that is used.
 # Output: $MSOP_CACHE_DIR (default <repo>/.cache)/volcano/bin-<hash of the inputs>.

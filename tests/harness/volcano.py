@@ -11,7 +11,8 @@ drf, predicates, proportion, nodeorder) with a 500 ms scheduling period. The con
 manager runs only the PodGroup and Queue controllers: MSJobs need no vcjob controller.
 
 Volcano's admission webhook is not run (it needs a TLS endpoint the API server calls):
-what it would have checked is listed in docs/tasks/volcano.md.
+what it would have checked is listed in docs/tasks/gang-scheduling.md (What to know
+about Volcano).
 """
 
 from __future__ import annotations

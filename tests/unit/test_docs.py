@@ -4,6 +4,7 @@ hand-written reference pages name everything the code defines."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -37,6 +38,33 @@ def test_generated_page_is_fresh(page: Path) -> None:
 
 def test_readme_links_resolve() -> None:
     assert gen_docs.link_errors(gen_docs.README) == []
+
+
+#: A docs page named in code: ``docs/tasks/kueue.md`` in a comment, a docstring, a message.
+DOCS_PATH = re.compile(r"\bdocs/[\w./-]+?\.md\b")
+SOURCE_SUFFIXES = {".py", ".sh", ".yaml", ".yml", ".toml", ".cfg", ".json", ""}
+
+
+def docs_paths_named_in(root: Path) -> list[tuple[str, str]]:
+    """Every path of a docs page named in the text files under ``root``, with where."""
+    found = []
+    for path in sorted(root.rglob("*")):
+        if not path.is_file() or path.suffix not in SOURCE_SUFFIXES or ".cache" in path.parts:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for n, line in enumerate(text.splitlines(), 1):
+            found += [(f"{path.relative_to(REPO)}:{n}", m) for m in DOCS_PATH.findall(line)]
+    return found
+
+
+@pytest.mark.parametrize("root", ["msop", "hack", "tests", "bench", "config", "examples"])
+def test_docs_pages_named_in_code_exist(root: str) -> None:
+    named = docs_paths_named_in(REPO / root)
+    missing = [f"{where}: {page}" for where, page in named if not (REPO / page).is_file()]
+    assert missing == [], "pages named in code that do not exist:\n" + "\n".join(missing)
 
 
 def test_link_check_finds_a_missing_file_and_a_missing_anchor(tmp_path: Path) -> None:

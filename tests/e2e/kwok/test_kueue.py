@@ -189,6 +189,8 @@ def test_quota_for_one_job_queues_the_second_until_the_first_ends(
                               f"{QUEUE_LABEL}=elsewhere", "--overwrite", check=False)  # fmt: skip
     assert refused.returncode != 0
     assert "metadata.labels[kueue.x-k8s.io/queue-name]: cannot change" in refused.stderr
+    assert "is forbidden: ValidatingAdmissionPolicy" in refused.stderr, refused.stderr
+    assert ": :" not in refused.stderr  # no empty field path before the message
 
     apply(cluster, namespace, queued_job("second", namespace, queue, pool_value=namespace))
     q = wait_queued(cluster, namespace, "second", "WorkloadPending")
