@@ -39,9 +39,13 @@ LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
 LABEL_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
 LABEL_OPERATOR_NAME: Final = "training.kubeflow.org/operator-name"
 OPERATOR_NAME: Final = "msjob-controller"
-# ms-operator's own labels, kept so that existing selectors keep matching.
+# ms-operator's own labels, kept so that existing selectors keep matching: its pods and
+# Services carry all four, it lists a job's pods and Services by group-name, job-name and
+# the two training.kubeflow.org ones above, and its Scheduler Service selects all eight.
 LEGACY_LABEL_REPLICA_TYPE: Final = "replica-type"
 LEGACY_LABEL_REPLICA_INDEX: Final = "replica-index"
+LEGACY_LABEL_GROUP_NAME: Final = "group-name"
+LEGACY_LABEL_JOB_NAME: Final = "job-name"
 
 # --- pod environment (ms-operator contract) ------------------------------------------------------
 ENV_ROLE: Final = "MS_ROLE"

@@ -20,7 +20,9 @@ def job_selector(job_name: str) -> dict[str, str]:
     return {c.LABEL_JOB_NAME: job_name, c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME}
 
 
-def replica_labels(job_name: str, replica_type: str, index: int) -> dict[str, str]:
+def replica_selector(job_name: str, replica_type: str, index: int) -> dict[str, str]:
+    """What selects one replica's pod: the Scheduler Service's selector. Every msop
+    version's pods carry these, and so do ms-operator's."""
     rt = c.replica_type_label(replica_type)
     return {
         **job_selector(job_name),
@@ -28,6 +30,17 @@ def replica_labels(job_name: str, replica_type: str, index: int) -> dict[str, st
         c.LABEL_REPLICA_INDEX: str(index),
         c.LEGACY_LABEL_REPLICA_TYPE: rt,
         c.LEGACY_LABEL_REPLICA_INDEX: str(index),
+    }
+
+
+def replica_labels(job_name: str, replica_type: str, index: int) -> dict[str, str]:
+    """The labels of one replica's pod and Service: its selector's, plus ms-operator's
+    ``group-name`` and ``job-name``, so that ms-operator's selectors match them too
+    (an operator switch either way keeps every job)."""
+    return {
+        **replica_selector(job_name, replica_type, index),
+        c.LEGACY_LABEL_GROUP_NAME: c.GROUP,
+        c.LEGACY_LABEL_JOB_NAME: job_name,
     }
 
 

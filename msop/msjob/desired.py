@@ -47,7 +47,13 @@ from typing import TYPE_CHECKING
 from msop.api import constants as c
 from msop.api import quantity
 from msop.api.copying import copy_json
-from msop.api.naming import job_selector, object_name, owner_reference, replica_labels
+from msop.api.naming import (
+    job_selector,
+    object_name,
+    owner_reference,
+    replica_labels,
+    replica_selector,
+)
 from msop.api.types import MSJob, ReplicaSpec
 from msop.kube.objects import JSON
 
@@ -98,6 +104,7 @@ def scheduler_service(job: JSON) -> JSON:
     port = rendezvous_port(job)
     name = object_name(view.name, *slot)
     labels = replica_labels(view.name, *slot)
+    selector = replica_selector(view.name, *slot)
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -109,7 +116,7 @@ def scheduler_service(job: JSON) -> JSON:
         },
         "spec": {
             "type": "ClusterIP",
-            "selector": labels,
+            "selector": selector,
             "ports": [
                 {
                     "name": c.DEFAULT_PORT_NAME,
@@ -120,6 +127,29 @@ def scheduler_service(job: JSON) -> JSON:
             ],
         },
     }
+
+
+def selector_fix(job: JSON, svc: JSON) -> JSON | None:
+    """A merge patch that gives the rendezvous Service (:func:`scheduler_service`) msop's
+    selector when its own would not select the rendezvous pod msop creates (a Service
+    another operator made: ms-operator's, or an older layout); None when it does. The
+    Service is patched, not replaced: its ClusterIP is the other pods' ``MS_SCHED_HOST``."""
+    slot = rendezvous(job)
+    if slot is None:
+        return None
+    view = MSJob(job)
+    rtype, index = slot
+    template = view.replica_specs[rtype].template
+    labels = {
+        **((template.get("metadata") or {}).get("labels") or {}),
+        **replica_labels(view.name, rtype, index),
+    }
+    have = (svc.get("spec") or {}).get("selector") or {}
+    if have and all(labels.get(k) == v for k, v in have.items()):
+        return None
+    want: dict[str, str | None] = {k: None for k in have}
+    want.update(replica_selector(view.name, rtype, index))
+    return {"spec": {"selector": want}}
 
 
 def _env(view: MSJob, spec: ReplicaSpec, pod_name: str, sched_host: str | None) -> list[JSON]:

@@ -159,6 +159,9 @@ class Plan:
     delete_pods: list[JSON] = field(default_factory=list)
     force_delete_pods: list[JSON] = field(default_factory=list)
     delete_services: list[JSON] = field(default_factory=list)
+    patch_services: list[tuple[JSON, JSON]] = field(default_factory=list)
+    """Services to merge-patch in place, with the patch: a rendezvous Service whose
+    selector misses the pods msop creates (:func:`desired.selector_fix`)."""
     create_pod_group: JSON | None = None
     patch_pod_group: JSON | None = None
     """A merge patch for the PodGroup's spec (after a scale or a scheduling-policy edit)."""
@@ -660,8 +663,10 @@ class _Planner:
 
     def sync_scheduler_service(self) -> str | None:
         """Create the Service in front of the rendezvous pod (Scheduler 0, or Worker 0 of an
-        msrun job) if missing, replace it if its port is not the job's, and delete any
-        other; return its ClusterIP once it has one (the other pods' ``MS_SCHED_HOST``)."""
+        msrun job) if missing, replace it if its port is not the job's, correct its
+        selector in place if it would not select the pod (a Service ms-operator made),
+        and delete any other; return its ClusterIP once it has one (the other pods'
+        ``MS_SCHED_HOST``)."""
         services = self.obs.services
         slot = desired.rendezvous(self.job)
         if slot is None:
@@ -676,6 +681,10 @@ class _Planner:
         ):
             svc = None  # deleted below; created anew once gone
         self.plan.delete_services.extend(s for s in services if s is not svc and not terminating(s))
+        if svc is not None and not terminating(svc):
+            fix = desired.selector_fix(self.job, svc)
+            if fix is not None:
+                self.plan.patch_services.append((svc, fix))
         if svc is None:
             if not any(s["metadata"]["name"] == want for s in services):
                 self.plan.create_services.append(desired.scheduler_service(self.job))

@@ -65,8 +65,11 @@ def finished_at(pod: JSON) -> str:
 
 
 def service_port(svc: JSON) -> int | None:
+    """The Service's ``msjob-port`` (ms-operator's Services have one port per container
+    port, this one among them), else its first port; None without ports."""
     ports = (svc.get("spec") or {}).get("ports") or []
-    return ports[0].get("port") if ports else None
+    named = [p for p in ports if p.get("name") == c.DEFAULT_PORT_NAME]
+    return (named or ports)[0].get("port") if ports else None
 
 
 def termination_message(pod: JSON, code: int) -> str:

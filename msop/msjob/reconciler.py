@@ -439,7 +439,25 @@ class MSJobReconciler:
         await self._delete(request, PODS, p.delete_pods)
         await self._delete(request, PODS, p.force_delete_pods, grace=0)
         await self._delete(request, SERVICES, p.delete_services)
+        for svc, patch in p.patch_services:
+            await self._patch_service(job, svc, patch)
         return failure
+
+    async def _patch_service(self, job: JSON, svc: JSON, patch: JSON) -> None:
+        """Merge-patch a Service in place (gone meanwhile: nothing to do), and say so."""
+        meta = svc["metadata"]
+        try:
+            await self.client.patch(SERVICES, meta["name"], patch, meta["namespace"])
+        except ApiError as e:
+            if is_not_found(e):
+                return
+            raise
+        selector = ",".join(f"{k}={v}" for k, v in patch["spec"]["selector"].items() if v)
+        self.recorder.event(
+            job, "Normal", "UpdatedService",
+            f"Updated Service {meta['namespace']}/{meta['name']}: selector {selector} "
+            "(it did not select the pods msop creates; its ClusterIP is kept)",
+        )  # fmt: skip
 
     async def _still_there(self, job: JSON, p: Plan) -> bool:
         """False if ``job``, which had children before, is gone or being deleted per the

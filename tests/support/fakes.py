@@ -126,9 +126,14 @@ class Cluster:
     async def patch(
         self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any
     ) -> JSON:
-        ops = json.loads(patch)
         self.calls.append(("patch", res.kind, name))
         self._raise("patch", res.kind)
+        if res.kind == "Service":  # a merge patch of the spec's selector, in place
+            svc = self.objects[(res.kind, name)]
+            selector = {**svc["spec"].get("selector", {}), **patch["spec"]["selector"]}
+            svc["spec"]["selector"] = {k: v for k, v in selector.items() if v is not None}
+            return svc
+        ops = json.loads(patch)
         assert kw == {"patch_type": "json", "subresource": "status"}
         if self.cached is not None and ops[0]["value"] != self.job.get("status"):
             raise TEST_FAILED  # written from a stale cache

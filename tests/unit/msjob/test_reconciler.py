@@ -548,3 +548,20 @@ def test_the_watch_event_of_our_own_status_write_needs_no_reconcile() -> None:
     h.cluster.cached = None
     h.reconcile()  # the event came: planned from the stored job
     assert h.reconciler.caused_by_own_write(request, written)
+
+
+def test_a_service_that_misses_the_pods_is_patched_in_place_and_announced() -> None:
+    h = Harness(_job(workers=1, scheduler=True))
+    h.reconcile()
+    for name in ("j-scheduler-0", "j-worker-0"):
+        h.cluster.set_phase("Pod", name, "Running")
+    h.reconcile()
+    svc = h.cluster.objects[("Service", "j-scheduler-0")]
+    svc["spec"]["selector"] = {**svc["spec"]["selector"], "mindspore-job-role": "scheduler"}
+    h.cluster.calls.clear()
+    h.reconcile()
+    assert ("patch", "Service", "j-scheduler-0") in h.cluster.calls
+    assert not [x for x in h.cluster.calls if x[0] in ("create", "delete")]
+    assert "mindspore-job-role" not in svc["spec"]["selector"]
+    assert svc["spec"]["clusterIP"] == "10.0.0.7"  # the same Service: MS_SCHED_HOST holds
+    assert "UpdatedService" in h.reasons()
