@@ -370,6 +370,7 @@ _TYPES = {
     "_non_negative_int": "integer >= 0",
     "_number": "number",
     "_port": "port, 0-65535",
+    "_lease_ref": "`<namespace>/<name>` or empty",
 }
 
 

@@ -49,6 +49,12 @@ def _number(value: str) -> float:
     return f
 
 
+def _lease_ref(value: str) -> str:
+    if value and (value.count("/") != 1 or "" in value.split("/")):
+        raise argparse.ArgumentTypeError(f"not <namespace>/<name>: {value!r}")
+    return value
+
+
 def _port(value: str) -> int:
     try:
         port = int(value)
@@ -170,6 +176,15 @@ def _add_run(sub: Any) -> None:
         "seconds between Lease attempts",
         "2",
         type=_positive_float,
+    )
+    a(
+        "--legacy-operator-lease",
+        "MSOP_LEGACY_OPERATOR_LEASE",
+        "<namespace>/<name> of the Go ms-operator's leader-election Lease: while it is "
+        "renewed, ms-operator runs and msop starts no controller (and stops if it is "
+        "renewed again); '' turns the check off",
+        "ms-operator-system/4725f7c4.gitee.com",
+        type=_lease_ref,
     )
     a(
         "--max-concurrent-reconciles",

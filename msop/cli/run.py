@@ -15,6 +15,7 @@ import structlog
 from msop import __version__
 from msop.api.resources import MSJOBS
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
+from msop.controller.leaseguard import ForeignLeaseHeld, LeaseGuard
 from msop.controller.manager import Manager
 from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
@@ -123,6 +124,9 @@ async def run_operator(args: argparse.Namespace) -> int:
                 client, options=ReflectorOptions(stall_timeout=args.watch_stall_timeout)
             ),
         )
+        if args.legacy_operator_lease:
+            namespace, name = args.legacy_operator_lease.split("/")
+            manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))
         setup(
             manager,
             Settings(
@@ -144,6 +148,9 @@ async def run_operator(args: argparse.Namespace) -> int:
             await manager.run(handle_signals=True)
         except LeaderElectionLost:
             log.error("lost the leader election lease; exiting")
+            return 1
+        except ForeignLeaseHeld as e:
+            log.error(str(e))
             return 1
         except OSError as e:
             raise StartupError(f"cannot serve: {e}") from None

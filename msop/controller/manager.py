@@ -6,7 +6,8 @@
    (``health_probe_bind_address``) - see :mod:`.health`;
 2. run the :class:`~msop.informers.InformerFactory` (:attr:`Manager.informers`) and wait
    until every cache has synced; from then on ``/readyz`` answers ok;
-3. start the runnables added with ``needs_leader_election=False`` (e.g. event recorders);
+3. start the runnables added with ``needs_leader_election=False`` (e.g. event recorders),
+   and wait until every guard (:meth:`Manager.add_guard`) is clear;
 4. with leader election configured, campaign for the Lease and wait to lead; then start the
    runnables added with ``needs_leader_election=True`` (controllers). Without leader
    election they start at once;
@@ -56,7 +57,7 @@ from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionL
 from msop.informers.factory import InformerFactory
 from msop.kube.client import KubeClient
 
-__all__ = ["LeaderElectionLost", "Manager", "Runnable", "shutdown_reserve"]
+__all__ = ["Guard", "LeaderElectionLost", "Manager", "Runnable", "shutdown_reserve"]
 
 log = structlog.get_logger("msop.controller.manager")
 
@@ -72,6 +73,17 @@ class Runnable(Protocol):
     """Anything the manager can run: ``run()`` until cancelled (cancellation = stop)."""
 
     async def run(self) -> None: ...
+
+
+class Guard(Runnable, Protocol):
+    """A runnable that holds the leader runnables until it is clear
+    (:class:`~msop.controller.leaseguard.LeaseGuard`)."""
+
+    name: str
+
+    def clear(self) -> bool: ...
+
+    async def wait_until_clear(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -116,6 +128,7 @@ class Manager:
         self.readyz = Checks({"informers-synced": lambda: self._synced.is_set()})
         """``/readyz`` checks (``informers-synced`` passes once every cache has synced)."""
         self._entries: list[_Entry] = []
+        self._guards: list[Guard] = []
         self._recorders: dict[str, EventRecorder] = {}
         self._stop = asyncio.Event()
         self._synced = asyncio.Event()
@@ -137,6 +150,15 @@ class Manager:
             raise RuntimeError("add runnables before Manager.run()")
         name = getattr(runnable, "name", None) or type(runnable).__name__
         self._entries.append(_Entry(runnable, needs_leader_election, str(name)))
+
+    def add_guard(self, guard: Guard) -> None:
+        """Run ``guard`` with the manager (not only while leader) and start no leader
+        runnable, nor campaign for the Lease, before it is clear; ``/readyz`` fails its
+        check (``guard.name``) until then. A guard's ``run()`` failing stops the manager,
+        as any runnable's does. Raises RuntimeError once ``run()`` has started."""
+        self.add(guard, needs_leader_election=False)
+        self._guards.append(guard)
+        self.readyz.add(guard.name, guard.clear)
 
     def event_recorder(self, component: str) -> EventRecorder:
         """The EventRecorder for ``component`` (one per component), drained by the manager."""
@@ -177,10 +199,10 @@ class Manager:
         if self._started:
             raise RuntimeError("Manager.run() may be called once")
         self._started = True
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         loop = asyncio.get_running_loop()
-        if handle_signals:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self.stop)
+        for sig in signals:
+            loop.add_signal_handler(sig, self.stop)
         servers: list[HttpServer] = []
         informers = asyncio.create_task(self.informers.run(), name="informers")
         elector: asyncio.Task[None] | None = None
@@ -197,6 +219,8 @@ class Manager:
             # The list pages are freed: give their heap back (glibc keeps it otherwise).
             malloc.trim()
             plain = self._start(e for e in self._entries if not e.needs_leader_election)
+            if not await self._guards_clear([informers, *plain]):
+                return
             if self.elector is not None:
                 elector = asyncio.create_task(self.elector.run(), name="leader-election")
                 if not await self._until(
@@ -219,10 +243,16 @@ class Manager:
             await _stop_in_order(grace, leader, plain, elector, informers)
             for server in servers:
                 await server.stop()
-            if handle_signals:
-                for sig in (signal.SIGTERM, signal.SIGINT):
-                    loop.remove_signal_handler(sig)
+            for sig in signals:
+                loop.remove_signal_handler(sig)
             log.info("manager stopped")
+
+    async def _guards_clear(self, watched: list[asyncio.Task[None]]) -> bool:
+        """Wait until every guard is clear (True) or ``stop()`` (False)."""
+        for guard in self._guards:
+            if not await self._until(guard.wait_until_clear(), watched):
+                return False
+        return True
 
     def _start(self, entries: Iterable[_Entry]) -> list[asyncio.Task[None]]:
         tasks = []

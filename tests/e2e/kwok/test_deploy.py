@@ -155,11 +155,16 @@ def test_rbac_is_sufficient(
 def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, namespace: str) -> None:
     # What the operator needs (everywhere) ...
     needed = [("list", "msjobs.mindspore.gitee.com"), ("watch", "pods"), ("create", "pods"),
-              ("delete", "pods"), ("create", "services"), ("patch", "events"),
+              ("delete", "pods"), ("create", "services"), ("patch", "services"),
+              ("patch", "events"),
               ("patch", "msjobs.mindspore.gitee.com", "--subresource=status")]  # fmt: skip
     for args in needed:
         assert can_i(cluster, *args, ns=namespace), f"{args} should be allowed"
     assert can_i(cluster, "update", "leases.coordination.k8s.io", ns=OPERATOR_NAMESPACE)
+    # ms-operator's Lease, by name only (the --legacy-operator-lease guard).
+    assert can_i(cluster, "get", "leases.coordination.k8s.io/4725f7c4.gitee.com",
+                 ns="ms-operator-system")  # fmt: skip
+    assert not can_i(cluster, "get", "leases.coordination.k8s.io/other", ns="ms-operator-system")
     # ... and nothing else.
     for verb, res, ns in [
         ("list", "secrets", namespace), ("get", "secrets", OPERATOR_NAMESPACE),
@@ -231,6 +236,13 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == len(rendered), proc.stdout
     assert all(line.endswith("(server dry run)") for line in lines), proc.stdout
+
+    # config/rbac applies alone: it brings the namespace its objects live in.
+    rbac = list(yaml.safe_load_all(cluster.kubectl("kustomize", str(CONFIG / "rbac")).stdout))
+    assert {(d["kind"], d["metadata"]["name"]) for d in rbac} >= {("Namespace", OPERATOR_NAMESPACE)}
+    assert {
+        d["metadata"].get("namespace") for d in rbac if d["kind"] in ("Role", "RoleBinding")
+    } == {OPERATOR_NAMESPACE}
 
     (deploy,) = [d for d in rendered if d["kind"] == "Deployment"]
     spec = deploy["spec"]["template"]["spec"]
