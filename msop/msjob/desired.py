@@ -309,6 +309,7 @@ def pod(
     annotations = dict(tmeta.get("annotations") or {})
     pod_spec: JSON = copy_json(dict(template.get("spec") or {}))
     pod_spec["restartPolicy"] = pod_restart_policy(spec.restart_policy, view.spec.restart_scope)
+    _keep_last_words(pod_spec)
 
     if has_scheduler(job):
         if replica_type != c.SCHEDULER and sched_host is None:
@@ -347,6 +348,20 @@ def pod(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+#: The ``mindspore`` container's ``terminationMessagePolicy`` unless its template sets one.
+TERMINATION_MESSAGE_POLICY = "FallbackToLogsOnError"
+
+
+def _keep_last_words(pod_spec: JSON) -> None:
+    """A failed run of the ``mindspore`` container that wrote no message of its own leaves
+    the end of its log as its termination message: the job's condition and Event carry it
+    after the pod is deleted (:func:`msop.msjob.podstate.last_output`). A template that
+    sets its own policy keeps it."""
+    for container in pod_spec.get("containers") or []:
+        if container.get("name") == c.DEFAULT_CONTAINER_NAME:
+            container.setdefault("terminationMessagePolicy", TERMINATION_MESSAGE_POLICY)
 
 
 def _set_env(pod_spec: JSON, ours: Callable[[JSON], list[JSON]]) -> None:

@@ -80,6 +80,7 @@ from msop.msjob.podstate import (
     final_progress,
     finished_at,
     how_it_ended,
+    last_output,
     phase,
     pod_succeeded,
     restart_count,
@@ -531,6 +532,9 @@ class _Planner:
         name = f"{self.view.namespace}/{pod['metadata']['name']}"
         code = exit_code(pod)
         what = f"pod {name} {how_it_ended(pod)}"
+        tail = last_output(pod, code) if code is not None else ""
+        # Its pods are deleted: what the failed process printed last stays here.
+        said = f"\nThe last output of pod {name}:\n{tail}" if tail else ""
         if code is not None:
             self.event("Normal", "ExitedWithCode", f"Pod {name} exited with code {code}")
         if not self.retryable(slot, pod):
@@ -538,7 +542,7 @@ class _Planner:
             self.fail(
                 "MSJobFailed",
                 f"MSJob {self.ref} has failed because {what}, which restartPolicy {policy} of "
-                f"{slot[0]} does not retry.",
+                f"{slot[0]} does not retry.{said}",
             )
             self.finish(delete_all=False)
             return True
@@ -548,7 +552,7 @@ class _Planner:
             self.fail(
                 "BackoffLimitExceeded",
                 f"MSJob {self.ref} has failed because {what} after {restarts} restart(s) of "
-                f"the job (backoffLimit {limit}).",
+                f"the job (backoffLimit {limit}).{said}",
             )
             self.finish(delete_all=True)
             return True
@@ -556,7 +560,7 @@ class _Planner:
         self.restart_all(
             "Warning", "MSJobRestarting",
             f"MSJob {self.ref} is restarting all its pods because {what} "
-            f"(restart {restarts + 1}{f' of {limit}' if limit is not None else ''}).",
+            f"(restart {restarts + 1}{f' of {limit}' if limit is not None else ''}).{said}",
         )  # fmt: skip
         return True
 

@@ -72,19 +72,45 @@ def service_port(svc: JSON) -> int | None:
     return (named or ports)[0].get("port") if ports else None
 
 
-def termination_message(pod: JSON, code: int) -> str:
-    """The first line of the ``mindspore`` container's termination message of the run that
-    ended with ``code`` (what the msrun launcher writes: which local worker ended how), at
-    most 200 characters; "" if none, or if it is a progress report (JSON)."""
+#: How much of a failed container's last output the job's condition and Event carry.
+TAIL_LINES = 10
+TAIL_CHARS = 1000
+
+
+def _message_lines(pod: JSON, code: int) -> list[str]:
+    """The non-empty lines of the ``mindspore`` container's termination message of the run
+    that ended with ``code``: what the msrun launcher wrote, or, under
+    ``terminationMessagePolicy: FallbackToLogsOnError`` (msop's default), the end of its
+    log. None of a progress report (JSON)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
         if cs.get("name") != c.DEFAULT_CONTAINER_NAME:
             continue
         term = (cs.get("state") or {}).get("terminated") or {}
         message = term.get("message")
         if term.get("exitCode") == code and isinstance(message, str):
-            line = message.strip().split("\n", 1)[0].strip()
-            return "" if line.startswith("{") else line[:200]
-    return ""
+            if message.lstrip().startswith("{"):
+                return []
+            return [line.rstrip() for line in message.splitlines() if line.strip()]
+    return []
+
+
+def termination_message(pod: JSON, code: int) -> str:
+    """A one-line termination message of the run that ended with ``code`` (the msrun
+    launcher's: which local worker ended how), at most 200 characters; "" if there is
+    none, or if it has several lines (:func:`last_output` has those)."""
+    lines = _message_lines(pod, code)
+    return lines[0].strip()[:200] if len(lines) == 1 else ""
+
+
+def last_output(pod: JSON, code: int) -> str:
+    """The end of what the failed run printed (the log tail the kubelet kept as its
+    termination message), when it has several lines: the last :data:`TAIL_LINES` lines,
+    at most :data:`TAIL_CHARS` characters (cut at the front, marked ``...``); else ""."""
+    lines = _message_lines(pod, code)
+    if len(lines) < 2:
+        return ""
+    tail = "\n".join(lines[-TAIL_LINES:])
+    return tail if len(tail) <= TAIL_CHARS else "..." + tail[-(TAIL_CHARS - 3) :]
 
 
 def how_it_ended(pod: JSON) -> str:

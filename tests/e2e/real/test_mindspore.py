@@ -11,9 +11,11 @@ checkpoint directory of its own, and the length of the run.
   training process mid-run (from the host, as the OOM killer does) gives a real 137.
   Every pod is recreated with the same ``MS_*`` values, the script resumes from its
   checkpoint, one restart is counted, a Restarting condition and event name the pod and
-  the code, the peers' follow-on exits do not fail the job, and it Succeeds.
+  the code (and end with the killed run's last output), the peers' follow-on exits do
+  not fail the job, and it Succeeds.
 - ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
-  job with that pod, code and reason in the condition message.
+  job with that pod, code and reason in the condition message, which (and the Event, and
+  ``kubectl describe msjob``) ends with the traceback's last lines.
 - ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
@@ -142,6 +144,8 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
     assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
     restarts = [m for r, m in messages if r == "MSJobRestarting"]
     assert len(restarts) == 1 and victim in restarts[0] and "137" in restarts[0], restarts
+    # The killed run's last lines outlive its pod, in the Event (and the condition).
+    assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
     assert not {"MSJobFailed", "BackoffLimitExceeded"} & {r for r, _ in messages}
 
 
@@ -166,8 +170,17 @@ def test_script_error_fails_the_job(
     assert lines and lines[-1]["event"] != "done"
     assert "Read-only file system" in cluster.kubectl(
         "logs", "-n", namespace, culprit, "-c", "mindspore").stdout  # fmt: skip
-    reasons = [e["reason"] for e in wait_events(cluster, namespace, NAME, "MSJobFailed")]
+    # The traceback's end stays on the job (the kubelet kept the log tail as the
+    # termination message: FallbackToLogsOnError), where kubectl describe shows it.
+    said = failed["message"].split(f"The last output of pod {namespace}/{culprit}:\n", 1)
+    assert len(said) == 2 and "Read-only file system" in said[1], failed["message"]
+    described = cluster.kubectl("describe", "msjob", NAME, "-n", namespace).stdout
+    assert "Read-only file system" in described, described
+    evs = wait_events(cluster, namespace, NAME, "MSJobFailed")
+    reasons = [e["reason"] for e in evs]
     assert reasons.count("MSJobFailed") == 1 and "MSJobRestarting" not in reasons
+    (warning,) = [e for e in evs if e["reason"] == "MSJobFailed"]
+    assert warning["message"] == failed["message"]
 
 
 def test_scale_of_a_running_job_restarts_it_with_the_new_size(

@@ -204,3 +204,81 @@ def test_recovery_closes_restarting_with_a_true_message_and_running_stays_last()
     assert restarting is not None and restarting["status"] == "False"
     assert "no longer restarting" in restarting["message"]
     assert restarts(p) == 1
+
+
+# --- the failed run's last words ---------------------------------------------------------
+
+TRACEBACK = "\n".join(
+    [f"epoch {i} loss 0.{9 - i}" for i in range(8)]
+    + [
+        "Traceback (most recent call last):",
+        '  File "/opt/train/train.py", line 42, in <module>',
+        "    main()",
+        '  File "/opt/train/train.py", line 37, in main',
+        '    raise ValueError("bad batch")',
+        "ValueError: bad batch",
+    ]
+)
+
+
+def crashed(message: str, code: int = 1, at: str = "2026-01-01T11:59:00Z") -> JSON:
+    p = failed("Worker", 1, code, at)
+    p["status"]["containerStatuses"][0]["state"]["terminated"]["message"] = message + "\n"
+    return p
+
+
+def test_the_mindspore_container_keeps_its_log_tail_unless_the_template_says_otherwise() -> None:
+    j = cluster()
+    made = desired.pod(j, "Worker", 0, sched_host="10.0.0.1")
+    assert made["spec"]["containers"][0]["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    own = j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    own["terminationMessagePolicy"] = "File"
+    own_sidecar = {"name": "sidecar", "image": "s:1"}
+    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"].append(own_sidecar)
+    made = desired.pod(j, "Worker", 0, sched_host="10.0.0.1")
+    assert made["spec"]["containers"][0]["terminationMessagePolicy"] == "File"
+    assert "terminationMessagePolicy" not in made["spec"]["containers"][1]
+
+
+def test_a_failure_that_fails_the_job_keeps_the_end_of_its_output() -> None:
+    p = run(cluster(status=running_status()), members(crashed(TRACEBACK)), [service()])
+    failure = cond(p, "Failed")
+    assert failure is not None and failure["reason"] == "MSJobFailed"
+    first, _, said = failure["message"].partition("\nThe last output of pod ns/j-worker-1:\n")
+    assert first.endswith("which restartPolicy ExitCode of Worker does not retry.")
+    lines = said.split("\n")
+    assert len(lines) == 10 and lines[-1] == "ValueError: bad batch"
+    assert lines[0] == "epoch 4 loss 0.5"
+    warning = next(e for e in p.events if e.reason == "MSJobFailed")
+    assert warning.message == failure["message"]
+
+
+def test_a_restart_and_the_last_restart_keep_it_too() -> None:
+    p = run(cluster(run_policy={"backoffLimit": 3}, status=running_status()),
+            members(crashed(TRACEBACK, code=137)), [service()])  # fmt: skip
+    assert cond(p, "Restarting")["message"].endswith("ValueError: bad batch")  # type: ignore[index]
+    status = running_status(replicaStatuses={"Worker": {"restarts": 3}})
+    p = run(cluster(run_policy={"backoffLimit": 3}, status=status),
+            members(crashed(TRACEBACK, code=137)), [service()])  # fmt: skip
+    failure = cond(p, "Failed")
+    assert failure is not None and failure["reason"] == "BackoffLimitExceeded"
+    assert failure["message"].endswith("ValueError: bad batch")
+    assert names(p.delete_pods) == EVERY_POD  # gone: the message is what is left
+
+
+def test_a_long_tail_is_cut_at_the_front() -> None:
+    long = "\n".join("x" * 300 for _ in range(9)) + "\nValueError: " + "y" * 50
+    p = run(cluster(status=running_status()), members(crashed(long)), [service()])
+    said = cond(p, "Failed")["message"].split("The last output of pod ns/j-worker-1:\n")[1]  # type: ignore[index]
+    assert len(said) == 1000 and said.startswith("...") and said.endswith("y" * 50)
+
+
+def test_a_one_line_message_stays_inline_and_a_report_is_not_output() -> None:
+    one_line = crashed("msrun: local worker 1 (rank 1) exited with code 1")
+    p = run(cluster(status=running_status()), members(one_line), [service()])
+    message = cond(p, "Failed")["message"]  # type: ignore[index]
+    assert "exited with code 1 (Error): msrun: local worker 1 (rank 1)" in message
+    assert "last output" not in message
+    p = run(cluster(status=running_status()),
+            members(crashed('{"version": 1,\n"step": 3}')), [service()])  # fmt: skip
+    assert "last output" not in cond(p, "Failed")["message"]  # type: ignore[index]
