@@ -197,7 +197,7 @@ def writes_by_msop(cluster: LocalCluster, ns: str, since: str) -> list[tuple[str
     ]
 
 
-def test_a_takeover_keeps_running_jobs_and_survives_a_restart(
+def test_a_takeover_keeps_running_jobs_and_survives_a_restart_and_a_scale(
     cluster: LocalCluster, kubelet: KubeletStandIn, namespace: str, start_operator: Any,
     ms_operator_crd: None,
 ) -> None:  # fmt: skip
@@ -278,6 +278,27 @@ def test_a_takeover_keeps_running_jobs_and_survives_a_restart(
         assert all(k in pod["metadata"]["labels"] for k in LIST_LABELS), pod["metadata"]["labels"]
     sched_labels = kubelet.get(ns, "legacy-scheduler-0")["metadata"]["labels"]
     assert all(sched_labels.get(k) == v for k, v in labels("legacy", "scheduler", 0).items())
+
+    # A scale of the taken-over job: every pod made anew for 3 Workers, the same Service.
+    wait_condition(cluster, ns, "legacy", "Running")
+    second = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, ns, "legacy").items()}
+    cluster.kubectl("scale", "msjob", "legacy", "-n", ns, "--replicas=3")
+
+    def resized() -> dict[str, JSON] | None:
+        now = job_pods(cluster, ns, "legacy")
+        fresh = {n: p for n, p in now.items() if p["metadata"]["uid"] != second.get(n)}
+        return fresh if len(fresh) == 4 else None
+
+    for name, pod in wait_for("4 pods for 3 Workers", resized, timeout=90).items():
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+        assert env["MS_WORKER_NUM"] == "3"
+        if name != "legacy-scheduler-0":
+            assert env["MS_SCHED_HOST"] == ip
+        kubelet.run(ns, name)
+    svc_now = get(cluster, ns, "service", "legacy-scheduler-0") or {}
+    assert (svc_now["metadata"]["uid"], svc_now["spec"]["clusterIP"]) == (
+        svc["metadata"]["uid"], ip,
+    )  # fmt: skip
 
     # The job goes on to its end by msop's rules; a new job runs.
     wait_condition(cluster, ns, "legacy", "Running")
