@@ -31,7 +31,11 @@ from msop.lazy import PROMETHEUS_CLIENT, lazy_package
 lazy_package("prometheus_client", PROMETHEUS_CLIENT)
 
 from prometheus_client.metrics import Counter, Gauge, Histogram  # noqa: E402
-from prometheus_client.metrics_core import GaugeMetricFamily, Metric  # noqa: E402
+from prometheus_client.metrics_core import (  # noqa: E402
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
 from prometheus_client.samples import Sample  # noqa: E402
 
@@ -47,9 +51,11 @@ __all__ = [
     "Collector",
     "CollectorRegistry",
     "Counter",
+    "CounterMetricFamily",
     "Gauge",
     "GaugeMetricFamily",
     "Histogram",
+    "Metric",
     "generate_latest",
     "register_process_metrics",
 ]

@@ -24,8 +24,13 @@ cache by their current state (the type of their last condition), computed at scr
 
 Training progress: ``msop_progress_polls_total{result}`` counts the progress poller's
 polls, and ``msop_job_progress_ratio{namespace,name}`` is the fraction done that each
-running job last reported, computed at scrape time from the pollers registered in
+running job last reported, and ``msop_job_progress_last_report_timestamp_seconds`` when
+it last reported a new snapshot, computed at scrape time from the pollers registered in
 :data:`PROGRESS` (so a series lives only as long as its job's Worker 0 runs).
+
+For alerts about jobs, :data:`JOBS` serves per unfinished job ``msop_job_restarts_total``
+and, while it is Queued, ``msop_job_queued_since_timestamp_seconds``, from an index of the
+MSJob cache (a scrape decodes no job; the series end with the job).
 """
 
 from __future__ import annotations
@@ -34,9 +39,17 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Protocol
 
 from msop.api import constants as c
-from msop.api.conditions import latest_condition_type
+from msop.api.conditions import get_condition, is_finished, latest_condition_type
 from msop.controller.reconcile import Request
-from msop.metrics import REGISTRY, Collector, Counter, GaugeMetricFamily
+from msop.kube.objects import parse_time
+from msop.metrics import (
+    REGISTRY,
+    Collector,
+    Counter,
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    Metric,
+)
 
 FRAMEWORK = "mindspore"
 
@@ -154,6 +167,76 @@ JOB_STATES = JobStateCollector()
 REGISTRY.register(JOB_STATES)
 
 
+BY_JOB_ALERTING = "msop-job-alerting"
+"""Name of the MSJob cache index that the per-job series of :class:`JobCollector` are
+read from: one value per unfinished job, ``namespace/name/restarts/queued-since``."""
+
+
+def job_alerting_index(job: Mapping[str, Any]) -> list[str]:
+    """Index function: ``namespace/name/<restarts>/<Queued since, or "">`` of an
+    unfinished job (restarts: the operator's, summed over its replica types); none of a
+    finished one, whose series end with it."""
+    meta = job.get("metadata") or {}
+    status = job.get("status") or {}
+    if is_finished(status):
+        return []
+    restarts = sum(
+        int(rs.get("restarts") or 0)
+        for rs in (status.get("replicaStatuses") or {}).values()
+        if isinstance(rs, dict)
+    )
+    queued = get_condition(status, c.QUEUED) or {}
+    since = queued.get("lastTransitionTime") if queued.get("status") == c.CONDITION_TRUE else ""
+    return [f"{meta.get('namespace', '')}/{meta.get('name', '')}/{restarts}/{since or ''}"]
+
+
+def alerting_values(store: StateIndex) -> Iterator[tuple[str, str, int, str]]:
+    """``(namespace, name, restarts, queued-since)`` from a cache indexed with
+    :func:`job_alerting_index`: a scrape reads index values and decodes no job."""
+    for value in store.index_values(BY_JOB_ALERTING):
+        ns, name, restarts, since = value.split("/", 3)
+        yield ns, name, int(restarts), since
+
+
+class JobCollector(Collector):
+    """Per unfinished MSJob, for alerts about jobs (a series ends with its job):
+    ``msop_job_restarts_total{namespace,name}`` (the restarts the operator made, from
+    ``status.replicaStatuses``) and, while the job waits in a queue (``Queued`` True),
+    ``msop_job_queued_since_timestamp_seconds{namespace,name}``."""
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], Iterable[tuple[str, str, int, str]]]] = []
+
+    def add(self, source: Callable[[], Iterable[tuple[str, str, int, str]]]) -> None:
+        self._sources.append(source)
+
+    def collect(self) -> Iterator[Metric]:
+        restarts = CounterMetricFamily(
+            "msop_job_restarts",
+            "Restarts the operator made of each unfinished MSJob (status.replicaStatuses "
+            "restarts, summed); the series ends with the job.",
+            labels=["namespace", "name"],
+        )
+        queued = GaugeMetricFamily(
+            "msop_job_queued_since_timestamp_seconds",
+            "Since when each waiting MSJob has been Queued (gang scheduling or Kueue), as a "
+            "Unix time; only while it waits.",
+            labels=["namespace", "name"],
+        )
+        for source in self._sources:
+            for ns, name, n, since in source():
+                restarts.add_metric([ns, name], n)
+                at = parse_time(since) if since else None
+                if at is not None:
+                    queued.add_metric([ns, name], at.timestamp())
+        yield restarts
+        yield queued
+
+
+JOBS = JobCollector()
+REGISTRY.register(JOBS)
+
+
 #: Results of a progress poll, the ``result`` label of ``msop_progress_polls_total``.
 POLL_RESULTS = ("report", "unchanged", "empty", "unreachable", "rejected", "invalid")
 POLLS = Counter(
@@ -182,11 +265,18 @@ class ProgressCollector(Collector):
     def add(self, source: Reports) -> None:
         self._sources.append(source)
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[Metric]:
         family = GaugeMetricFamily(
             "msop_job_progress_ratio",
             "Fraction of training done (0-1) that Worker 0 last reported, for each running "
             "MSJob that reports progress.",
+            labels=["namespace", "name"],
+        )
+        reported = GaugeMetricFamily(
+            "msop_job_progress_last_report_timestamp_seconds",
+            "When Worker 0 of each running MSJob that reports progress last reported a new "
+            "snapshot (its lastReportTime), as a Unix time: a training that stops moving "
+            "stops renewing it.",
             labels=["namespace", "name"],
         )
         for source in self._sources:
@@ -194,7 +284,11 @@ class ProgressCollector(Collector):
                 percent = progress.get("percentComplete")
                 if isinstance(percent, int):
                     family.add_metric([job.namespace, job.name], percent / 100)
+                at = parse_time(progress.get("lastReportTime"))
+                if at is not None:
+                    reported.add_metric([job.namespace, job.name], at.timestamp())
         yield family
+        yield reported
 
 
 PROGRESS = ProgressCollector()

@@ -167,8 +167,14 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         metrics.touch(ns)
     for inf in jobs:
         controller.watch(inf, _JobEvents(reconciler.caused_by_own_write))
-        inf.add_indexers({metrics.BY_JOB_STATE: metrics.job_state_index})
+        inf.add_indexers(
+            {
+                metrics.BY_JOB_STATE: metrics.job_state_index,
+                metrics.BY_JOB_ALERTING: metrics.job_alerting_index,
+            }
+        )
         metrics.JOB_STATES.add(functools.partial(metrics.state_counts, inf.store))
+        metrics.JOBS.add(functools.partial(metrics.alerting_values, inf.store))
         inf.add_event_handler(
             on_add=lambda obj, initial: metrics.touch(str(obj["metadata"].get("namespace", ""))),
             on_delete=lambda obj: metrics.count(

@@ -122,7 +122,22 @@ def _healthy() -> dict[str, dict[str, str]]:
             job_namespace="team-a",
             framework="mindspore",
         ),
+        # A job training (a new report every minute, half done), one queued for 30 minutes
+        # at 40m, one restarted once; each job's series from both replicas' caches.
+        "reported": _series(REPORTED, "0+60x60", **TRAIN),
+        "ratio": _series("msop_job_progress_ratio", "0.5x60", **TRAIN),
+        "queued_a": _series(QUEUED_SINCE, "600x60", **WAITING),
+        "queued_b": _series(QUEUED_SINCE, "600x60", "b:8080", **WAITING),
+        "restarts_a": _series(RESTARTS, "0x20 1x40", **TRAIN),
+        "restarts_b": _series(RESTARTS, "0x20 1x40", "b:8080", **TRAIN),
     }
+
+
+REPORTED = "msop_job_progress_last_report_timestamp_seconds"
+QUEUED_SINCE = "msop_job_queued_since_timestamp_seconds"
+RESTARTS = "msop_job_restarts_total"
+TRAIN = {"namespace": "team-a", "name": "train"}
+WAITING = {"namespace": "team-a", "name": "waiting"}
 
 
 def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, str]]]]:
@@ -132,6 +147,34 @@ def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, st
     crit, warn = {"severity": "critical"}, {"severity": "warning"}
     return {
         "healthy": (h(), []),
+        "a job's training stopped moving": (
+            {**h(), "reported": _series(REPORTED, "0x60", **TRAIN)},
+            [{"alertname": "MsopJobProgressStalled", "job": JOB, **TRAIN, **warn}],
+        ),
+        "a finished training reports no more": (
+            {
+                **h(),
+                "reported": _series(REPORTED, "0x60", **TRAIN),
+                "ratio": _series("msop_job_progress_ratio", "1x60", **TRAIN),
+            },
+            [],
+        ),
+        "a job queued for over an hour": (
+            {
+                **h(),
+                "queued_a": _series(QUEUED_SINCE, "-1800x60", **WAITING),
+                "queued_b": _series(QUEUED_SINCE, "-1800x60", "b:8080", **WAITING),
+            },
+            [{"alertname": "MsopJobQueuedTooLong", "job": JOB, **WAITING, "severity": "info"}],
+        ),
+        "a job restarting again and again": (
+            {
+                **h(),
+                "restarts_a": _series(RESTARTS, "0+1x60", **TRAIN),
+                "restarts_b": _series(RESTARTS, "0+1x60", "b:8080", **TRAIN),
+            },
+            [{"alertname": "MsopJobRestartingRepeatedly", "job": JOB, **TRAIN, **warn}],
+        ),
         "healthy, ServiceMonitor job name": (
             {
                 "up": _series("up", "1x60", job=OPERATOR_JOB),

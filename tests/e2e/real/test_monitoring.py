@@ -38,7 +38,14 @@ from tests.harness.realnode import NodeImages, Prepared, RealCluster
 
 FIRES_WHEN_STOPPED = {"MsopDown", "MsopNoLeader"}
 #: Series that exist only while a job's Worker 0 runs and reports progress.
-ONLY_WHILE_TRAINING = ("msop_job_progress_ratio",)
+#: Series that exist only while a job trains, waits in a queue or is unfinished: their
+#: panels may be empty once the session's jobs have finished.
+ONLY_WHILE_TRAINING = (
+    "msop_job_progress_ratio",
+    "msop_job_progress_last_report_timestamp_seconds",
+    "msop_job_queued_since_timestamp_seconds",
+    "msop_job_restarts_total",
+)
 
 
 def prometheus_config(cluster: RealCluster, rules: Path, kubeconfig: Path) -> dict[str, Any]:

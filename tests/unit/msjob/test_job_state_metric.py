@@ -58,3 +58,40 @@ def test_sources_of_several_namespaces_add_up() -> None:
         ("a", "Running", 5.0),
         ("c", "Failed", 1.0),
     ]
+
+
+def _job(name: str, rv: str, **status: Any) -> dict[str, Any]:
+    return {"metadata": {"namespace": "a", "name": name, "resourceVersion": rv}, "status": status}
+
+
+def test_per_job_series_exist_while_the_job_is_unfinished_and_read_no_job() -> None:
+    store = EncodedStore()
+    store.add_indexers({metrics.BY_JOB_ALERTING: metrics.job_alerting_index})
+    queued = {"type": "Queued", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
+    store.add(_job("waiting", "1", conditions=[queued]))
+    counts = {"Scheduler": {"restarts": 1}, "Worker": {"restarts": 2, "active": 2}}
+    store.add(_job("flaky", "1", replicaStatuses=counts))
+    store.add(_job("done", "1", conditions=[{"type": "Succeeded", "status": "True"}],
+                   replicaStatuses={"Worker": {"restarts": 5}}))  # fmt: skip
+    collector = metrics.JobCollector()
+    collector.add(functools.partial(metrics.alerting_values, store))
+    registry = CollectorRegistry()
+    registry.register(collector)
+
+    def scrape() -> list[str]:
+        text = generate_latest(registry).decode()
+        return sorted(line for line in text.splitlines() if line.startswith("msop_job_"))
+
+    decodes: list[bytes] = []
+    real = store.decode
+    store.decode = lambda raw: decodes.append(raw) or real(raw)  # type: ignore[method-assign]
+    assert scrape() == [
+        'msop_job_queued_since_timestamp_seconds{name="waiting",namespace="a"} 1.7672256e+09',
+        'msop_job_restarts_total{name="flaky",namespace="a"} 3.0',
+        'msop_job_restarts_total{name="waiting",namespace="a"} 0.0',
+    ]
+    assert decodes == []
+    # Admitted: the queue wait ends; finished: its series end.
+    store.update(_job("waiting", "2", conditions=[{**queued, "status": "False"}]))
+    store.update(_job("flaky", "2", conditions=[{"type": "Failed", "status": "True"}]))
+    assert scrape() == ['msop_job_restarts_total{name="waiting",namespace="a"} 0.0']
