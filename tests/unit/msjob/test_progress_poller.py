@@ -307,12 +307,17 @@ async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
         await p.poll(target)
     collector = ProgressCollector()
     collector.add(p)
-    [family] = list(collector.collect())
+    family, reported = list(collector.collect())
     assert {(s.labels["namespace"], s.labels["name"]): s.value for s in family.samples} == {
         ("ns", "j"): 0.45,
         ("ns", "k"): 0.25,
     }
+    # When each last reported a new snapshot (for the alert on a stalled training).
+    assert reported.name == "msop_job_progress_last_report_timestamp_seconds"
+    assert {s.labels["name"] for s in reported.samples} == {"j", "k"}
+    assert all(s.value > 1.7e9 for s in reported.samples)
     p.forget(worker(uid="u2", job_name="k"))
-    [family] = list(collector.collect())
+    family, reported = list(collector.collect())
     assert [s.labels["name"] for s in family.samples] == ["j"]
+    assert [s.labels["name"] for s in reported.samples] == ["j"]
     assert REGISTRY.get_sample_value("msop_progress_polls_total", {"result": "report"}) is not None
