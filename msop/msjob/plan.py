@@ -228,9 +228,12 @@ class _Planner:
         ):
             # Set here, before the new condition, so that the new one stays the last (the
             # State column) and Restarting=False does not keep "is restarting" as message.
+            # Why it restarted (and the failed run's last output) stays in the message.
+            why = (get_condition(self.status, c.RESTARTING) or {}).get("message") or ""
             set_condition(
                 self.status, c.RESTARTING, c.CONDITION_FALSE, "MSJobRestarted",
-                f"MSJob {self.ref} is no longer restarting: it is {type_.lower()}.",
+                f"MSJob {self.ref} is no longer restarting: it is {type_.lower()}."
+                + (f" The last restart: {why}" if why else ""),
                 self.now_s,
             )  # fmt: skip
         changed = set_condition(self.status, type_, status, reason, message, self.now_s)

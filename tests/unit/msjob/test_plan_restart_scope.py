@@ -203,6 +203,10 @@ def test_recovery_closes_restarting_with_a_true_message_and_running_stays_last()
     restarting = cond(p, "Restarting")
     assert restarting is not None and restarting["status"] == "False"
     assert "no longer restarting" in restarting["message"]
+    # Why it restarted outlives the restart (the pods that failed are gone).
+    assert restarting["message"].endswith(
+        "The last restart: MSJob ns/j is restarting all its pods because ..."
+    )
     assert restarts(p) == 1
 
 
