@@ -11,6 +11,22 @@ from msop.api import constants as c
 from msop.kube.objects import JSON
 
 GPU_RESOURCE = "nvidia.com/gpu"
+NPU_RESOURCE = "huawei.com/Ascend910"
+
+#: Short names of accelerators (``accelerator=``); any other value is a resource name.
+ACCELERATORS = {"gpu": GPU_RESOURCE, "npu": NPU_RESOURCE}
+
+
+def accelerator_resource(accelerator: str) -> str:
+    """The extended resource of an accelerator: ``"gpu"`` (NVIDIA), ``"npu"`` (Ascend
+    910) or a resource name as the nodes advertise it (``huawei.com/Ascend310P``)."""
+    resource = ACCELERATORS.get(accelerator.lower(), accelerator)
+    if "/" not in resource:
+        raise ValueError(
+            f"accelerator {accelerator!r}: give 'gpu', 'npu' or a resource name such as "
+            "'nvidia.com/gpu'"
+        )
+    return resource
 
 
 def _container(
@@ -46,13 +62,15 @@ def dataparallel_job(
     workers: int = 1,
     ps: int = 0,
     gpus_per_worker: int = 0,
+    accelerator: str = "gpu",
+    accelerators_per_worker: int = 0,
     env: Mapping[str, str] | None = None,
     volumes: Sequence[Mapping[str, Any]] = (),
     volume_mounts: Sequence[Mapping[str, Any]] = (),
     scheduler: bool = True,
     namespace: str | None = None,
     labels: Mapping[str, str] | None = None,
-    restart_policy: str = c.NEVER,
+    restart_policy: str = c.EXIT_CODE,
     clean_pod_policy: str | None = None,
     success_policy: str | None = None,
     restart_scope: str | None = None,
@@ -66,18 +84,26 @@ def dataparallel_job(
     runs through ``/bin/sh -c``), with ``env`` and ``volume_mounts``; the pods get
     ``volumes``. ``scheduler`` adds the Scheduler replica that distributed MindSpore needs
     (the operator then injects the ``MS_*`` variables); without it the job is standalone.
-    ``gpus_per_worker`` sets the ``nvidia.com/gpu`` limit of Workers only (merged into
-    ``worker_resources``). The other arguments map to the same-named spec fields and are
-    left out (server-side defaults apply) when None.
+    ``accelerators_per_worker`` sets the limit of the ``accelerator`` of Workers only
+    (merged into ``worker_resources``): ``"gpu"`` (``nvidia.com/gpu``, the default),
+    ``"npu"`` (``huawei.com/Ascend910``) or a resource name; ``gpus_per_worker`` is the
+    same for ``"gpu"`` (ValueError if both are given). ``restart_policy`` defaults to
+    ExitCode: a worker killed by a signal (the OOM killer, a preemption) restarts the job
+    from its checkpoint, a script error fails it. The other arguments map to the
+    same-named spec fields and are left out (server-side defaults apply) when None.
 
     The result is not validated here; ``create`` does that before sending anything.
     """
     cmd = ["/bin/sh", "-c", command] if isinstance(command, str) else list(command)
     env = dict(env or {})
     resources: JSON = copy.deepcopy(dict(worker_resources or {}))
+    if gpus_per_worker and accelerators_per_worker:
+        raise ValueError("give accelerators_per_worker or gpus_per_worker, not both")
     if gpus_per_worker:
+        accelerator, accelerators_per_worker = "gpu", gpus_per_worker
+    if accelerators_per_worker:
         limits = dict(resources.get("limits") or {})
-        limits[GPU_RESOURCE] = gpus_per_worker
+        limits[accelerator_resource(accelerator)] = accelerators_per_worker
         resources["limits"] = limits
 
     def replica(replicas: int, res: Mapping[str, Any] | None) -> JSON:
@@ -104,7 +130,7 @@ def msrun_job(
     pods: int = 1,
     local_workers: int | None = None,
     devices_per_pod: int = 0,
-    device_resource: str = "huawei.com/Ascend910",
+    device_resource: str = NPU_RESOURCE,
     master_port: int | None = None,
     msrun_flags: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
@@ -125,8 +151,9 @@ def msrun_job(
     Each pod runs ``python -m msop.integrations.msrun [msrun_flags] <script>`` (``script``
     is the path, or the path and its arguments), which starts msrun from the variables msop
     gives the pod. ``local_workers`` is the workers per pod; leave it None to get one per
-    device: ``devices_per_pod`` sets the ``device_resource`` limit (Ascend NPUs by default,
-    ``nvidia.com/gpu`` for GPUs). ``restart_policy`` defaults to ExitCode: the launcher
+    device: ``devices_per_pod`` sets the ``device_resource`` limit (Ascend NPUs by default;
+    ``"gpu"`` or ``nvidia.com/gpu`` for GPUs, as for :func:`dataparallel_job`'s
+    ``accelerator``). ``restart_policy`` defaults to ExitCode: the launcher
     exits 128+N when a worker died of signal N, which restarts the job from its checkpoint,
     while a script error fails it. The other arguments map to the same-named spec fields.
     """
@@ -134,7 +161,8 @@ def msrun_job(
     cmd = ["python", "-m", "msop.integrations.msrun", *msrun_flags, *args]
     res: JSON = copy.deepcopy(dict(resources or {}))
     if devices_per_pod:
-        res["limits"] = {**(res.get("limits") or {}), device_resource: devices_per_pod}
+        device = accelerator_resource(device_resource)
+        res["limits"] = {**(res.get("limits") or {}), device: devices_per_pod}
     container = _container(image, cmd, dict(env or {}), volume_mounts, res, image_pull_policy)
     spec: JSON = {
         "msrun": _given(localWorkers=local_workers, masterPort=master_port),

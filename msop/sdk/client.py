@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Self, TextIO
@@ -17,19 +24,21 @@ from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.api.validation import beyond_admission
 from msop.kube.client import KubeClient
-from msop.kube.errors import ApiError, is_not_found
+from msop.kube.errors import ApiError, is_conflict, is_not_found
 from msop.kube.listwatch import list_then_watch
 from msop.kube.objects import JSON
-from msop.kube.resources import EVENTS
+from msop.kube.resources import EVENTS, PODS
 from msop.sdk.errors import (
     MSJobError,
     MSJobFailedError,
+    MSJobLogsError,
     MSJobNotFoundError,
     MSJobTimeoutError,
     MSJobValidationError,
 )
 from msop.sdk.logs import iter_lines, log_path, stream_log
 from msop.sdk.manifests import load_job
+from msop.sdk.status import JobStatus
 from msop.sdk.statusline import ProgressLine, format_progress
 
 JSONList = list[JSON]
@@ -39,6 +48,9 @@ JSONList = list[JSON]
 #: How long one watch request may stay open before the SDK re-opens it.
 WATCH_SECONDS = 300
 
+#: How often :meth:`MSJobClient.get_job_logs` with ``follow`` looks for new pods.
+LOG_LOOK_SECONDS = 2.0
+
 LogStream = Callable[[KubeClient, str, Mapping[str, str], str], AsyncIterator[bytes]]
 
 
@@ -47,6 +59,27 @@ def _condition_true(job: JSON, type_: str) -> JSON | None:
     if cond is not None and cond.get("status") == c.CONDITION_TRUE:
         return dict(cond)
     return None
+
+
+def _pod_order(pod: JSON) -> tuple[int, int, str]:
+    """Scheduler, PS, Worker; then by index (a pod without the labels last)."""
+    labels = pod["metadata"].get("labels") or {}
+    rtype = c.canonical_replica_type(str(labels.get(c.LABEL_REPLICA_TYPE, "")))
+    rank = c.REPLICA_TYPES.index(rtype) if rtype is not None else len(c.REPLICA_TYPES)
+    try:
+        index = int(labels.get(c.LABEL_REPLICA_INDEX, ""))
+    except ValueError:
+        index = -1
+    return rank, index, str(pod["metadata"].get("name", ""))
+
+
+def _started(pod: JSON) -> bool:
+    """Whether a container of the pod has run (its log can be read)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        if "running" in state or "terminated" in state:
+            return True
+    return False
 
 
 def _event_time(event: JSON) -> str:
@@ -184,6 +217,183 @@ class MSJobClient:
                 raise MSJobNotFoundError(f"MSJob {ns}/{name} not found") from None
             raise
 
+    async def get_status(self, name: str, namespace: str | None = None) -> JobStatus:
+        """The job's status as a typed view (:class:`JobStatus`). Raises
+        MSJobNotFoundError when it does not exist."""
+        return JobStatus.of(await self.get(name, namespace))
+
+    async def update(
+        self, job: Mapping[str, Any] | str | Path, namespace: str | None = None
+    ) -> JSON:
+        """Replace the stored MSJob's ``spec``, labels and annotations with the given
+        job's (a dict, YAML text or file, as for :meth:`create`), checked locally first
+        (MSJobValidationError, nothing sent); returns the updated object.
+
+        The write carries the resourceVersion just read, and is retried once it moved:
+        what the operator wrote meanwhile (its status) is kept, never overwritten.
+        MSJobNotFoundError when the job does not exist."""
+        body = load_job(job)
+        given = body.get("metadata")
+        meta: JSON = given if isinstance(given, dict) else {}
+        name = str(meta.get("name") or "")
+        errors = validate_admission(body) + beyond_admission(body)
+        if errors:
+            raise MSJobValidationError(name, errors)
+        ns = namespace or meta.get("namespace") or self.namespace
+        for attempt in range(3):
+            current = await self.get(name, ns)
+            new = {**current, "spec": body["spec"]}
+            new["metadata"] = {
+                **current["metadata"],
+                "labels": meta.get("labels") or {},
+                "annotations": meta.get("annotations") or {},
+            }
+            try:
+                return await self.kube.replace(MSJOBS, new)
+            except ApiError as e:
+                if not is_conflict(e) or attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _patch_spec(self, name: str, namespace: str | None, spec: JSON) -> JSON:
+        ns = self._ns(namespace)
+        try:
+            return await self.kube.patch(MSJOBS, name, {"spec": spec}, ns)
+        except ApiError as e:
+            if is_not_found(e):
+                raise MSJobNotFoundError(f"MSJob {ns}/{name} not found") from None
+            raise
+
+    async def scale(self, name: str, replicas: int, namespace: str | None = None) -> JSON:
+        """Set the number of Workers (as ``kubectl scale msjob/<name> --replicas``); the
+        operator restarts a running MindSpore cluster with the new size. Returns the
+        updated MSJob; MSJobNotFoundError when it does not exist, ValueError below 0."""
+        if replicas < 0:
+            raise ValueError(f"replicas must be >= 0, got {replicas}")
+        return await self._patch_spec(
+            name, namespace, {"msReplicaSpecs": {c.WORKER: {"replicas": replicas}}}
+        )
+
+    async def suspend(self, name: str, namespace: str | None = None) -> JSON:
+        """Suspend the job (``runPolicy.suspend: true``): its pods are deleted, it keeps
+        its restarts and progress; with Kueue its quota is released. Returns the MSJob."""
+        return await self._patch_spec(name, namespace, {"runPolicy": {"suspend": True}})
+
+    async def resume(self, name: str, namespace: str | None = None) -> JSON:
+        """Resume a suspended job: its pods are created again (a MindSpore job resumes from
+        its last checkpoint). Returns the MSJob."""
+        return await self._patch_spec(name, namespace, {"runPolicy": {"suspend": False}})
+
+    async def get_job_pods(
+        self, name: str, namespace: str | None = None, *, replica_type: str | None = None
+    ) -> JSONList:
+        """The job's pods (those labelled with its name), Scheduler, PS, Worker, each by
+        index; only one replica type's with ``replica_type`` (ValueError if unknown)."""
+        ns = self._ns(namespace)
+        selector = f"{c.LABEL_JOB_NAME}={name}"
+        if replica_type is not None:
+            rtype = c.canonical_replica_type(replica_type)
+            if rtype is None:
+                raise ValueError(f"replica_type must be one of {', '.join(c.REPLICA_TYPES)}")
+            selector += f",{c.LABEL_REPLICA_TYPE}={c.replica_type_label(rtype)}"
+        result = await self.kube.list_all(PODS, ns, label_selector=selector)
+        pods: JSONList = result["items"]
+        return sorted(pods, key=_pod_order)
+
+    async def get_job_logs(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        replica_type: str | None = None,
+        index: int | None = None,
+        container: str = c.DEFAULT_CONTAINER_NAME,
+        follow: bool = False,
+        previous: bool = False,
+        tail_lines: int | None = None,
+    ) -> AsyncGenerator[tuple[str, str], None]:
+        """Yield ``(pod name, line)`` from every pod of the job (one replica type's with
+        ``replica_type``, one pod's with ``index`` too), pod after pod.
+
+        ``previous``: the run before the container's current one (after a restart in
+        place). ``tail_lines``: the last lines of each. With ``follow`` the pods are read
+        together as they print, a pod the operator re-creates (a restart) is followed
+        again, a pod not started yet once it starts, until the job has finished and every
+        stream ended. MSJobLogsError when a pod's log cannot be read (without ``follow``),
+        MSJobNotFoundError when the job does not exist (or, following, is deleted).
+        """
+        ns = self._ns(namespace)
+        query = {"container": container}
+        if previous:
+            query["previous"] = "true"
+        if tail_lines is not None:
+            query["tailLines"] = str(tail_lines)
+
+        async def pods() -> JSONList:
+            found = await self.get_job_pods(name, ns, replica_type=replica_type)
+            return [p for p in found if index is None or _pod_order(p)[1] == index]
+
+        if follow:
+            query["follow"] = "true"
+            async with contextlib.aclosing(self._follow_logs(name, ns, pods, query)) as lines:
+                async for item in lines:
+                    yield item
+            return
+        await self.get(name, ns)  # MSJobNotFoundError before "no pod"
+        for pod in await pods():
+            pname = pod["metadata"]["name"]
+            chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
+            async for text in iter_lines(chunks):
+                yield pname, text
+
+    async def _follow_logs(
+        self,
+        name: str,
+        ns: str,
+        pods: Callable[[], Awaitable[JSONList]],
+        query: Mapping[str, str],
+    ) -> AsyncGenerator[tuple[str, str], None]:
+        """Every started pod's log, followed by a task of its own (owned and awaited
+        here); the pods are looked at again every :data:`LOG_LOOK_SECONDS`."""
+        lines: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=1024)
+        followed: set[str] = set()
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def follow(pod: JSON) -> None:
+            pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
+            chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
+            try:
+                async for text in iter_lines(chunks):
+                    await lines.put((pname, text))
+            except MSJobLogsError:
+                followed.discard(uid)  # not readable (yet): tried again at the next look
+
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                status = await self.get_status(name, ns)
+                for pod in await pods():
+                    uid = pod["metadata"]["uid"]
+                    if uid in followed or not _started(pod):
+                        continue
+                    followed.add(uid)
+                    task = asyncio.create_task(follow(pod), name=f"logs {pod['metadata']['name']}")
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if status.finished and not tasks and lines.empty():
+                    return
+                deadline = loop.time() + LOG_LOOK_SECONDS
+                while (left := deadline - loop.time()) > 0:
+                    try:
+                        item = await asyncio.wait_for(lines.get(), left)
+                    except TimeoutError:
+                        break
+                    yield item
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
     # --- following a job -------------------------------------------------------------------
     async def wait_for_job(
         self,
@@ -194,6 +404,7 @@ class MSJobClient:
         timeout: float | None = 600,  # noqa: ASYNC109 (the API users expect)
         progress: bool = True,
         stream: TextIO | None = None,
+        callback: Callable[[JobStatus], None] | None = None,
     ) -> JSON:
         """Follow the MSJob with a watch until one of ``conditions`` is True; return it.
 
@@ -205,14 +416,16 @@ class MSJobClient:
 
         With ``progress``, a line with the latest condition and the active/succeeded/failed
         counts per replica type is written to ``stream`` (default stderr) at every change:
-        updated in place on a terminal, one line per change otherwise.
+        updated in place on a terminal, one line per change otherwise. ``callback`` is
+        called with the job's :class:`JobStatus` at every change, the first and the last
+        included (an exception it raises ends the wait).
         """
         ns = self._ns(namespace)
         line = ProgressLine(stream or sys.stderr) if progress else None
         last: list[JSON] = []
         try:
             async with asyncio.timeout(timeout):
-                return await self._follow(name, ns, tuple(conditions), line, last)
+                return await self._follow(name, ns, tuple(conditions), line, last, callback)
         except TimeoutError:
             job = last[-1] if last else None
             state = format_progress(job) if job else f"{ns}/{name} never seen"
@@ -249,6 +462,7 @@ class MSJobClient:
         wanted: tuple[str, ...],
         line: ProgressLine | None,
         last: JSONList,
+        callback: Callable[[JobStatus], None] | None = None,
     ) -> JSON:
         selector = f"metadata.name={name}"
 
@@ -257,6 +471,8 @@ class MSJobClient:
             del last[:-1]
             if line is not None:
                 line.update(format_progress(job))
+            if callback is not None:
+                callback(JobStatus.of(job))
             return self._decide(job, wanted)
 
         updates = list_then_watch(

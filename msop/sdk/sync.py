@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import TracebackType
@@ -17,12 +17,14 @@ from typing import Any, Literal, Self, TextIO, TypeVar
 from msop.api import constants as c
 from msop.kube.objects import JSON
 from msop.sdk.client import JSONList, MSJobClient
+from msop.sdk.status import JobStatus
 
 T = TypeVar("T")
 
 
 class MSJobClientSync:
-    """The same methods as :class:`MSJobClient`, blocking; ``get_logs`` is a generator.
+    """The same methods as :class:`MSJobClient`, blocking; ``get_logs`` and
+    ``get_job_logs`` are generators.
 
     Use as ``with MSJobClientSync(kubeconfig) as client`` or call :meth:`close`.
     Interrupting a call (Ctrl-C) cancels the work in the background loop.
@@ -118,14 +120,78 @@ class MSJobClientSync:
         timeout: float | None = 600,
         progress: bool = True,
         stream: TextIO | None = None,
+        callback: Callable[[JobStatus], None] | None = None,
     ) -> JSON:
-        """See :meth:`MSJobClient.wait_for_job`."""
+        """See :meth:`MSJobClient.wait_for_job` (``callback`` runs in the client's own
+        thread)."""
         return self._call(
             self._client.wait_for_job(
                 name, namespace, conditions=conditions, timeout=timeout,
-                progress=progress, stream=stream,
+                progress=progress, stream=stream, callback=callback,
             )
         )  # fmt: skip
+
+    def get_status(self, name: str, namespace: str | None = None) -> JobStatus:
+        """See :meth:`MSJobClient.get_status`."""
+        return self._call(self._client.get_status(name, namespace))
+
+    def update(self, job: Mapping[str, Any] | str | Path, namespace: str | None = None) -> JSON:
+        """See :meth:`MSJobClient.update`."""
+        return self._call(self._client.update(job, namespace))
+
+    def scale(self, name: str, replicas: int, namespace: str | None = None) -> JSON:
+        """See :meth:`MSJobClient.scale`."""
+        return self._call(self._client.scale(name, replicas, namespace))
+
+    def suspend(self, name: str, namespace: str | None = None) -> JSON:
+        """See :meth:`MSJobClient.suspend`."""
+        return self._call(self._client.suspend(name, namespace))
+
+    def resume(self, name: str, namespace: str | None = None) -> JSON:
+        """See :meth:`MSJobClient.resume`."""
+        return self._call(self._client.resume(name, namespace))
+
+    def get_job_pods(
+        self, name: str, namespace: str | None = None, *, replica_type: str | None = None
+    ) -> JSONList:
+        """See :meth:`MSJobClient.get_job_pods`."""
+        return self._call(self._client.get_job_pods(name, namespace, replica_type=replica_type))
+
+    def get_job_logs(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        replica_type: str | None = None,
+        index: int | None = None,
+        container: str = c.DEFAULT_CONTAINER_NAME,
+        follow: bool = False,
+        previous: bool = False,
+        tail_lines: int | None = None,
+    ) -> Iterator[tuple[str, str]]:
+        """See :meth:`MSJobClient.get_job_logs`; closing the generator closes the streams."""
+        return self._iterate(
+            self._client.get_job_logs(
+                name, namespace, replica_type=replica_type, index=index, container=container,
+                follow=follow, previous=previous, tail_lines=tail_lines,
+            )
+        )  # fmt: skip
+
+    def _iterate(self, items: AsyncGenerator[T, None]) -> Iterator[T]:
+        """An async generator of the client's loop, as a blocking iterator."""
+
+        async def next_item() -> T:
+            return await anext(items)
+
+        try:
+            while True:
+                try:
+                    yield self._call(next_item())
+                except StopAsyncIteration:
+                    return
+        finally:
+            if self._thread.is_alive():
+                self._call(items.aclose())
 
     def get_logs(
         self,
@@ -138,23 +204,12 @@ class MSJobClientSync:
         follow: bool = False,
     ) -> Iterator[str]:
         """See :meth:`MSJobClient.get_logs`; closing the generator closes the stream."""
-        lines = self._client.get_logs(
-            name, namespace, replica_type=replica_type, index=index,
-            container=container, follow=follow,
+        return self._iterate(
+            self._client.get_logs(
+                name, namespace, replica_type=replica_type, index=index,
+                container=container, follow=follow,
+            )
         )  # fmt: skip
-
-        async def next_line() -> str:
-            return await anext(lines)
-
-        try:
-            while True:
-                try:
-                    yield self._call(next_line())
-                except StopAsyncIteration:
-                    return
-        finally:
-            if self._thread.is_alive():
-                self._call(lines.aclose())
 
     def get_events(self, name: str, namespace: str | None = None) -> JSONList:
         """See :meth:`MSJobClient.get_events`."""
