@@ -38,7 +38,7 @@ from msop.sdk.errors import (
 )
 from msop.sdk.logs import iter_lines, log_path, stream_log
 from msop.sdk.manifests import load_job
-from msop.sdk.status import JobStatus
+from msop.sdk.status import Condition, JobStatus
 from msop.sdk.statusline import ProgressLine, format_progress
 
 JSONList = list[JSON]
@@ -71,6 +71,19 @@ def _pod_order(pod: JSON) -> tuple[int, int, str]:
     except ValueError:
         index = -1
     return rank, index, str(pod["metadata"].get("name", ""))
+
+
+#: How the job's conditions introduce a failed run's kept output (msop.msjob.plan).
+_LAST_OUTPUT = "\nThe last output of pod "
+
+
+def _kept_output(failure: Condition | None, ns: str) -> tuple[str, list[str]] | None:
+    """(pod name, lines) of the failed run's output a condition message keeps."""
+    if failure is None or _LAST_OUTPUT not in failure.message:
+        return None
+    head, _, tail = failure.message.partition(_LAST_OUTPUT)[2].partition(":\n")
+    pod = head.removeprefix(f"{ns}/")
+    return (pod, tail.split("\n")) if pod and tail else None
 
 
 def _started(pod: JSON) -> bool:
@@ -339,12 +352,59 @@ class MSJobClient:
                 async for item in lines:
                     yield item
             return
-        await self.get(name, ns)  # MSJobNotFoundError before "no pod"
+        status = await self.get_status(name, ns)  # MSJobNotFoundError before "no pod"
+        if previous:
+            types = [replica_type] if replica_type is not None else list(c.REPLICA_TYPES)
+            canonical = [c.canonical_replica_type(t) or t for t in types]
+
+            def wanted(pod_name: str) -> bool:
+                rtype, _, number = pod_name.removeprefix(f"{name}-").rpartition("-")
+                kinds = {c.replica_type_label(t) for t in canonical}
+                return rtype in kinds and (index is None or number == str(index))
+
+            previous_logs = self._previous_logs(status, await pods(), query, wanted)
+            async with contextlib.aclosing(previous_logs) as it:
+                async for item in it:
+                    yield item
+            return
         for pod in await pods():
             pname = pod["metadata"]["name"]
             chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
             async for text in iter_lines(chunks):
                 yield pname, text
+
+    async def _previous_logs(
+        self,
+        status: JobStatus,
+        pods: JSONList,
+        query: Mapping[str, str],
+        wanted: Callable[[str], bool],
+    ) -> AsyncGenerator[tuple[str, str], None]:
+        """The previous run of each pod that has one (the kubelet restarted its container);
+        where the operator re-created the pod instead (a restart of the whole job) or
+        deleted it (the job failed), the failed run's last output the job keeps in its
+        condition (:attr:`JobStatus.last_failure`). MSJobLogsError when there is neither."""
+        ns = status.namespace
+        kept = _kept_output(status.last_failure, ns)
+        found = False
+        for pod in pods:
+            pname = pod["metadata"]["name"]
+            chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
+            try:
+                async for text in iter_lines(chunks):
+                    found = True
+                    yield pname, text
+            except MSJobLogsError:
+                continue  # no run before this one: the job may have kept what it said
+        if kept is not None and wanted(kept[0]):
+            for text in kept[1]:
+                found = True
+                yield kept[0], text
+        if not found:
+            raise MSJobLogsError(
+                f"MSJob {ns}/{status.name}: no previous run to show (no container was "
+                "restarted, and the job keeps no failed run's output)"
+            )
 
     async def _follow_logs(
         self,

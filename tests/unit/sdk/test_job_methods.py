@@ -242,3 +242,29 @@ async def test_follow_ends_when_the_job_is_gone(monkeypatch: pytest.MonkeyPatch)
     api.job = None  # type: ignore[assignment]
     with pytest.raises(MSJobNotFoundError):
         await asyncio.wait_for(task, 5)
+
+
+async def test_the_previous_run_of_a_recreated_or_deleted_pod_is_the_output_the_job_kept() -> None:
+    # The job failed after a restart of the whole job: its pods are gone, its Failed
+    # condition keeps what the failed run printed last.
+    status = builders.finished()
+    status["conditions"][-1].update(
+        type="Failed", reason="BackoffLimitExceeded",
+        message="MSJob ns/j has failed because pod ns/j-worker-1 exited with code 137 after 3 "
+        "restart(s) of the job (backoffLimit 3).\nThe last output of pod ns/j-worker-1:\n"
+        "step 9\nKilled",
+    )  # fmt: skip
+    c = client(Api(builders.job(status=status), []))
+    assert [x async for x in c.get_job_logs("j", previous=True)] == [
+        ("j-worker-1", "step 9"), ("j-worker-1", "Killed"),
+    ]  # fmt: skip
+    assert [x async for x in c.get_job_logs("j", previous=True, replica_type="Worker",
+                                            index=1)] == [("j-worker-1", "step 9"),
+                                                          ("j-worker-1", "Killed")]  # fmt: skip
+    with pytest.raises(MSJobLogsError, match="no previous run"):
+        _ = [x async for x in c.get_job_logs("j", previous=True, replica_type="Scheduler")]
+    # A pod the kubelet restarted in place has a previous run of its own.
+    c = client(Api(builders.job(status=status), [pod("Worker", 0, "w0")]),
+               {"j-worker-0@true": ["run 1"]})  # fmt: skip
+    got = [x async for x in c.get_job_logs("j", previous=True)]
+    assert got == [("j-worker-0", "run 1"), ("j-worker-1", "step 9"), ("j-worker-1", "Killed")]
