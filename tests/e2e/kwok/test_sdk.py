@@ -133,6 +133,52 @@ def test_create_wait_events_logs_delete(
         client.delete(name)
 
 
+def test_pods_status_scale_suspend_resume_update_and_a_callback(
+    cluster: LocalCluster,
+    operator: OperatorProcess,
+    namespace: str,
+    kubelet: KubeletStandIn,
+    client: MSJobClientSync,
+) -> None:
+    name = "sdk-life"
+    client.create(dataparallel_job(name, "mindspore:sdk", "python train.py", workers=2))
+    wait_pods(cluster, namespace, name, {f"{name}-scheduler-0", f"{name}-worker-0",
+                                         f"{name}-worker-1"})  # fmt: skip
+    pods = client.get_job_pods(name)
+    assert [p["metadata"]["name"] for p in pods] == [
+        f"{name}-scheduler-0", f"{name}-worker-0", f"{name}-worker-1",
+    ]  # fmt: skip
+    assert len(client.get_job_pods(name, replica_type="Worker")) == 2
+    for pod in pods:
+        kubelet.run(namespace, pod["metadata"]["name"])
+    seen: list[str | None] = []
+    client.wait_for_job(name, conditions=("Running",), timeout=60, progress=False,
+                        callback=lambda s: seen.append(s.state))  # fmt: skip
+    assert seen and seen[-1] == "Running"
+    status = client.get_status(name)
+    assert status.state == "Running" and status.workers == "2/2"
+    assert status.replicas["Worker"].active == 2 and not status.finished
+
+    # Scale: the running cluster restarts with 3 Workers.
+    assert client.scale(name, 3)["spec"]["msReplicaSpecs"]["Worker"]["replicas"] == 3
+    wait_for("3 Worker pods", lambda: len(client.get_job_pods(name, replica_type="Worker")) == 3)
+    # Suspend: every pod goes; resume: they come back.
+    client.suspend(name)
+    wait_for("Suspended", lambda: client.get_status(name).state == "Suspended")
+    wait_for("the pods gone", lambda: not job_pods(cluster, namespace, name))
+    client.resume(name)
+    wait_for("the pods back", lambda: len(job_pods(cluster, namespace, name)) == 4)
+    # Update: a new label and spec, the operator's status kept.
+    job = client.get(name)
+    job["metadata"]["labels"] = {"team": "a"}
+    job["spec"]["runPolicy"] = {**(job["spec"].get("runPolicy") or {}), "backoffLimit": 7}
+    updated = client.update(job)
+    assert updated["metadata"]["labels"] == {"team": "a"}
+    assert updated["spec"]["runPolicy"]["backoffLimit"] == 7
+    assert updated["status"]["conditions"]
+    client.delete(name)
+
+
 def test_wait_for_job_failure_and_timeout(
     cluster: LocalCluster,
     operator: OperatorProcess,
