@@ -14,6 +14,9 @@ The generated pages, each from the one source the operator itself uses:
   plus the rules msop adds to it, which are listed.
 - docs/reference/flags.md: the argparse parser of `msop` (msop.cli.flags), read with the
   environment cleared so that defaults are the code's; env variables from flags.RUN_ENV.
+- docs/reference/cli.md: the job commands and `completion` from the same parser (what
+  `msop` and the kubectl plugin `kubectl msjob` share), and their exit codes
+  (flags.EXIT_CODES).
 - docs/reference/metrics.md: msop's Prometheus registry (msop.metrics.REGISTRY) after every
   `metrics` module is imported and the process metrics are registered, as `msop run` does.
 
@@ -53,6 +56,7 @@ README = ROOT / "README.md"
 CRD_PATH = ROOT / "config" / "crd" / "bases" / f"{c.GROUP}_{c.PLURAL}.yaml"
 API_PAGE = DOCS / "reference" / "msjob-api.md"
 FLAGS_PAGE = DOCS / "reference" / "flags.md"
+CLI_PAGE = DOCS / "reference" / "cli.md"
 METRICS_PAGE = DOCS / "reference" / "metrics.md"
 REGENERATE = "make generate-docs"
 POD_TEMPLATE_SPEC_DOCS = (
@@ -371,7 +375,15 @@ _TYPES = {
     "_number": "number",
     "_port": "port, 0-65535",
     "_lease_ref": "`<namespace>/<name>` or empty",
+    "_duration": "duration: `600s`, `10m`, `1h30m`, `500ms`; a bare number is seconds",
+    "_wait_condition": " \\| ".join(f"`{x}`" for x in flags.WAIT_CONDITIONS)
+    + ", or `condition=<one of them>`; any case",
 }
+
+#: Commands documented in docs/reference/cli.md rather than flags.md.
+CLI_COMMANDS = (*flags.JOB_COMMANDS, "completion")
+#: The flags every job command takes (documented once).
+KUBE_FLAGS = ("kubeconfig", "context", "namespace")
 
 
 @contextmanager
@@ -400,7 +412,7 @@ def _subcommand_help(parser: argparse.ArgumentParser) -> dict[str, str]:
 def _flag_type(action: argparse.Action) -> str:
     if action.choices is not None:
         return " \\| ".join(f"`{x}`" for x in action.choices)
-    if isinstance(action, argparse._StoreTrueAction):
+    if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction):
         return "boolean"
     if action.type is None:
         return "string"
@@ -411,7 +423,7 @@ def _flag_type(action: argparse.Action) -> str:
 
 
 def _flag_default(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction):
+    if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction):
         return "off" if not action.default else "on"
     if action.default is None or action.default is argparse.SUPPRESS:
         return "unset"
@@ -433,9 +445,11 @@ def flags_page() -> str:
     out = _header("Command-line flags", "the parser in msop/cli/flags.py")
     out += [
         "`msop COMMAND [flags]`: "
-        + ", ".join(f"`{name}`" for name in commands)
-        + ". Bad flags exit 2 with one line on stderr. What the operator does with them: "
-        "[The operator process](../concepts/operator.md).",
+        + ", ".join(f"`{name}`" for name in commands if name not in CLI_COMMANDS)
+        + ", and the commands that follow jobs in a cluster: "
+        + ", ".join(f"`{name}`" for name in CLI_COMMANDS)
+        + " ([The job commands](cli.md)). Bad flags exit 2 with one line on stderr. What the "
+        "operator does with them: [The operator process](../concepts/operator.md).",
         "",
         "## msop run",
         "",
@@ -459,7 +473,7 @@ def flags_page() -> str:
             f"| {_flag_type(action)} | {_cell(meaning)} |"
         )
     for name, sub in commands.items():
-        if name == "run":
+        if name == "run" or name in CLI_COMMANDS:
             continue
         out += [
             "",
@@ -477,6 +491,66 @@ def flags_page() -> str:
             names = ", ".join(f"`{o}`" for o in action.option_strings)
             default = "required" if action.required else _flag_default(action)
             out.append(f"| {names} | {default} | {_cell(action.help or '')} |")
+    return "\n".join(out) + "\n"
+
+
+def _usage(name: str, sub: argparse.ArgumentParser) -> str:
+    positionals = [a for a in sub._actions if not a.option_strings]
+    words = [
+        "|".join(str(x) for x in a.choices) if a.choices else str(a.metavar or a.dest).upper()
+        for a in positionals
+    ]
+    return " ".join(["msop", name, *words, "[flags]"])
+
+
+def cli_page() -> str:
+    """docs/reference/cli.md: the job commands (and `completion`) from msop's parser."""
+    parser = flags.build_parser()
+    commands = _subcommands(parser)
+    helps = _subcommand_help(parser)
+    out = _header("The job commands", "the parser in msop/cli/flags.py")
+    kube = [a for a in _options(commands["list"]) if a.dest in KUBE_FLAGS]
+    out += [
+        "`msop COMMAND [NAME] [flags]` follows and changes MSJobs in a cluster. The same "
+        f"commands and flags run as the kubectl plugin `{flags.PLUGIN_PROG} COMMAND [NAME] "
+        "[flags]`: the executable `kubectl-msjob`, installed on PATH with msop. How to use "
+        "them: [Follow a job from the command line](../tasks/cli.md).",
+        "",
+        "## Flags of every job command",
+        "",
+        "As kubectl's. Errors are one line on stderr: `msop: error: ...` (`kubectl msjob: "
+        "error: ...` for the plugin).",
+        "",
+        "| flag | default | meaning |",
+        "|---|---|---|",
+    ]
+    for action in kube:
+        names = ", ".join(f"`{o}`" for o in action.option_strings)
+        out.append(f"| {names} | {_flag_default(action)} | {_cell(action.help or '')} |")
+    out += ["", "## Exit codes", "", "| code | meaning |", "|---|---|"]
+    out += [f"| {code} | {_cell(text)} |" for code, text in flags.EXIT_CODES]
+    for name in CLI_COMMANDS:
+        sub = commands[name]
+        out += [
+            "",
+            f"## msop {name}",
+            "",
+            _cell(sub.description or helps[name].capitalize() + "."),
+            "",
+            f"`{_usage(name, sub)}`",
+            "",
+        ]
+        options = [a for a in _options(sub) if a.dest not in KUBE_FLAGS]
+        if not options:
+            out.append("No flags of its own." if name != "completion" else "No flags.")
+            continue
+        out += ["| flag | default | value | meaning |", "|---|---|---|---|"]
+        for action in options:
+            names = ", ".join(f"`{o}`" for o in action.option_strings)
+            default = "required" if action.required else _flag_default(action)
+            out.append(
+                f"| {names} | {default} | {_flag_type(action)} | {_cell(action.help or '')} |"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -583,6 +657,7 @@ def metrics_page() -> str:
 PAGES: dict[Path, Callable[[], str]] = {
     API_PAGE: msjob_api_page,
     FLAGS_PAGE: flags_page,
+    CLI_PAGE: cli_page,
     METRICS_PAGE: metrics_page,
 }
 

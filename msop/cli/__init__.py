@@ -1,8 +1,12 @@
-"""The ``msop`` command line: ``run`` (the operator), ``render``, ``validate``, ``version``.
+"""The ``msop`` command line: ``run`` (the operator), ``render``, ``validate``, ``version``,
+the job commands (``list``, ``status``, ``logs``, ``wait``, ``scale``, ``suspend``,
+``resume``, ``delete``) and ``completion``; :func:`kubectl_plugin` is the same program as
+the kubectl plugin ``kubectl-msjob`` (``kubectl msjob list``).
 
 :mod:`.flags` defines and parses the flags; :mod:`.run` is the operator process,
-:mod:`.render` and :mod:`.validate` the offline commands. Each command imports only what
-it needs: ``msop validate`` never loads the controller runtime.
+:mod:`.render` and :mod:`.validate` the offline commands, :mod:`.jobs` the job commands,
+:mod:`.completion` the shell completion scripts. Each command imports only what it needs:
+``msop validate`` and ``msop list`` never load the controller runtime.
 """
 
 from __future__ import annotations
@@ -13,9 +17,9 @@ import sys
 from collections.abc import Sequence
 
 from msop import __version__
-from msop.cli.flags import build_parser, parse_args
+from msop.cli.flags import JOB_COMMANDS, PLUGIN_PROG, build_parser, parse_args
 
-__all__ = ["build_parser", "lean_imports", "main", "parse_args"]
+__all__ = ["build_parser", "kubectl_plugin", "lean_imports", "main", "parse_args"]
 
 
 def lean_imports() -> None:
@@ -47,8 +51,23 @@ def _no_default_certs(self: object, purpose: object = None) -> None:
     return None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
+    """``kubectl-msjob``: the kubectl plugin (``kubectl msjob list``), the same commands
+    as ``msop``, named ``kubectl msjob`` in help and errors."""
+    return main(argv, prog=PLUGIN_PROG)
+
+
+def main(argv: Sequence[str] | None = None, prog: str = "msop") -> int:
+    args = parse_args(argv, prog)
+    if args.command in JOB_COMMANDS:
+        from msop.cli.jobs import run_job_command
+
+        return run_job_command(args, prog)
+    if args.command == "completion":
+        from msop.cli.completion import completion_script
+
+        print(completion_script(build_parser(prog), args.shell), end="")
+        return 0
     if args.command == "version":
         print(f"msop {__version__}")
         return 0

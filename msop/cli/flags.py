@@ -5,6 +5,10 @@ of ``msop run`` can also be set by an environment variable (shown in ``--help``)
 on the command line wins over the variable. Errors are one line on stderr and a
 non-zero exit: 2 for bad flags, 1 for anything else (unreachable API server, missing
 CRD, lost leader election).
+
+The job commands (:data:`JOB_COMMANDS`, run by :mod:`msop.cli.jobs`) take kubectl's
+``--kubeconfig``, ``--context`` and ``-n/--namespace``, and exit with :data:`EXIT_CODES`.
+The same parser, named ``kubectl msjob``, serves the kubectl plugin.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import textwrap
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -70,6 +76,54 @@ def _positive_float(value: str) -> float:
     if f <= 0:
         raise argparse.ArgumentTypeError(f"must be > 0, got {f}")
     return f
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ms|s|m|h)")
+_DURATION_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _duration(value: str) -> float:
+    """Seconds of a kubectl-style duration: ``600s``, ``10m``, ``1h30m``, ``500ms``; a bare
+    number is seconds. Must be > 0."""
+    text = value.strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = _DURATION_PART.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            raise argparse.ArgumentTypeError(
+                f"not a duration (600s, 10m, 1h30m): {value!r}"
+            ) from None
+        seconds = sum(float(n) * _DURATION_UNIT[u] for n, u in parts)
+    if not seconds > 0 or math.isinf(seconds):
+        raise argparse.ArgumentTypeError(f"must be a duration > 0, got {value!r}")
+    return seconds
+
+
+def _replica_type(value: str) -> str:
+    rtype = c.canonical_replica_type(value)
+    if rtype is None:
+        raise argparse.ArgumentTypeError(
+            f"not a replica type ({', '.join(c.REPLICA_TYPES)}): {value!r}"
+        )
+    return rtype
+
+
+#: The conditions ``wait --for`` accepts.
+WAIT_CONDITIONS: tuple[str, ...] = (
+    c.CREATED, c.RUNNING, c.SUCCEEDED, c.FAILED, c.RESTARTING, c.SUSPENDED, c.QUEUED,
+)  # fmt: skip
+_WAIT_BY_LOWER = {x.lower(): x for x in WAIT_CONDITIONS}
+
+
+def _wait_condition(value: str) -> str:
+    """``Succeeded``, or kubectl wait's ``condition=Succeeded``; any case."""
+    name = _WAIT_BY_LOWER.get(value.removeprefix("condition=").lower())
+    if name is None:
+        raise argparse.ArgumentTypeError(
+            f"not a condition ({', '.join(WAIT_CONDITIONS)}, or condition=<one of them>): {value!r}"
+        )
+    return name
 
 
 class _Parser(argparse.ArgumentParser):
@@ -271,15 +325,261 @@ def _add_run(sub: Any) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="msop", description="msop: the MindSpore MSJob operator")
+#: The program name of the kubectl plugin (``kubectl-msjob`` on PATH).
+PLUGIN_PROG = "kubectl msjob"
+
+#: The commands that follow and change jobs in a cluster (:mod:`msop.cli.jobs`).
+JOB_COMMANDS: tuple[str, ...] = (
+    "list", "status", "logs", "wait", "scale", "suspend", "resume", "delete",
+)  # fmt: skip
+
+#: How the job commands exit: the help's epilog and docs/reference/cli.md.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (0, "success"),
+    (1, "the cluster refused the request or could not be reached; for wait, the job "
+        "ended in another state than the one waited for (Failed while waiting for "
+        "Succeeded)"),
+    (2, "bad usage (unknown flag, bad value)"),
+    (3, "the job does not exist"),
+    (4, "wait (or delete --wait) timed out"),
+)  # fmt: skip
+
+
+def exit_codes_epilog() -> str:
+    """:data:`EXIT_CODES` for ``--help``, wrapped (the help keeps its lines)."""
+    lines = [
+        textwrap.fill(text, 78, initial_indent=f"  {code}  ", subsequent_indent=" " * 5)
+        for code, text in EXIT_CODES
+    ]
+    return "exit codes:\n" + "\n".join(lines)
+
+
+def build_parser(prog: str = "msop") -> argparse.ArgumentParser:
+    """The parser of ``msop``; ``prog`` names the program in help and errors
+    (:data:`PLUGIN_PROG` for the kubectl plugin)."""
+    parser = _Parser(
+        prog=prog,
+        description="msop: the MindSpore MSJob operator, and the commands that follow "
+        "MSJobs in a cluster",
+        epilog=exit_codes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
     _add_run(sub)
     sub.add_parser("version", help="print the msop version")
     _add_offline(sub)
+    _add_jobs(sub)
+    sub.add_parser(
+        "completion",
+        help="print a bash or zsh completion script",
+        description="Print a completion script for bash or zsh, made from this parser "
+        "(commands, flags, their values, and job names through 'list -o name'). bash: "
+        "source <(msop completion bash); zsh: source <(msop completion zsh).",
+    ).add_argument("shell", choices=("bash", "zsh"), help="the shell")
     return parser
+
+
+def _kube_flags() -> argparse.ArgumentParser:
+    """kubectl's flags, shared by every job command."""
+    kube = argparse.ArgumentParser(add_help=False)
+    kube.add_argument(
+        "--kubeconfig",
+        default=None,
+        help="kubeconfig file (default: $KUBECONFIG, else ~/.kube/config, "
+        "else the in-cluster service account)",
+    )
+    kube.add_argument(
+        "--context", default=None, help="kubeconfig context (default: its current-context)"
+    )
+    kube.add_argument(
+        "-n",
+        "--namespace",
+        default=None,
+        help="namespace (default: the context's namespace, else 'default')",
+    )
+    return kube
+
+
+def _job_command(
+    sub: Any,
+    name: str,
+    help: str,
+    description: str,
+    *,
+    named: bool = True,
+    output: tuple[str, ...] = ("json", "yaml"),
+    output_help: str = "print the MSJob in this format instead",
+) -> Any:
+    cmd = sub.add_parser(
+        name,
+        help=help,
+        description=textwrap.fill(description, 78),
+        parents=[_kube_flags()],
+        epilog=exit_codes_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    if named:
+        cmd.add_argument("name", metavar="NAME", help="the MSJob's name")
+    if output:
+        cmd.add_argument(
+            "-o",
+            "--output",
+            choices=output,
+            default=None,
+            help=output_help,
+        )
+    return cmd
+
+
+def _add_jobs(sub: Any) -> None:
+    ls = _job_command(
+        sub,
+        "list",
+        "list MSJobs (like kubectl get msjobs)",
+        "List the MSJobs of a namespace: NAME STATE WORKERS PROGRESS AGE, NAMESPACE first "
+        "with -A; -o wide adds RESTARTS, QUEUED (the reason of a True Queued condition) and "
+        "the latest condition's REASON. -o json|yaml prints a kubectl List, -o name the "
+        "bare names, one per line.",
+        named=False,
+        output=("wide", "json", "yaml", "name"),
+        output_help="wide: more columns; json, yaml: a kubectl List; name: the names",
+    )
+    ls.add_argument(
+        "-A", "--all-namespaces", action="store_true", help="list the MSJobs of every namespace"
+    )
+    ls.add_argument(
+        "-l", "--selector", default=None, help="label selector, e.g. team=nlp,tier!=dev"
+    )
+    _job_command(
+        sub,
+        "status",
+        "where an MSJob stands, and why",
+        "Summarize an MSJob: its state (the latest condition, with reason and message), "
+        "workers and each replica type's pods and restarts, training progress, where it "
+        "waits and why (a True Queued condition), the last failure with the failed run's "
+        "last output, start and completion times, and its last 5 Events. -o json|yaml "
+        "prints the MSJob object.",
+    )
+    _add_logs(sub)
+    wait = _job_command(
+        sub,
+        "wait",
+        "wait for a condition of an MSJob",
+        "Wait until the MSJob's condition is True. A live status line goes to stderr; the "
+        "final state line (or, with -o, the MSJob) to stdout. Exits 1 when the job ends in "
+        "another state (Failed while waiting for Succeeded), 4 on timeout.",
+    )
+    wait.add_argument(
+        "--for",
+        dest="condition",
+        required=True,
+        type=_wait_condition,
+        metavar="CONDITION",
+        help=f"one of {', '.join(WAIT_CONDITIONS)}; kubectl's condition=<name> is accepted too",
+    )
+    wait.add_argument(
+        "--timeout",
+        type=_duration,
+        default="600s",
+        metavar="DURATION",
+        help="how long to wait: 600s, 10m, 1h30m (a bare number is seconds)",
+    )
+    scale = _job_command(
+        sub,
+        "scale",
+        "set the number of Workers",
+        "Set spec.msReplicaSpecs.Worker.replicas (what kubectl scale msjob/NAME does). See "
+        "Scaling in the docs for what a running job does then.",
+    )
+    scale.add_argument(
+        "--replicas", type=_non_negative_int, required=True, help="the number of Workers"
+    )
+    _job_command(
+        sub,
+        "suspend",
+        "suspend an MSJob (its pods are deleted)",
+        "Set spec.runPolicy.suspend: the operator deletes the job's pods and the job "
+        "becomes Suspended; resume runs it again.",
+    )
+    _job_command(
+        sub,
+        "resume",
+        "resume a suspended MSJob",
+        "Clear spec.runPolicy.suspend: the operator creates the job's pods again.",
+    )
+    delete = _job_command(
+        sub,
+        "delete",
+        "delete an MSJob and its pods",
+        "Delete the MSJob; its pods and Service go with it (garbage collection). With "
+        "--wait, return only once the MSJob and its pods are gone (foreground deletion), "
+        "so that a job of the same name can be created at once.",
+        output=(),
+    )
+    delete.add_argument(
+        "--wait", action="store_true", help="wait until the MSJob and its pods are gone"
+    )
+    delete.add_argument(
+        "--timeout",
+        type=_duration,
+        default="600s",
+        metavar="DURATION",
+        help="with --wait: how long to wait",
+    )
+
+
+def _add_logs(sub: Any) -> None:
+    logs = _job_command(
+        sub,
+        "logs",
+        "print the logs of an MSJob's pods",
+        "Print the logs of every pod of the MSJob (Scheduler, PS, then Workers), or of one "
+        "replica type, or of one pod (--index alone means a Worker), each line prefixed "
+        "'[<pod>] '. With -f every pod is followed at once, and a pod recreated by a "
+        "restart is followed again, until the job finishes.",
+        output=(),
+    )
+    logs.add_argument(
+        "--replica-type",
+        type=_replica_type,
+        choices=c.REPLICA_TYPES,
+        default=None,
+        help="only the pods of this replica type (any case)",
+    )
+    logs.add_argument(
+        "--index",
+        type=_non_negative_int,
+        default=None,
+        help="only the pod of this index (of --replica-type, default Worker)",
+    )
+    logs.add_argument(
+        "-f",
+        "--follow",
+        action="store_true",
+        help="follow every pod, across restarts, until the job finishes",
+    )
+    logs.add_argument(
+        "--previous",
+        action="store_true",
+        help="the previous run of each container (kubectl logs --previous)",
+    )
+    logs.add_argument(
+        "--tail",
+        type=_non_negative_int,
+        default=None,
+        help="only the last N lines of each container (default: all)",
+    )
+    logs.add_argument(
+        "--prefix",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="prefix each line with '[<pod>] '",
+    )
+    logs.add_argument(
+        "-c", "--container", default=c.DEFAULT_CONTAINER_NAME, help="the container of each pod"
+    )
 
 
 def _add_offline(sub: Any) -> None:
@@ -313,8 +613,8 @@ def _add_offline(sub: Any) -> None:
                        help="YAML file ('-' for stdin), repeatable")  # fmt: skip
 
 
-def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    args = build_parser().parse_args(argv)
+def parse_args(argv: Sequence[str] | None = None, prog: str = "msop") -> argparse.Namespace:
+    args = build_parser(prog).parse_args(argv)
     if args.command == "run" and args.namespaces is None:
         # Repeated flags replace the variable instead of adding to it.
         args.namespaces = [n for n in (_env("MSOP_NAMESPACES") or "").split(",") if n]

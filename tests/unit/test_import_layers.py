@@ -3,7 +3,8 @@
 - ``import msop.sdk`` (and ``msop.sdk.render``, which runs the planner) loads neither the
   controller runtime (``msop.controller``: manager, leader election, metrics), nor the
   informers, nor aiohttp's web server: a notebook that submits jobs pays for none of it.
-- ``msop validate``/``render``/``version`` do not load the runtime either.
+- ``msop validate``/``render``/``version`` do not load the runtime either, nor do the job
+  commands (``msop list``, ``kubectl msjob list``).
 - The generic layers never import the domain: ``msop.kube``, ``msop.informers`` and
   ``msop.controller`` load nothing of ``msop.msjob``, ``msop.sdk`` or ``msop.cli``.
 """
@@ -59,6 +60,17 @@ def test_offline_commands_do_not_load_the_runtime(command: str) -> None:
         f"from msop.cli import main; main(['{command}'] + (['-f', '/dev/null'] "
         f"if '{command}' != 'version' else []))"
     )
+    assert _runtime(mods) == []
+
+
+def test_the_job_commands_do_not_load_the_runtime() -> None:
+    # A kubeconfig that does not exist: the command gets as far as loading it.
+    mods = _loaded_by(
+        "from msop.cli import main, kubectl_plugin; "
+        "assert main(['list', '--kubeconfig', '/nonexistent']) == 1; "
+        "assert kubectl_plugin(['status', 'j', '--kubeconfig', '/nonexistent']) == 1"
+    )
+    assert "msop.cli.jobs" in mods and "msop.sdk.client" in mods
     assert _runtime(mods) == []
 
 
