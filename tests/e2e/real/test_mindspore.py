@@ -16,6 +16,10 @@ checkpoint directory of its own, and the length of the run.
 - ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
   job with that pod, code and reason in the condition message, which (and the Event, and
   ``kubectl describe msjob``) ends with the traceback's last lines.
+- ``test_a_job_that_exhausts_its_restarts_keeps_its_last_failure``: the same error under
+  ``OnFailure`` and ``backoffLimit: 1``: one restart, then ``BackoffLimitExceeded`` and
+  every pod deleted; the traceback's end is still in the condition, the Events, ``msop
+  status``, ``msop logs --previous`` and the SDK's ``get_job_logs(previous=True)``.
 - ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
@@ -28,11 +32,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from msop.sdk import MSJobClientSync
 from tests.e2e.msjobs import (
     condition,
     env_of,
@@ -181,6 +188,53 @@ def test_script_error_fails_the_job(
     assert reasons.count("MSJobFailed") == 1 and "MSJobRestarting" not in reasons
     (warning,) = [e for e in evs if e["reason"] == "MSJobFailed"]
     assert warning["message"] == failed["message"]
+
+
+def test_a_job_that_exhausts_its_restarts_keeps_its_last_failure(
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    cluster = installed
+    # The same script error, retried (OnFailure) once (backoffLimit 1): after the restart
+    # the job fails and every pod is deleted; the traceback's end stays on the job.
+    config_map, job = mindspore_example(
+        cluster, images.mindspore.ref, checkpoints, STEP_DELAY="0",
+        CHECKPOINT_DIR="/opt/train/ckpt",
+    )  # fmt: skip
+    job["spec"]["runPolicy"]["backoffLimit"] = 1
+    for spec in job["spec"]["msReplicaSpecs"].values():
+        spec["restartPolicy"] = "OnFailure"
+    apply(cluster, namespace, config_map, job)
+    done = wait_condition(cluster, namespace, NAME, "Failed", timeout=300, details=logs.tail)
+    failed = condition(done, "Failed")
+    assert failed is not None and failed["reason"] == "BackoffLimitExceeded", failed
+    assert "Read-only file system" in failed["message"].split("The last output of pod ")[1]
+    wait_for("every pod deleted", lambda: not job_pods(cluster, namespace, NAME), timeout=120)
+    messages = [e["message"] for e in wait_events(cluster, namespace, NAME, "MSJobRestarting")
+                if e["reason"] == "MSJobRestarting"]  # fmt: skip
+    assert messages and "Read-only file system" in messages[0]
+
+    def msop(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "msop.cli", *args, NAME, "-n", namespace,
+             "--kubeconfig", str(cluster.kubeconfig)],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+
+    status = msop("status")
+    assert status.returncode == 0, status.stderr
+    assert "BackoffLimitExceeded" in status.stdout and "Read-only file system" in status.stdout
+    previous = msop("logs", "--previous")
+    assert previous.returncode == 0, previous.stderr
+    assert "Read-only file system" in previous.stdout, previous.stdout
+    with MSJobClientSync(cluster.kubeconfig, namespace=namespace) as client:
+        kept = client.get_status(NAME).last_failure
+        assert kept is not None and "Read-only file system" in kept.message
+        lines = list(client.get_job_logs(NAME, previous=True))
+    assert lines and all(pod.startswith(f"{NAME}-") for pod, _ in lines)
 
 
 def test_scale_of_a_running_job_restarts_it_with_the_new_size(
