@@ -17,6 +17,8 @@ The generated pages, each from the one source the operator itself uses:
 - docs/reference/cli.md: the job commands and `completion` from the same parser (what
   `msop` and the kubectl plugin `kubectl msjob` share), and their exit codes
   (flags.EXIT_CODES).
+- docs/reference/sdk.md: the docstrings (and field docstrings) of msop.sdk's client,
+  builders, typed status and errors.
 - docs/reference/metrics.md: msop's Prometheus registry (msop.metrics.REGISTRY) after every
   `metrics` module is imported and the process metrics are registered, as `msop run` does.
 
@@ -27,12 +29,17 @@ so this script checks its relative links (files and #anchors, with GitHub's head
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import html
 import importlib
+import inspect
+import itertools
 import os
 import pkgutil
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -58,6 +65,7 @@ API_PAGE = DOCS / "reference" / "msjob-api.md"
 FLAGS_PAGE = DOCS / "reference" / "flags.md"
 CLI_PAGE = DOCS / "reference" / "cli.md"
 METRICS_PAGE = DOCS / "reference" / "metrics.md"
+SDK_PAGE = DOCS / "reference" / "sdk.md"
 REGENERATE = "make generate-docs"
 POD_TEMPLATE_SPEC_DOCS = (
     "https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/"
@@ -652,6 +660,107 @@ def metrics_page() -> str:
     return "\n".join(out) + "\n"
 
 
+# --- the SDK ----------------------------------------------------------------------------------
+
+
+def _field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each annotated field of a class (the convention of msop's
+    dataclasses), read from its source."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
+    out: dict[str, str] = {}
+    for field_node, after in itertools.pairwise(body):
+        if (
+            isinstance(field_node, ast.AnnAssign)
+            and isinstance(field_node.target, ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            out[field_node.target.id] = inspect.cleandoc(after.value.value)
+    return out
+
+
+def _signature(fn: Callable[..., Any], name: str) -> str:
+    """``name(a: int, *, b: str = 'x') -> T``, the annotations as written in the source."""
+    sig = inspect.signature(fn)
+    parts: list[str] = []
+    star = False
+    for p in sig.parameters.values():
+        if p.name == "self":
+            continue
+        if p.kind is p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = p.name
+        if p.annotation is not p.empty:
+            text += f": {p.annotation}"
+        if p.default is not p.empty:
+            text += f" = {p.default!r}"
+        parts.append(text)
+    prefix = "async " if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn) else ""
+    return f"{prefix}def {name}({', '.join(parts)}) -> {sig.return_annotation}"
+
+
+_ROLE = re.compile(r":(?:class|meth|func|mod|attr|data):`~?([^`]+)`")
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reST roles and double backticks as Markdown code spans."""
+    return _ROLE.sub(r"`\1`", text).replace("``", "`")
+
+
+def _doc_block(text: str | None) -> list[str]:
+    return [_markdown(inspect.cleandoc(text or "(undocumented)")), ""]
+
+
+def sdk_page() -> str:
+    """docs/reference/sdk.md from the docstrings of msop.sdk."""
+    sdk = importlib.import_module("msop.sdk")
+    out = _header("The Python SDK", "the docstrings of msop.sdk")
+    out += [
+        "How to use it, with an example: [Submit and check jobs from Python](../tasks/sdk.md).",
+        "",
+        "## MSJobClient",
+        "",
+        *_doc_block(sdk.MSJobClient.__doc__),
+        "`MSJobClientSync` has the same methods, blocking (its async iterators are "
+        "generators); it runs them on an event loop of its own in a background thread, "
+        "so it works in a notebook too.",
+        "",
+    ]
+    for name, fn in inspect.getmembers(sdk.MSJobClient, inspect.isfunction):
+        if name.startswith("_"):
+            continue
+        out += [f"### {name}", "", "```python", _signature(fn, name), "```", ""]
+        out += _doc_block(fn.__doc__)
+    out += ["## Building jobs", ""]
+    for name in ("dataparallel_job", "msrun_job"):
+        fn = getattr(sdk, name)
+        out += [f"### {name}", "", "```python", _signature(fn, name), "```", ""]
+        out += _doc_block(fn.__doc__)
+    out += ["## The typed status", ""]
+    for cls in (sdk.JobStatus, sdk.Condition, sdk.ReplicaStatus):
+        out += [f"### {cls.__name__}", "", *_doc_block(cls.__doc__)]
+        fields = _field_docs(cls)
+        out += ["| field | type | meaning |", "|---|---|---|"]
+        for field in dataclasses.fields(cls):
+            meaning = _markdown(fields.get(field.name, ""))
+            out.append(f"| `{field.name}` | `{_cell(str(field.type))}` | {_cell(meaning)} |")
+        props = [(n, p) for n, p in inspect.getmembers(cls, lambda m: isinstance(m, property))]
+        for n, prop in props:
+            meaning = _markdown(inspect.cleandoc(prop.__doc__ or ""))
+            out.append(f"| `{n}` (property) | | {_cell(meaning)} |")
+        out.append("")
+    out += ["## Errors", "", "| error | raised when |", "|---|---|"]
+    for name in sorted(n for n in sdk.__all__ if n.endswith("Error")):
+        cls = getattr(sdk, name)
+        bases = ", ".join(f"`{b.__name__}`" for b in cls.__bases__)
+        meaning = _markdown(inspect.cleandoc(cls.__doc__ or ""))
+        out.append(f"| `{name}` ({bases}) | {_cell(meaning)} |")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
 # --- checks ---------------------------------------------------------------------------------
 
 PAGES: dict[Path, Callable[[], str]] = {
@@ -659,6 +768,7 @@ PAGES: dict[Path, Callable[[], str]] = {
     FLAGS_PAGE: flags_page,
     CLI_PAGE: cli_page,
     METRICS_PAGE: metrics_page,
+    SDK_PAGE: sdk_page,
 }
 
 _FENCE = re.compile(r"^(```|~~~).*?^\1\s*$", re.S | re.M)

@@ -27,13 +27,17 @@ class Condition:
     status: str
     """``True``, ``False`` or ``Unknown``."""
     reason: str = ""
+    """Machine-readable cause of the last transition (``MSJobRunning``,
+    ``BackoffLimitExceeded``, ``WorkloadPending``; the Conditions reference lists them)."""
     message: str = ""
     """Human-readable details: which pod failed with which exit code, and for a failure
     that restarted or ended the job, the failed run's last output."""
     last_transition_time: str = ""
+    """When ``status`` last changed (RFC 3339)."""
 
     @property
     def true(self) -> bool:
+        """Whether ``status`` is ``True``."""
         return self.status == c.CONDITION_TRUE
 
 
@@ -44,7 +48,9 @@ class ReplicaStatus:
     active: int = 0
     """Pods that are pending or running."""
     succeeded: int = 0
+    """Pods that exited 0."""
     failed: int = 0
+    """Pods that failed and were not (yet) replaced."""
     restarts: int = 0
     """Restarts the operator made (pods recreated, or the whole job restarted)."""
 
@@ -54,7 +60,9 @@ class JobStatus:
     """Where an MSJob stands, typed. Build it with :meth:`JobStatus.of`."""
 
     namespace: str
+    """The job's namespace."""
     name: str
+    """The job's name."""
     state: str | None
     """The type of the latest condition (the STATE column), None before the first."""
     reason: str
@@ -62,6 +70,7 @@ class JobStatus:
     message: str
     """That condition's message."""
     conditions: tuple[Condition, ...] = ()
+    """Every condition, in the status's order (the latest last)."""
     replicas: dict[str, ReplicaStatus] = field(default_factory=dict)
     """By replica type: ``Scheduler``, ``PS``, ``Worker``."""
     workers: str = ""
@@ -70,7 +79,9 @@ class JobStatus:
     """``status.progress`` as the training reported it (percentComplete, epoch, step,
     eta, metrics, lastReportTime ...), None without a report."""
     start_time: str | None = None
+    """When the job (last) started running its pods (RFC 3339); reset by a resume."""
     completion_time: str | None = None
+    """When it Succeeded or Failed (RFC 3339)."""
 
     @classmethod
     def of(cls, job: Mapping[str, Any]) -> JobStatus:

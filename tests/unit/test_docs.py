@@ -148,3 +148,14 @@ def test_every_label_and_variable_the_operator_sets_is_documented() -> None:
     ]
     for name in names:
         assert f"`{name}`" in text, name
+
+
+def test_the_sdk_reference_documents_every_method_and_field() -> None:
+    page = gen_docs.sdk_page()
+    assert "(undocumented)" not in page
+    rows = [line for line in page.splitlines() if line.startswith("| `")]
+    assert rows and all(not line.rstrip().endswith("|  |") for line in rows), [
+        line for line in rows if line.rstrip().endswith("|  |")
+    ]
+    for method in ("get_job_logs", "get_status", "scale", "suspend", "resume", "update"):
+        assert f"### {method}" in page
