@@ -23,6 +23,7 @@ from msop.kube import PODS, SERVICES, KubeClient
 from msop.kube.flowcontrol import client_limit
 from tests.harness import LocalCluster
 from tests.harness.cluster import create_namespace
+from tests.harness.exposition import read_samples
 from tests.harness.kubelet import succeeded_status
 
 JSON = dict[str, Any]
@@ -57,14 +58,14 @@ async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]
             tg.create_task(one(item))
 
 
-def _metric_by_label(text: str, family: str, label: str) -> dict[str, float]:
-    """The samples of counter ``family`` summed by the value of ``label``."""
+def _metric_by_label(text: str, name: str, label: str) -> dict[str, float]:
+    """The samples named ``name`` summed by the value of ``label`` (``""`` for a sample
+    without it)."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(family + "{"):
-            labels, value = line.rsplit(" ", 1)
-            key = labels.split(f'{label}="', 1)[1].split('"', 1)[0]
-            out[key] = out.get(key, 0.0) + float(value)
+    for s in read_samples(text):
+        if s.name == name:
+            key = s.labels.get(label, "")
+            out[key] = out.get(key, 0.0) + s.value
     return out
 
 

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import json
 import os
-import re
 import urllib.request
 from collections import Counter
 from collections.abc import Iterable
@@ -26,6 +25,7 @@ from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
 from tests.harness import LocalCluster
+from tests.harness.exposition import read_samples
 from tests.harness.kubelet import succeeded_status
 
 JSON = dict[str, Any]
@@ -208,21 +208,12 @@ def operator_calls(
 
 # --- the operator from outside -----------------------------------------------------------
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$")
-
 
 def scrape(url: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """Read a Prometheus text page: (name, labels) -> value."""
     with urllib.request.urlopen(url, timeout=5) as resp:
         text = resp.read().decode()
-    out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
-    for line in text.splitlines():
-        m = _SAMPLE.match(line)
-        if not m:
-            continue
-        labels = frozenset(re.findall(r'(\w+)="([^"]*)"', m.group(2) or ""))
-        out[(m.group(1), labels)] = float(m.group(3))
-    return out
+    return {(s.name, frozenset(s.labels.items())): s.value for s in read_samples(text)}
 
 
 def metric(url: str, name: str, **labels: str) -> float:

@@ -41,6 +41,7 @@ from msop.kube.objects import parse_time
 from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condition, wait_for
 from tests.e2e.sessions import OperatorFactory
 from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
+from tests.harness.exposition import read_samples
 from tests.harness.monitoring import prometheus_tools
 from tests.harness.paths import REPO
 from tests.harness.ports import free_port
@@ -400,11 +401,14 @@ def master_status(op: OperatorProcess, lease: str) -> float | None:
             text = resp.read().decode()
     except OSError:
         return None
-    prefix = f'leader_election_master_status{{name="{lease}"}} '
-    for line in text.splitlines():
-        if line.startswith(prefix):
-            return float(line[len(prefix) :])
-    return None
+    return next(
+        (
+            s.value
+            for s in read_samples(text)
+            if s.name == "leader_election_master_status" and s.labels == {"name": lease}
+        ),
+        None,
+    )
 
 
 def small_job(name: str) -> dict[str, Any]:

@@ -14,7 +14,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from msop.controller import (
     Controller,
@@ -34,6 +33,7 @@ from msop.kube.errors import ApiError, is_already_exists
 from msop.kube.resources import CONFIGMAPS, EVENTS, LEASES
 from tests.e2e.leases import LeaseRecords, lease_time
 from tests.harness import LocalCluster
+from tests.harness.exposition import read_samples
 
 COPY_OF = "toy.msop.io/copy-of"
 
@@ -350,9 +350,8 @@ async def test_metrics_endpoint_parses_and_has_runtime_names(
             assert resp.status == 200
             text = await resp.text()
         samples: dict[str, set[tuple[tuple[str, str], ...]]] = {}
-        for family in text_string_to_metric_families(text):
-            for s in family.samples:
-                samples.setdefault(s.name, set()).add(tuple(sorted(s.labels.items())))
+        for s in read_samples(text):
+            samples.setdefault(s.name, set()).add(tuple(sorted(s.labels.items())))
         missing = EXPECTED_METRICS - samples.keys()
         assert not missing, f"missing metrics: {sorted(missing)}"
         assert (("controller", "toy-metrics"), ("result", "success")) in samples[

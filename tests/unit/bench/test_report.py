@@ -227,6 +227,21 @@ def test_a_rotated_audit_log_gives_no_per_job_figures(tmp_path: Path) -> None:
     assert rows["writes per job excl. Events, N=2,000"]["met"] is None
 
 
+def test_operator_counters_by_label_read_any_label_value_and_a_missing_label() -> None:
+    from bench.burst import _metric_by_label
+
+    text = (
+        "# TYPE msop_events_dropped_total counter\n"
+        'msop_events_dropped_total{reason="a}b,c"} 2\n'
+        'msop_events_dropped_total{reason="full"} 1\n'
+        'msop_events_dropped_total{other="x"} 4\n'
+        'msop_events_dropped_created{reason="full"} 1.7e+09\n'
+    )
+    assert _metric_by_label(text, "msop_events_dropped_total", "reason") == {
+        "a}b,c": 2.0, "full": 1.0, "": 4.0,
+    }  # fmt: skip
+
+
 def test_the_watches_the_api_server_gave_up_on_are_reported() -> None:
     from bench.burst import _metric_by_label
     from bench.report import _watch_sentence
