@@ -9,17 +9,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Protocol
 
+from tests.harness.cluster import Kubectl
 from tests.harness.paths import REPO
-
-
-class Kubectl(Protocol):
-    """A cluster the add-on runs against: its kubeconfig, and kubectl."""
-
-    @property
-    def kubeconfig(self) -> str: ...
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> Any: ...
 
 
 def build(name: str, what: str) -> Path:

@@ -108,10 +108,15 @@ def _running(pid: int) -> bool:
 
 
 class Kubectl(Protocol):
-    """Anything that runs kubectl against a cluster (:class:`LocalCluster`, ``RealCluster``)."""
+    """A cluster the harness acts on (:class:`LocalCluster`, ``RealCluster``): its
+    kubeconfig, and kubectl run against it (CalledProcessError when ``check`` and it
+    fails)."""
+
+    @property
+    def kubeconfig(self) -> str: ...
 
     def kubectl(
-        self, *args: str, input: str | None = None, check: bool = True
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]: ...
 
 

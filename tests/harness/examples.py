@@ -9,22 +9,17 @@ the caller's, and ``env`` on every replica (the run's length, for instance).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
 
 import yaml
 
 from msop.kube.objects import JSON
+from tests.harness.cluster import Kubectl
 from tests.harness.paths import REPO
 
 MINDSPORE_EXAMPLE = REPO / "examples" / "mindspore"
 MINDSPORE_JOB = "mindspore-linear"
 MSRUN_EXAMPLE = REPO / "examples" / "mindspore-msrun"
 MSRUN_JOB = "mindspore-msrun"
-
-
-class Kubectl(Protocol):
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
-                timeout: float = 120) -> Any: ...  # fmt: skip
 
 
 def mindspore_example(

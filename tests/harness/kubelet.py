@@ -22,13 +22,9 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from typing import Any, Protocol
 
 from msop.kube.objects import JSON
-
-
-class Kubectl(Protocol):
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> Any: ...
+from tests.harness.cluster import Kubectl
 
 
 def _now() -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from tests.harness import addons
-from tests.harness.addons import Kubectl
+from tests.harness.cluster import Kubectl
 from tests.harness.ports import free_port
 from tests.harness.process import terminate
 

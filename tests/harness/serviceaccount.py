@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+
+from tests.harness.cluster import Kubectl
 
 #: The operator's identity, as config/rbac names it.
 OPERATOR_NAMESPACE = "msop-system"
 OPERATOR_SERVICE_ACCOUNT = "msop-controller-manager"
-
-
-class Kubectl(Protocol):
-    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> Any: ...
 
 
 def install_rbac(cluster: Kubectl, config_dir: Path) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.harness import addons
-from tests.harness.addons import Kubectl
+from tests.harness.cluster import Kubectl
 from tests.harness.ports import free_port
 from tests.harness.process import terminate
 
