@@ -14,8 +14,8 @@ from kubernetes_asyncio.client import Configuration
 
 from msop.kube import PODS, KubeClient
 from msop.kube.errors import ApiUnavailable
-from msop.kube.metrics import HELD_TOTAL, UNREACHABLE_TOTAL
 from msop.kube.transport import ReadyGate, server_unreachable
+from msop.metrics import REGISTRY
 from tests.harness.ports import free_port
 
 
@@ -83,13 +83,17 @@ def test_only_refused_or_dropped_connections_trip_the_gate() -> None:
     )
 
 
+def _count(name: str, host: str) -> float:
+    return REGISTRY.get_sample_value(name, {"host": host}) or 0.0
+
+
 @pytest.mark.parametrize("readyz", [200])
 async def test_a_restarted_api_server_is_waited_for_not_failed_on(readyz: int) -> None:
     port = free_port()
     client = KubeClient.from_configuration(Configuration(host=f"http://127.0.0.1:{port}"))
     host = client.host
-    tripped0 = UNREACHABLE_TOTAL.labels(host)._value.get()
-    held0 = HELD_TOTAL.labels(host)._value.get()
+    tripped0 = _count("msop_apiserver_unreachable_total", host)
+    held0 = _count("msop_apiserver_held_requests_total", host)
     seen: list[str] = []
     ready = asyncio.Event()
 
@@ -120,8 +124,8 @@ async def test_a_restarted_api_server_is_waited_for_not_failed_on(readyz: int) -
         ready.set()
         assert (await asyncio.wait_for(request, 5))["items"] == []
         assert seen.count("/api/v1/namespaces/ns/pods") == 1  # sent once, when ready
-        assert UNREACHABLE_TOTAL.labels(host)._value.get() == tripped0 + 1
-        assert HELD_TOTAL.labels(host)._value.get() == held0 + 1
+        assert _count("msop_apiserver_unreachable_total", host) == tripped0 + 1
+        assert _count("msop_apiserver_held_requests_total", host) == held0 + 1
     finally:
         await client.close()
         if runner is not None:

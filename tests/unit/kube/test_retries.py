@@ -19,8 +19,8 @@ from msop.kube import PODS, KubeClient
 from msop.kube import client as client_module
 from msop.kube.client import MAX_RETRY_AFTER, RETRY_JITTER
 from msop.kube.errors import ApiError, is_too_many_requests
-from msop.kube.metrics import REQUEST_RETRIES_TOTAL
 from msop.kube.transport import Transport, reset_on_close_socket
+from msop.metrics import REGISTRY
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
 
@@ -79,8 +79,8 @@ def waits(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[float]]:
 
 
 def _retries(code: str, verb: str, client: KubeClient) -> float:
-    value = REQUEST_RETRIES_TOTAL.labels(code, verb, client.host)._value.get()
-    return float(value)
+    labels = {"code": code, "verb": verb, "host": client.host}
+    return REGISTRY.get_sample_value("rest_client_request_retries_total", labels) or 0.0
 
 
 async def test_429_is_sent_again_after_retry_after_with_jitter(
