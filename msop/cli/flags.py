@@ -235,8 +235,7 @@ def _add_run(sub: Any) -> None:
         "--legacy-operator-lease",
         "MSOP_LEGACY_OPERATOR_LEASE",
         "<namespace>/<name> of the Go ms-operator's leader-election Lease: while it is "
-        "renewed, ms-operator runs and msop starts no controller (and stops if it is "
-        "renewed again); '' turns the check off",
+        "renewed, ms-operator runs and msop starts no controller; '' turns the check off",
         "ms-operator-system/4725f7c4.gitee.com",
         type=_lease_ref,
     )

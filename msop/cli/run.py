@@ -15,7 +15,7 @@ import structlog
 from msop import __version__
 from msop.api.resources import MSJOBS
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
-from msop.controller.leaseguard import ForeignLeaseHeld, LeaseGuard
+from msop.controller.leaseguard import LeaseGuard
 from msop.controller.manager import Manager
 from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
@@ -148,9 +148,6 @@ async def run_operator(args: argparse.Namespace) -> int:
             await manager.run(handle_signals=True)
         except LeaderElectionLost:
             log.error("lost the leader election lease; exiting")
-            return 1
-        except ForeignLeaseHeld as e:
-            log.error(str(e))
             return 1
         except OSError as e:
             raise StartupError(f"cannot serve: {e}") from None

@@ -3,23 +3,22 @@
 Two controllers that manage the same objects must not run at once. When the other one
 elects its leader through a ``coordination.k8s.io/v1`` Lease, that Lease is live
 evidence: while its holder renews it, the other controller runs. :class:`LeaseGuard`
-reads it (a GET every ``period`` seconds) and:
+reads it (a GET every ``period`` seconds) while the process starts, and:
 
 * :meth:`LeaseGuard.run`, a runnable, reads it until it is clear: absent, released
   (no ``holderIdentity``), or not renewed for its ``leaseDurationSeconds`` as seen on this
   process's own monotonic clock (the leader elector's rule: remote times are not compared
   with local time), or with a ``renewTime`` so old that no clock skew explains it
   (``leaseDurationSeconds + skew`` behind the local wall clock: a Lease left behind by a
-  controller stopped long ago does not cost a wait at every start); then it watches it
-  (one open watch, no request while the Lease does not change), and raises
-  :class:`ForeignLeaseHeld` if it is renewed again (the other controller came back): the
-  process stops rather than manage the objects alongside it;
+  controller stopped long ago does not cost a wait at every start);
 * :meth:`LeaseGuard.wait_until_clear` returns once it was seen clear, and
   :meth:`LeaseGuard.clear` says so (a readiness check).
 
 The :class:`~msop.controller.manager.Manager` runs a guard given to
 :meth:`~msop.controller.manager.Manager.add_guard` and starts no leader runnable (and
-does not campaign for its own Lease) until it is clear.
+does not campaign for its own Lease) until it is clear. Once clear, it is not read
+again: a controller started later, while this process runs, is not seen until this
+process restarts (a rollback stops this process first).
 
 A Lease the process may not read (403) cannot be checked: a warning says so once and the
 guard counts it as clear, so that a missing permission does not keep the operator down.
@@ -29,7 +28,6 @@ Other API errors are logged and retried; they leave the state as it was.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -38,23 +36,15 @@ import structlog
 
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_forbidden, is_not_found
-from msop.kube.listwatch import list_then_watch
 from msop.kube.objects import JSON, parse_time
 from msop.kube.resources import LEASES
 
-__all__ = ["ForeignLeaseHeld", "LeaseGuard", "lease_held"]
+__all__ = ["LeaseGuard", "lease_held"]
 
 log = structlog.get_logger("msop.controller.leaseguard")
 
 #: client-go's default lease duration, for a Lease that does not say its own.
 DEFAULT_LEASE_DURATION = 15.0
-
-#: How long one watch of the Lease stays open before it is re-opened.
-WATCH_SECONDS = 300
-
-
-class ForeignLeaseHeld(Exception):
-    """The other controller's Lease is renewed again while this process runs."""
 
 
 def lease_held(
@@ -160,51 +150,6 @@ class LeaseGuard:
             await asyncio.sleep(self.period)
 
     async def run(self) -> None:
-        """Read the Lease until it is clear, then watch it; raise ForeignLeaseHeld when it
-        is renewed again."""
+        """Read the Lease until it is clear, then return (a runnable that returns normally
+        is done; the manager goes on)."""
         await self._poll_until_clear()
-        while True:
-            try:
-                await self._watch_for_renewal()
-                return  # not allowed to watch it: not checked any more (logged)
-            except ApiError as e:
-                log.warning("cannot watch the legacy operator's Lease; retrying", error=str(e))
-                await asyncio.sleep(self.period)
-
-    async def _watch_for_renewal(self) -> None:
-        """A watch of the one Lease (by name: an open watch costs the API server nothing
-        while the Lease does not change, where a poll would); a write that sets a holder
-        and a renewal other than the ones seen is the other controller at work."""
-        updates = list_then_watch(
-            self.client, LEASES, self.namespace,
-            field_selector=f"metadata.name={self.lease_name}", timeout_seconds=WATCH_SECONDS,
-        )  # fmt: skip
-        try:
-            async with contextlib.aclosing(updates):
-                async for type_, obj in updates:
-                    leases = (obj.get("items") or []) if type_ == "LIST" else [obj]
-                    for lease in leases:
-                        if type_ != "DELETED":
-                            self._check_renewal(lease, listed=type_ == "LIST")
-        except ApiError as e:
-            if not is_forbidden(e):
-                raise
-            log.warning(
-                "not allowed to watch the legacy operator's Lease; it is no longer checked",
-                lease=f"{self.namespace}/{self.lease_name}", error=e.message,
-            )  # fmt: skip
-
-    def _check_renewal(self, lease: JSON, *, listed: bool) -> None:
-        spec = lease.get("spec") or {}
-        seen = (spec.get("holderIdentity"), spec.get("renewTime"))
-        renewed = bool(seen[0]) and seen != self._seen
-        self._seen = seen
-        if listed:
-            # A relist (a watch that expired): held again only if it counts as held now.
-            renewed = renewed and lease_held(lease, 0.0, self._wall(), self.skew) is not None
-        if renewed:
-            raise ForeignLeaseHeld(
-                f"{self.what} renews its Lease {self.namespace}/{self.lease_name} "
-                f"again (holder {seen[0]}): stopping, so that two operators do not "
-                "manage the same jobs"
-            )
