@@ -44,6 +44,7 @@ import numbers
 import os
 import selectors
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -232,9 +233,12 @@ class Reporter:
     Creating an enabled reporter binds the port and starts the server thread; if the port is
     taken it logs one warning and runs without a server (the final file is still written).
     It also registers :meth:`finish` with :mod:`atexit`, so a script that ends without
-    calling it (an uncaught exception, a forgotten call) still leaves its last progress in
-    the termination message. A process killed by a signal leaves none; the operator keeps
-    the last value it polled.
+    calling it (a forgotten call) still leaves its last progress in the termination
+    message. A script that ends with an uncaught exception (or leaves the reporter's
+    ``with`` block by one) leaves none: the kubelet then keeps the end of the container's
+    log there (``FallbackToLogsOnError``, msop's default), the traceback, which the job's
+    condition carries after the pod is gone; the operator keeps the last progress it
+    polled. A process killed by a signal leaves none either.
 
     :meth:`update` is meant to be called from one thread (the training loop); reading the
     snapshot from the server thread needs no lock.
@@ -291,7 +295,8 @@ class Reporter:
                     port,
                     exc,
                 )
-        atexit.register(self.finish)
+        atexit.register(self._at_exit)
+        _note_uncaught_exceptions()
         _forget_in_forked_children(self)
 
     # -- public -------------------------------------------------------------------------
@@ -374,18 +379,26 @@ class Reporter:
         ``$MSOP_PROGRESS_FILE`` and kept under 4096 bytes by leaving out metrics from the
         last. Nothing is written if there was never an update.
         """
+        self._finish(write=True)
+
+    def _at_exit(self) -> None:
+        # An uncaught exception ends the process: its traceback, not the progress, is what
+        # the termination message should keep (the kubelet's fallback to the log's end).
+        self._finish(write=not _uncaught_exception)
+
+    def _finish(self, *, write: bool) -> None:
         if not self._on:
             return
         with self._finish_lock:
             if self._finished:
                 return
             self._finished = True
-        atexit.unregister(self.finish)
+        atexit.unregister(self._at_exit)
         try:
             if self._pending is not None:
                 self._publish(self._clock(), self._pending)
             snap = self._snapshot
-            if snap is not None and self._file is not None:
+            if write and snap is not None and self._file is not None:
                 self._write_final(snap, self._file)
         except Exception as exc:
             self._warn_once("finish", "msop progress: could not write the final snapshot: %r", exc)
@@ -402,7 +415,9 @@ class Reporter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.finish()
+        # Left by an exception: no final snapshot, so that the log's end (the traceback)
+        # becomes the termination message.
+        self._finish(write=exc_type is None)
 
     # -- internals ----------------------------------------------------------------------
 
@@ -534,6 +549,25 @@ class Reporter:
 
 _reporters: weakref.WeakSet[Reporter] = weakref.WeakSet()
 _fork_hook_registered = False
+_uncaught_exception = False
+_excepthook_installed = False
+
+
+def _note_uncaught_exceptions() -> None:
+    """Chain a ``sys.excepthook`` that notes an uncaught exception (once per process):
+    the atexit :meth:`Reporter.finish` then writes no final snapshot."""
+    global _excepthook_installed
+    if _excepthook_installed:
+        return
+    _excepthook_installed = True
+    previous = sys.excepthook
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: TracebackType | None) -> None:
+        global _uncaught_exception
+        _uncaught_exception = True
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _forget_in_forked_children(reporter: Reporter) -> None:

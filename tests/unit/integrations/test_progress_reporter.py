@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
+import subprocess
+import sys
 import threading
 import types
 from collections.abc import Callable
@@ -22,6 +25,7 @@ from msop.integrations.reporter import (
     metric_name,
     metric_value,
 )
+from tests.harness.paths import REPO
 from tests.support.clocks import FakeClock
 
 MakeReporter = Callable[..., Reporter]
@@ -100,9 +104,9 @@ def test_enabled_reporter_registers_finish_with_atexit_and_unregisters_it(
         ),
     )
     reporter = make_reporter()
-    assert calls == [("register", reporter.finish)]
+    assert calls == [("register", reporter._at_exit)]
     reporter.finish()
-    assert calls == [("register", reporter.finish), ("unregister", reporter.finish)]
+    assert calls == [("register", reporter._at_exit), ("unregister", reporter._at_exit)]
 
 
 # -- rate limit and force -----------------------------------------------------------------
@@ -415,3 +419,38 @@ def test_context_manager_finishes(make_reporter: MakeReporter, final_file: Path)
         assert reporter.enabled
         reporter.update(epoch=2)
     assert read_final(final_file)["percentComplete"] == 100.0
+
+
+def test_a_with_block_left_by_an_exception_leaves_no_final_snapshot(
+    make_reporter: MakeReporter, final_file: Path
+) -> None:
+    # The kubelet then keeps the log's end (the traceback) as the termination message.
+    with pytest.raises(ValueError), make_reporter(total_epochs=2) as reporter:
+        reporter.update(epoch=1)
+        raise ValueError("bad batch")
+    assert not final_file.exists()
+
+
+@pytest.mark.parametrize(
+    ("ending", "written"),
+    [("pass", True), ("raise RuntimeError('NaN loss')", False), ("r.finish()", True)],
+    ids=["forgotten-finish", "uncaught-exception", "explicit-finish"],
+)
+def test_at_exit_the_final_snapshot_is_written_unless_an_exception_ends_the_script(
+    msop_env: dict[str, str], final_file: Path, ending: str, written: bool
+) -> None:
+    script = (
+        "from msop.integrations.reporter import Reporter\n"
+        "r = Reporter(total_epochs=2)\n"
+        "r.update(epoch=1, force=True)\n"
+        f"{ending}\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, **msop_env,
+                                             "PYTHONPATH": str(REPO)},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert (proc.returncode == 0) is (ending != "raise RuntimeError('NaN loss')"), proc.stderr
+    assert final_file.exists() is written, proc.stderr
+    if not written:
+        assert "RuntimeError: NaN loss" in proc.stderr  # the traceback, for the log's end
