@@ -483,13 +483,7 @@ def flags_page() -> str:
     for name, sub in commands.items():
         if name == "run" or name in CLI_COMMANDS:
             continue
-        out += [
-            "",
-            f"## msop {name}",
-            "",
-            _cell(sub.description or helps[name].capitalize() + "."),
-            "",
-        ]
+        out += _command_heading(name, sub, helps)
         options = _options(sub)
         if not options:
             out.append("No flags.")
@@ -500,6 +494,11 @@ def flags_page() -> str:
             default = "required" if action.required else _flag_default(action)
             out.append(f"| {names} | {default} | {_cell(action.help or '')} |")
     return "\n".join(out) + "\n"
+
+
+def _command_heading(name: str, sub: argparse.ArgumentParser, helps: dict[str, str]) -> list[str]:
+    """A command's section heading and description, as both pages write them."""
+    return ["", f"## msop {name}", "", _cell(sub.description or helps[name].capitalize() + "."), ""]
 
 
 def _usage(name: str, sub: argparse.ArgumentParser) -> str:
@@ -539,15 +538,7 @@ def cli_page() -> str:
     out += [f"| {code} | {_cell(text)} |" for code, text in flags.EXIT_CODES]
     for name in CLI_COMMANDS:
         sub = commands[name]
-        out += [
-            "",
-            f"## msop {name}",
-            "",
-            _cell(sub.description or helps[name].capitalize() + "."),
-            "",
-            f"`{_usage(name, sub)}`",
-            "",
-        ]
+        out += [*_command_heading(name, sub, helps), f"`{_usage(name, sub)}`", ""]
         options = [a for a in _options(sub) if a.dest not in KUBE_FLAGS]
         if not options:
             out.append("No flags of its own." if name != "completion" else "No flags.")
