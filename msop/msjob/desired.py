@@ -1,5 +1,5 @@
-"""What should exist for an MSJob: its pods, its Scheduler Service and (with gang
-scheduling) its Volcano PodGroup, as pure functions.
+"""What should exist for an MSJob: its pods and its Scheduler Service, as pure functions
+(what a scheduling system adds is its own: :mod:`.gang`, :mod:`.kueue`).
 
 Every function here takes a *defaulted* MSJob dict (``msop.api.apply_defaults``) and
 returns new plain dicts ready to POST; nothing is read from or written to a cluster.
@@ -41,14 +41,12 @@ cluster only works if every replica agrees on them.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from msop.api import constants as c
 from msop.api import quantity
 from msop.api.copying import copy_json
 from msop.api.naming import (
-    job_selector,
     object_name,
     owner_reference,
     replica_labels,
@@ -56,14 +54,10 @@ from msop.api.naming import (
 )
 from msop.api.types import MSJob, ReplicaSpec
 from msop.kube.objects import JSON
+from msop.msjob.scheduling import Placement
 
 if TYPE_CHECKING:
     from fractions import Fraction  # imported where used: see msop.api.quantity
-
-#: Annotation and scheduler name used with gang scheduling (Volcano's conventions).
-GANG_SCHEDULER_NAME = "volcano"
-ANNOTATION_POD_GROUP = "scheduling.k8s.io/group-name"
-ANNOTATION_VOLCANO_TASK = "volcano.sh/task-spec"
 
 
 def has_scheduler(job: JSON) -> bool:
@@ -263,24 +257,12 @@ def wanted_cluster_size_env(job: JSON) -> dict[str, str]:
     }
 
 
-@dataclass(frozen=True)
-class Placement:
-    """What a queueing system decided for a replica's pods (Kueue's admitted flavors):
-    node labels and tolerations added to the template's, labels and annotations."""
-
-    node_selector: dict[str, str] = field(default_factory=dict)
-    tolerations: list[JSON] = field(default_factory=list)
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-
-
 def pod(
     job: JSON,
     replica_type: str,
     index: int,
     *,
     sched_host: str | None,
-    gang: bool = False,
     progress_port: int = 0,
     placement: Placement | None = None,
 ) -> JSON:
@@ -297,8 +279,9 @@ def pod(
     ``progress_port`` (not 0) gives Worker 0's ``mindspore`` container what a progress
     reporter needs (:func:`progress_env`).
 
-    ``placement`` adds node labels (the template's own win on a conflict, which Kueue's
-    flavor assignment rules out), tolerations, labels and annotations.
+    ``placement`` is what the scheduling systems add (:class:`~.scheduling.Placement`):
+    node labels (the template's own win on a conflict, which Kueue's flavor assignment
+    rules out), tolerations, labels, annotations and a scheduler (the template's wins).
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]
@@ -323,12 +306,9 @@ def pod(
     if progress_port and replica_type == c.WORKER and index == 0:
         _set_env(pod_spec, lambda container: progress_env(container, progress_port))
 
-    if gang:
-        pod_spec.setdefault("schedulerName", GANG_SCHEDULER_NAME)
-        annotations[ANNOTATION_POD_GROUP] = view.name
-        annotations[ANNOTATION_VOLCANO_TASK] = c.replica_type_label(replica_type)
-
     if placement is not None:
+        if placement.scheduler_name:
+            pod_spec.setdefault("schedulerName", placement.scheduler_name)
         if placement.node_selector:
             pod_spec["nodeSelector"] = {
                 **placement.node_selector,
@@ -436,98 +416,3 @@ def pod_requests(pod_spec: JSON) -> dict[str, tuple[Fraction, bool]]:
     for name, value in init_peak.items():
         total[name] = max(total.get(name, Fraction(0)), value)
     return {name: (value, name in binary) for name, value in total.items() if value}
-
-
-def gang_min_member(job: JSON) -> int:
-    """How many pods Volcano must place together: ``schedulingPolicy.minAvailable``, or
-    every replica."""
-    sp = MSJob(job).run_policy.scheduling_policy
-    if sp is not None and sp.min_available is not None:
-        return sp.min_available
-    return total_replicas(job)
-
-
-def gang_min_resources(job: JSON) -> dict[str, str]:
-    """``schedulingPolicy.minResources`` as written, or else the requests of the first
-    ``minMember`` pods (Scheduler first, then PS, then Workers) summed: what Volcano's
-    enqueue action checks against the queue and the cluster before it admits the gang."""
-    from fractions import Fraction
-
-    sp = MSJob(job).run_policy.scheduling_policy
-    if sp is not None and sp.min_resources:
-        return {k: str(v) for k, v in sp.min_resources.items()}
-    specs = MSJob(job).replica_specs
-    per_type = {rt: pod_requests(dict(specs[rt].template.get("spec") or {})) for rt in specs}
-    total: dict[str, Fraction] = {}
-    binary: set[str] = set()
-    for rtype, _ in replica_slots(job)[: max(0, gang_min_member(job))]:
-        for name, (value, is_binary) in per_type[rtype].items():
-            total[name] = total.get(name, Fraction(0)) + value
-            if is_binary:
-                binary.add(name)
-    return {
-        name: quantity.format_quantity(value, binary=name in binary)
-        for name, value in sorted(total.items())
-    }
-
-
-def pod_group_spec(job: JSON) -> JSON:
-    """The PodGroup's spec: ``minMember`` (:func:`gang_min_member`), ``minResources``
-    (:func:`gang_min_resources`), and ``queue`` and ``priorityClassName`` from the
-    scheduling policy."""
-    sp = MSJob(job).run_policy.scheduling_policy
-    spec: JSON = {"minMember": gang_min_member(job)}
-    resources = gang_min_resources(job)
-    if resources:
-        spec["minResources"] = resources
-    if sp is not None and sp.queue:
-        spec["queue"] = sp.queue
-    if sp is not None and sp.priority_class:
-        spec["priorityClassName"] = sp.priority_class
-    return spec
-
-
-def pod_group_patch(job: JSON, pod_group: JSON) -> JSON | None:
-    """A merge patch that brings an existing PodGroup's spec to :func:`pod_group_spec`
-    (after a scale or an edit of the scheduling policy), or None if it already is.
-    Quantities compare by value ("1024Mi" is "1Gi"); a field the job no longer sets is
-    removed."""
-    want = pod_group_spec(job)
-    have = pod_group.get("spec") or {}
-    patch: JSON = {}
-    if have.get("minMember") != want["minMember"]:
-        patch["minMember"] = want["minMember"]
-    if not _same_quantities(have.get("minResources") or {}, want.get("minResources") or {}):
-        patch["minResources"] = {
-            **{k: None for k in have.get("minResources") or {}},
-            **(want.get("minResources") or {}),
-        }
-    for key in ("queue", "priorityClassName"):
-        if (have.get(key) or None) != want.get(key) and not (key == "queue" and key not in want):
-            patch[key] = want.get(key)
-    return {"spec": patch} if patch else None
-
-
-def _same_quantities(a: JSON, b: JSON) -> bool:
-    if a.keys() != b.keys():
-        return False
-    try:
-        return all(quantity.parse(a[k]) == quantity.parse(b[k]) for k in a)
-    except ValueError:
-        return False
-
-
-def pod_group(job: JSON) -> JSON:
-    """The Volcano PodGroup named like the job, owned by it (:func:`pod_group_spec`)."""
-    view = MSJob(job)
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "PodGroup",
-        "metadata": {
-            "name": view.name,
-            "namespace": view.namespace,
-            "labels": job_selector(view.name),
-            "ownerReferences": [owner_reference(job)],
-        },
-        "spec": pod_group_spec(job),
-    }

@@ -50,14 +50,23 @@ resources changed)                      pods are deleted and a new Workload queu
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from msop.api import constants as c
+from msop.api.conditions import get_condition, is_finished
+from msop.api.conditions import is_true as is_true_condition
 from msop.api.naming import job_selector, owner_reference
 from msop.api.types import MSJob
+from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
 from msop.kube.objects import JSON, parse_time
-from msop.msjob.desired import Placement
+from msop.kube.resources import PRIORITYCLASSES, WORKLOADPRIORITYCLASSES, WORKLOADS
+from msop.msjob.scheduling import Admitted, Pass, Placement, Wait, Writer
+
+if TYPE_CHECKING:
+    from msop.controller.reconcile import Request
+    from msop.kube.writer import Client
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
@@ -258,16 +267,6 @@ def eviction_explains_wait(wl: JSON) -> bool:
         parse_time(ev.get("lastTransitionTime")),
     )
     return requeued is not None and evicted is not None and requeued < evicted
-
-
-@dataclass(frozen=True)
-class Wait:
-    """Why a queued job's pods are held: the ``Queued`` condition's reason and message."""
-
-    reason: str
-    message: str
-    event_type: str = "Normal"
-    """The type of the Event that announces it: Warning where the user must act."""
 
 
 def why_waiting(job: JSON, wl: JSON | None, *, reactivating: bool = False) -> Wait:
@@ -481,3 +480,327 @@ def finalizer_patch(wl: JSON) -> JSON:
     """The merge patch that removes Kueue's finalizer (kept: anyone else's)."""
     rest = [f for f in wl["metadata"].get("finalizers") or [] if f != FINALIZER]
     return {"metadata": {"resourceVersion": wl["metadata"]["resourceVersion"], "finalizers": rest}}
+
+
+class Kueue:
+    """Kueue in the operator process: a job's Workloads and the ResourceFlavors their
+    admission names, from the caches; a priority class, read live (one read per Workload
+    created: no cache is worth it)."""
+
+    def __init__(
+        self,
+        client: Client,
+        *,
+        owned_by: Callable[[str], list[JSON]],
+        in_namespace: Callable[[str], list[JSON]],
+        flavor: Callable[[str], JSON | None],
+    ) -> None:
+        self.client = client
+        self.owned_by = owned_by
+        """The Workloads whose controller has this uid."""
+        self.in_namespace = in_namespace
+        self.flavor = flavor
+
+    async def observe(self, job: JSON) -> Seen:
+        """The job's Workload, the other Workloads it controls, the flavors of its
+        admission and, while it has no Workload, its priority class."""
+        meta = job["metadata"]
+        name = workload_name(meta["name"], meta["uid"])
+        mine = self.owned_by(meta["uid"])
+        wl = next((w for w in mine if w["metadata"]["name"] == name), None)
+        flavors = {n: self.flavor(n) for n in flavor_names(wl)} if wl is not None else {}
+        priority = None
+        if wl is None and queue_name(job) and not is_finished(job.get("status") or {}):
+            priority = await self._priority(job)
+        return Seen(wl, [w for w in mine if w is not wl], flavors, priority)
+
+    async def _priority(self, job: JSON) -> JSON | MissingClass | None:
+        """The priority fields of the class the job names; None: it names none."""
+        source = priority_source(job)
+        if source is None:
+            return None
+        kind, name = source
+        res = WORKLOADPRIORITYCLASSES if kind == "WorkloadPriorityClass" else PRIORITYCLASSES
+        try:
+            obj = await self.client.get(res, name)
+        except ApiError as e:
+            if is_not_found(e):
+                return MissingClass(kind, name)
+            raise
+        return priority_ref(kind, name, int(obj.get("value") or 0))
+
+    async def forget(self, request: Request) -> None:
+        """The job is gone: its Workloads, being deleted by the garbage collector, lose
+        Kueue's finalizer (Kueue releases their quota)."""
+        for wl in self.in_namespace(request.namespace):
+            refs = wl["metadata"].get("ownerReferences") or []
+            owned = any(r.get("kind") == c.KIND and r.get("name") == request.name for r in refs)
+            if owned and terminating(wl) and has_finalizer(wl):
+                await _patch(self.client, wl, finalizer_patch(wl))
+
+
+@dataclass(frozen=True)
+class Seen:
+    """What Kueue's caches hold for one job."""
+
+    workload: JSON | None = None
+    """The job's Workload (the one named :func:`workload_name`), if any."""
+    other_workloads: list[JSON] = field(default_factory=list)
+    """Other Workloads the job controls (left by an earlier spec): deleted."""
+    flavors: dict[str, JSON | None] = field(default_factory=dict)
+    """The ResourceFlavors the Workload's admission names (None: not in the cache yet)."""
+    priority: JSON | MissingClass | None = None
+    """While the job has no Workload: the priority fields of the class it names
+    (:func:`priority_ref`), or that class missing; None: it names none."""
+
+    def decide(self) -> Decision:
+        return Decision(self)
+
+
+class Decision(Admitted):
+    """Kueue's decisions for a job in one pass (see the module docstring's table), and
+    the Workload writes they make."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+        self.placements: dict[str, Placement] = {}
+        """Per replica type, what Kueue's admission adds to its pods."""
+        self.create_workload: JSON | None = None
+        """A Workload to create, with its priority (:attr:`Seen.priority`)."""
+        self.patch_workload: JSON | None = None
+        """A merge patch for the Workload's spec (pod sets, queue name, active)."""
+        self.workload_status: JSON | None = None
+        """A merge patch for the Workload's status (requeued after an eviction, pods
+        ready, finished)."""
+        self.release_workloads: list[JSON] = []
+        """Workloads whose Kueue finalizer is removed (finished, or going away)."""
+        self.delete_workloads: list[JSON] = []
+
+    # --- decisions -----------------------------------------------------------------------
+    def admit(self, p: Pass, resuming: bool) -> bool:
+        """A job labelled with a queue: keep its Workload in step with it and let its pods
+        run only while the Workload is admitted; ``Queued`` says where it waits."""
+        if not queue_name(p.stored):
+            return True
+        wl = self.seen.workload
+        for old in self.seen.other_workloads:
+            self._drop(old)
+        if wl is not None and terminating(wl):
+            # Deleted under the job: stop, let it go, and queue a new one.
+            p.stop_pods()
+            self._drop(wl)
+            wl = None
+        if wl is None:
+            return self._without_workload(p)
+        if not pod_sets_match(p.job, wl):
+            self._reshape(p, wl)
+            return False
+        self._sync_spec(p, wl, resuming)
+        if not admitted(wl):
+            reactivating = ((self.patch_workload or {}).get("spec") or {}).get("active")
+            wait = why_waiting(p.job, wl, reactivating=reactivating is True)
+            if wait.reason == REASON_EVICTED:
+                p.status.pop("startTime", None)
+            p.stop_pods()
+            self._requeue_when_stopped(p, wl)
+            self._wait(p, wait)
+            return False
+        admission = placements(wl, self.seen.flavors)
+        if admission is None:
+            p.requeue_at(1.0)  # a ResourceFlavor not in the cache yet
+            return False
+        self.placements = admission
+        self.workload_status = pods_ready_patch(wl, p.all_running(), p.now_s)
+        queued = get_condition(p.status, c.QUEUED)
+        if queued is None or queued.get("reason") != REASON_ADMITTED:
+            p.placed(
+                REASON_ADMITTED,
+                f"MSJob {p.ref}: Kueue admitted its Workload {wl['metadata']['name']} to "
+                f"ClusterQueue {cluster_queue(wl)!r}.",
+            )
+        return True
+
+    def _without_workload(self, p: Pass) -> bool:
+        """No Workload (yet, or any more): once the pods are gone, create one, unless the
+        priority class it would name is missing."""
+        priority = self.seen.priority
+        if isinstance(priority, MissingClass):
+            p.stop_pods()
+            self._wait(p, waiting_for_class(p.job, priority))
+            # Looked up again after as long as it has waited so far, 1 s to a minute.
+            since = parse_time((get_condition(p.status, c.QUEUED) or {}).get(
+                "lastTransitionTime")) or p.now  # fmt: skip
+            p.requeue_at(min(60.0, max(1.0, (p.now - since).total_seconds())))
+            return False
+        if p.stop_pods() and not self.seen.other_workloads:
+            self.create_workload = workload(p.job, active=True, priority=priority)
+        self._wait(p, why_waiting(p.job, None))
+        return False
+
+    def placement(self, p: Pass, replica_type: str) -> Placement | None:
+        return self.placements.get(replica_type)
+
+    def suspend(self, p: Pass) -> None:
+        """A suspended job holds no quota: its Workload is made inactive (Kueue evicts
+        it) and handed back once the pods are gone."""
+        wl = self.seen.workload
+        if wl is None or terminating(wl):
+            return
+        if active(wl):
+            self.patch_workload = {"spec": {"active": False}}
+        self._requeue_when_stopped(p, wl)
+        queued = get_condition(p.status, c.QUEUED)
+        if queued is not None and queued.get("reason") == REASON_ADMITTED:
+            # No longer admitted: the queue-name label may change (config/admission).
+            msg = f"MSJob {p.ref} is suspended: its Workload holds no quota."
+            p.set_condition(c.QUEUED, c.CONDITION_FALSE, "MSJobSuspended", msg, in_place=True)
+
+    def finish(self, p: Pass) -> None:
+        """A finished job's Workload is marked Finished (its quota is released) and
+        Kueue's finalizer removed."""
+        wl = self.seen.workload
+        for old in self.seen.other_workloads:
+            self._drop(old)
+        if wl is None:
+            return
+        if not is_true(wl, "Finished") and not terminating(wl):
+            done = get_condition(p.status, c.SUCCEEDED)
+            succeeded = bool(done and done.get("status") == c.CONDITION_TRUE)
+            final = done if succeeded else get_condition(p.status, c.FAILED)
+            message = str((final or {}).get("message") or "finished")
+            self.workload_status = finish_patch(wl, succeeded, message, p.now_s)
+        if has_finalizer(wl):
+            self.release_workloads.append(wl)
+
+    def _drop(self, wl: JSON) -> None:
+        if has_finalizer(wl):
+            self.release_workloads.append(wl)
+        if not terminating(wl):
+            self.delete_workloads.append(wl)
+
+    def _requeue_when_stopped(self, p: Pass, wl: JSON) -> None:
+        """An evicted Workload goes back to Kueue's queue once the pods are gone: until
+        then they hold the resources its quota accounted for."""
+        if is_true(wl, "Evicted") and has_quota(wl) and not p.pods:
+            self.workload_status = requeue_patch(wl, p.now_s)
+
+    def _wait(self, p: Pass, wait: Wait) -> None:
+        """``Queued`` True (``Running`` False): the pods are held."""
+        if is_true_condition(p.status, c.RUNNING):
+            p.set_condition(c.RUNNING, c.CONDITION_FALSE, wait.reason, wait.message)
+        p.wait(wait)
+
+    def _reshape(self, p: Pass, wl: JSON) -> None:
+        """The job's replicas or resources changed: a Workload not yet admitted is
+        updated; one admitted for the old shape is dropped once the pods are stopped, and
+        a new one is queued."""
+        if has_quota(wl) or p.pods:
+            if p.stop_pods():
+                self._drop(wl)
+        else:
+            self.patch_workload = {"spec": {"podSets": pod_sets(p.job)}}
+        self._wait(
+            p,
+            Wait(
+                REASON_PENDING,
+                f"MSJob {p.ref} changed its replicas or resources: its Workload is "
+                f"queued again in LocalQueue {queue_name(p.stored)!r}.",
+            ),
+        )
+
+    def _sync_spec(self, p: Pass, wl: JSON, resuming: bool) -> None:
+        """The queue name follows the label until the Workload holds quota (then a change
+        is refused: the Workload stays in its queue and a Warning says so); a resumed
+        job's Workload is made active again."""
+        spec: JSON = {}
+        want = queue_name(p.stored)
+        have = (wl.get("spec") or {}).get("queueName")
+        if want != have and has_quota(wl):
+            p.event(
+                "Warning",
+                "QueueNameChangeRefused",
+                f"MSJob {p.ref}: the {QUEUE_LABEL} label says {want!r}, but its "
+                f"Workload is admitted through LocalQueue {have!r}; the change is refused "
+                "while it holds quota (suspend the job to move it).",
+            )
+        elif want != have:
+            spec["queueName"] = want
+        if resuming and not active(wl):
+            spec["active"] = True
+        if spec:
+            self.patch_workload = {"spec": spec}
+
+    # --- writes ----------------------------------------------------------------------------
+    async def apply(self, w: Writer) -> bool:
+        """Create, then the job's Workload (spec patch, status patch), then finalizers off
+        and deletes; False when a Workload write conflicted (plan again)."""
+        if self.create_workload is not None:
+            await self._create(w, self.create_workload)
+        written, latest = await self._update(w.client)
+        return written and await self._release(w, latest)
+
+    async def _create(self, w: Writer, wl: JSON) -> None:
+        """AlreadyExists counts as created (and is not announced again)."""
+        try:
+            await w.client.create(WORKLOADS, wl, w.namespace)
+        except ApiError as e:
+            if not is_already_exists(e):
+                raise
+            return
+        message = f"Created Workload: {w.namespace}/{wl['metadata']['name']}"
+        w.recorder.event(w.job, "Normal", "CreatedWorkload", message)
+
+    async def _update(self, client: Client) -> tuple[bool, JSON | None]:
+        """The spec patch, then the status patch; False if one conflicted, and the
+        Workload as last written (or cached)."""
+        latest = self.seen.workload
+        if latest is None:
+            return True, None
+        if self.patch_workload is not None:
+            latest = await _patch(client, latest, self.patch_workload)
+        if latest is not None and self.workload_status is not None:
+            # The status patch was planned from the cached Workload; a spec patch of this
+            # pass moved only the spec, so it applies to the newer resourceVersion.
+            rv = latest["metadata"]["resourceVersion"]
+            patch = {**self.workload_status, "metadata": {"resourceVersion": rv}}
+            latest = await _patch(client, latest, patch, "status")
+        return latest is not None, latest
+
+    async def _release(self, w: Writer, latest: JSON | None) -> bool:
+        """Kueue's finalizer off (the job's own Workload as just written), then deletes."""
+        for wl in self.release_workloads:
+            if latest is not None and wl["metadata"]["name"] == latest["metadata"]["name"]:
+                wl = latest
+            if await _patch(w.client, wl, finalizer_patch(wl)) is None:
+                return False
+        for wl in self.delete_workloads:
+            meta = wl["metadata"]
+            try:
+                await w.client.delete(
+                    WORKLOADS, meta["name"], w.namespace, uid_precondition=meta["uid"]
+                )
+            except ApiError as e:
+                if not (is_not_found(e) or is_conflict(e)):
+                    raise
+        return True
+
+
+async def _patch(
+    client: Client, wl: JSON, patch: JSON, subresource: str | None = None
+) -> JSON | None:
+    """Merge-patch a Workload; None when it moved (a conflict) or is gone."""
+    meta = wl["metadata"]
+    try:
+        out: JSON = await client.patch(
+            WORKLOADS, meta["name"], patch, meta["namespace"], subresource=subresource
+        )
+        return out
+    except ApiError as e:
+        if is_conflict(e) or is_not_found(e):
+            import structlog  # the operator's logger: the SDK's planner never writes
+
+            structlog.get_logger("msop.msjob").info(
+                "workload write conflicted; requeueing", workload=meta["name"]
+            )
+            return None
+        raise

@@ -96,14 +96,13 @@ import structlog
 from cachetools import LRUCache
 
 from msop.api import constants as c
-from msop.api.conditions import is_finished
 from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
-from msop.informers.lister import Lister, Reader
-from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, DeflatedJSON
+from msop.informers.lister import Reader
+from msop.informers.store import BY_CONTROLLER_UID, DeflatedJSON
 from msop.kube import jsonpatch
 from msop.kube.errors import (
     ApiError,
@@ -115,18 +114,11 @@ from msop.kube.errors import (
     is_patch_test_failed,
 )
 from msop.kube.objects import JSON
-from msop.kube.resources import (
-    PODGROUPS,
-    PODS,
-    PRIORITYCLASSES,
-    SERVICES,
-    WORKLOADPRIORITYCLASSES,
-    WORKLOADS,
-    Resource,
-)
+from msop.kube.resources import PODS, SERVICES, Resource
 from msop.kube.writer import Client
-from msop.msjob import kueue, metrics
+from msop.msjob import metrics
 from msop.msjob.plan import Event, Observed, Options, Plan, plan
+from msop.msjob.scheduling import System, Writer
 from msop.msjob.statuswrite import status_write
 
 log = structlog.get_logger("msop.msjob")
@@ -225,10 +217,8 @@ class MSJobReconciler:
         jobs: Reader,
         pods: Reader,
         services: Reader,
-        pod_groups: Reader | None,
         recorder: EventRecorder,
-        workloads: Reader | None = None,
-        flavors: Lister | None = None,
+        scheduling: Sequence[System] = (),
         expectations: Expectations[ChildKey],
         options: Options,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -241,9 +231,8 @@ class MSJobReconciler:
         self.jobs = jobs
         self.pods = pods
         self.services = services
-        self.pod_groups = pod_groups
-        self.workloads = workloads
-        self.flavors = flavors
+        self.scheduling = list(scheduling)
+        """The scheduling systems that manage jobs, in the order they decide."""
         self.recorder = recorder
         self.expectations = expectations
         self.options = options
@@ -293,7 +282,8 @@ class MSJobReconciler:
             self._doubts.pop(request, None)
             self.expectations.delete_expectations((request, PODS))
             self.expectations.delete_expectations((request, SERVICES))
-            await self._release_orphaned_workloads(request.namespace, request.name)
+            for system in self.scheduling:
+                await system.forget(request)
             return Result()
         rv = job["metadata"].get("resourceVersion", "")
         if self._superseded.get(request) == rv:
@@ -311,34 +301,19 @@ class MSJobReconciler:
             return Result(requeue_after=EXPECTATIONS_TTL)
 
         uid = job["metadata"]["uid"]
-        pod_group = None
-        if self.pod_groups is not None and self.options.gang_scheduling:
-            pod_group = self.pod_groups.get(request.name, request.namespace)
         cached = self._defaulted.get(request)
         if cached is not None and cached[0] == rv and rv:
             defaulted = self._defaulted_codec.decode(cached[1])
         else:
             defaulted = apply_defaults(job)
             self._defaulted[request] = (rv, self._defaulted_codec.encode(defaulted))
-        workload, other_workloads, flavors = self._workloads(job)
-        priority = None
-        if (
-            workload is None
-            and self.options.kueue
-            and kueue.queue_name(job)
-            and not is_finished(job.get("status") or {})
-        ):
-            priority = await self._priority(job)
+        seen = [await system.observe(job) for system in self.scheduling]
         observed = Observed(
             job=job,
-            workload=workload,
-            other_workloads=other_workloads,
-            flavors=flavors,
-            workload_priority=priority,
             pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
             services=self.services.by_index(BY_CONTROLLER_UID, uid),
             now=self.now(),
-            pod_group=pod_group,
+            scheduling=[s for s in seen if s is not None],
             defaulted=defaulted,
             progress=self.progress(request) if self.progress is not None else None,
             counts_unwritten_since=self._counts_unwritten.get(request),
@@ -378,12 +353,12 @@ class MSJobReconciler:
             job = written
 
         failure = await self._children(request, job, p, failure)
-        # A Workload write that conflicted is planned again from a fresher cache.
-        workload_written = await self._scheduling_objects(
-            request.namespace, job, p, observed.workload
-        )
+        # A scheduling write that conflicted (a Workload) is planned again from a fresher
+        # cache; the others are applied all the same.
+        writer = Writer(self.client, self.recorder, job)
+        scheduled = all([await d.apply(writer) for d in p.scheduling])
 
-        if workload_written and self._status_waits_for_pods(p, failure):
+        if scheduled and self._status_waits_for_pods(p, failure):
             return Result()
         w = status_write(observed, p, failure)
         if w.held:
@@ -399,7 +374,7 @@ class MSJobReconciler:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
         if p.delete_job:
             await self._delete_job(job)
-        if not workload_written:
+        if not scheduled:
             return Result(requeue=True)
         if failure is not None and not is_invalid(failure):
             if refused_by_policy(failure):
@@ -718,137 +693,6 @@ class MSJobReconciler:
                     raise
 
         await asyncio.gather(*(one(o) for o in objs))
-
-    async def _scheduling_objects(self, ns: str, job: JSON, p: Plan, workload: JSON | None) -> bool:
-        """The PodGroup (Volcano) and Workload (Kueue) writes; False: requeue."""
-        await self._pod_group(ns, job, p)
-        await self._create_workload(ns, job, p)
-        written, latest = await self._update_workload(p, workload)
-        return written and await self._drop_workloads(ns, p, latest)
-
-    async def _pod_group(self, ns: str, job: JSON, p: Plan) -> None:
-        if p.create_pod_group is not None:
-            try:
-                await self.client.create(PODGROUPS, p.create_pod_group, ns)
-            except ApiError as e:
-                if not is_already_exists(e):
-                    raise
-        if p.patch_pod_group is not None:
-            try:
-                await self.client.patch(PODGROUPS, job["metadata"]["name"], p.patch_pod_group, ns)
-            except ApiError as e:
-                if not is_not_found(e):
-                    raise
-        if p.delete_pod_group:
-            try:
-                await self.client.delete(PODGROUPS, job["metadata"]["name"], ns)
-            except ApiError as e:
-                if not is_not_found(e):
-                    raise
-
-    def _workloads(self, job: JSON) -> tuple[JSON | None, list[JSON], dict[str, JSON | None]]:
-        """The job's Workload, the other Workloads it controls, and the ResourceFlavors
-        the Workload's admission names (Kueue)."""
-        if self.workloads is None or not self.options.kueue:
-            return None, [], {}
-        meta = job["metadata"]
-        name = kueue.workload_name(meta["name"], meta["uid"])
-        mine = self.workloads.by_index(BY_CONTROLLER_UID, meta["uid"])
-        workload = next((w for w in mine if w["metadata"]["name"] == name), None)
-        others = [w for w in mine if w is not workload]
-        flavors: dict[str, JSON | None] = {}
-        if workload is not None and self.flavors is not None:
-            flavors = {n: self.flavors.get(n) for n in kueue.flavor_names(workload)}
-        return workload, others, flavors
-
-    async def _release_orphaned_workloads(self, namespace: str, name: str) -> None:
-        """The job is gone: its Workloads, being deleted by the garbage collector, lose
-        Kueue's finalizer (Kueue releases their quota)."""
-        if self.workloads is None:
-            return
-        for wl in self.workloads.by_index(BY_NAMESPACE, namespace):
-            refs = wl["metadata"].get("ownerReferences") or []
-            owned = any(r.get("kind") == "MSJob" and r.get("name") == name for r in refs)
-            if owned and kueue.terminating(wl) and kueue.has_finalizer(wl):
-                await self._patch_workload(wl, kueue.finalizer_patch(wl))
-
-    async def _patch_workload(
-        self, wl: JSON, patch: JSON, subresource: str | None = None
-    ) -> JSON | None:
-        """Merge-patch a Workload; None when it moved (a conflict) or is gone."""
-        meta = wl["metadata"]
-        try:
-            out: JSON = await self.client.patch(
-                WORKLOADS, meta["name"], patch, meta["namespace"], subresource=subresource
-            )
-            return out
-        except ApiError as e:
-            if is_conflict(e) or is_not_found(e):
-                log.info("workload write conflicted; requeueing", workload=meta["name"])
-                return None
-            raise
-
-    async def _priority(self, job: JSON) -> JSON | kueue.MissingClass | None:
-        """The priority fields of the class the job names, read live (a class is looked
-        up once per Workload created: no cache is worth it); None: it names none."""
-        source = kueue.priority_source(job)
-        if source is None:
-            return None
-        kind, name = source
-        res = WORKLOADPRIORITYCLASSES if kind == "WorkloadPriorityClass" else PRIORITYCLASSES
-        try:
-            obj = await self.client.get(res, name)
-        except ApiError as e:
-            if is_not_found(e):
-                return kueue.MissingClass(kind, name)
-            raise
-        return kueue.priority_ref(kind, name, int(obj.get("value") or 0))
-
-    async def _create_workload(self, ns: str, job: JSON, p: Plan) -> None:
-        """Create the Plan's Workload (AlreadyExists counts as created)."""
-        if p.create_workload is None:
-            return
-        wl = p.create_workload
-        try:
-            await self.client.create(WORKLOADS, wl, ns)
-        except ApiError as e:
-            if not is_already_exists(e):
-                raise
-            return
-        message = f"Created Workload: {ns}/{wl['metadata']['name']}"
-        self.recorder.event(job, "Normal", "CreatedWorkload", message)
-
-    async def _update_workload(self, p: Plan, workload: JSON | None) -> tuple[bool, JSON | None]:
-        """The job's Workload: spec patch, then status patch. Returns False if one
-        conflicted, and the Workload as last written (or cached)."""
-        if workload is None:
-            return True, None
-        latest: JSON | None = workload
-        if p.patch_workload is not None:
-            latest = await self._patch_workload(workload, p.patch_workload)
-        if latest is not None and p.workload_status is not None:
-            # The status patch was planned from the cached Workload; a spec patch of this
-            # pass moved only the spec, so it applies to the newer resourceVersion.
-            rv = latest["metadata"]["resourceVersion"]
-            patch = {**p.workload_status, "metadata": {"resourceVersion": rv}}
-            latest = await self._patch_workload(latest, patch, "status")
-        return latest is not None, latest
-
-    async def _drop_workloads(self, ns: str, p: Plan, latest: JSON | None) -> bool:
-        """Kueue's finalizer off (the job's own Workload as just written), then deletes."""
-        for wl in p.release_workloads:
-            if latest is not None and wl["metadata"]["name"] == latest["metadata"]["name"]:
-                wl = latest
-            if await self._patch_workload(wl, kueue.finalizer_patch(wl)) is None:
-                return False
-        for wl in p.delete_workloads:
-            meta = wl["metadata"]
-            try:
-                await self.client.delete(WORKLOADS, meta["name"], ns, uid_precondition=meta["uid"])
-            except ApiError as e:
-                if not (is_not_found(e) or is_conflict(e)):
-                    raise
-        return True
 
     async def _delete_job(self, job: JSON) -> None:
         meta = job["metadata"]

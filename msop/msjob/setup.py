@@ -32,13 +32,14 @@ from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.controller.reconcile import Request
 from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
-from msop.informers.store import Transform, make_transform
+from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, Transform, make_transform
 from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS, Resource
-from msop.msjob import metrics
+from msop.msjob import gang, kueue, metrics
 from msop.msjob.plan import Options
 from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
+from msop.msjob.scheduling import System
 from msop.msjob.settings import Settings
 
 CONTROLLER_NAME = "msjob"
@@ -124,10 +125,28 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # ~25 KB per full pod in the cache.
     pods = informers(PODS, CHILD_SELECTOR, pod_projection)
     services = informers(SERVICES, CHILD_SELECTOR, service_projection)
-    pod_groups = informers(PODGROUPS, CHILD_SELECTOR, lean) if settings.gang_scheduling else []
-    workloads = informers(WORKLOADS, CHILD_SELECTOR, lean) if settings.kueue else []
-    # Cluster-scoped and few: the node labels and tolerations of admitted flavors.
-    flavors = [factory.informer_for(RESOURCEFLAVORS)] if settings.kueue else []
+    # The scheduling systems, in the order they decide (Kueue, then Volcano), and the
+    # caches of their objects, whose events enqueue the owning job.
+    scheduling: list[System] = []
+    watched: list[SharedInformer] = []
+    if settings.kueue:
+        workloads = informers(WORKLOADS, CHILD_SELECTOR, lean)
+        # Cluster-scoped and few: the node labels and tolerations of admitted flavors.
+        flavors = Lister(factory.informer_for(RESOURCEFLAVORS))
+        wl_reader = _reader(workloads)
+        scheduling.append(
+            kueue.Kueue(
+                manager.client,
+                owned_by=functools.partial(wl_reader.by_index, BY_CONTROLLER_UID),
+                in_namespace=functools.partial(wl_reader.by_index, BY_NAMESPACE),
+                flavor=flavors.get,
+            )
+        )
+        watched += workloads
+    if settings.gang_scheduling:
+        pod_groups = informers(PODGROUPS, CHILD_SELECTOR, lean)
+        scheduling.append(gang.Volcano(_reader(pod_groups).get))
+        watched += pod_groups
 
     expectations: Expectations[ChildKey] = Expectations()
     poller: ProgressPoller | None = None
@@ -141,16 +160,10 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         jobs=_reader(jobs),
         pods=_reader(pods),
         services=_reader(services),
-        pod_groups=_reader(pod_groups) if pod_groups else None,
-        workloads=_reader(workloads) if workloads else None,
-        flavors=Lister(flavors[0]) if flavors else None,
+        scheduling=scheduling,
         recorder=manager.event_recorder(EVENT_COMPONENT),
         expectations=expectations,
-        options=Options(
-            gang_scheduling=settings.gang_scheduling,
-            progress_port=settings.progress_port,
-            kueue=settings.kueue,
-        ),
+        options=Options(progress_port=settings.progress_port),
         progress=poller.get if poller is not None else None,
     )
     controller = Controller(
@@ -187,7 +200,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in services:
         controller.watch(inf, OWNER, batch_window=SERVICE_BATCH_WINDOW)
         _observe(inf, expectations, SERVICES)
-    for inf in [*pod_groups, *workloads]:
+    for inf in watched:
         controller.watch(inf, OWNER)
     reconciler.backlog = lambda: len(controller.queue)
     # A burst's creates before their announcements (SuccessfulCreate* are deferrable): a

@@ -32,7 +32,10 @@ from datetime import UTC, datetime
 from msop.api import FieldError, validate_admission
 from msop.api.validation import beyond_admission
 from msop.kube.objects import JSON
-from msop.msjob.plan import Observed, Options, plan
+from msop.msjob import gang
+from msop.msjob import kueue as queue
+from msop.msjob.plan import Observed, Plan, plan
+from msop.msjob.scheduling import Seen, decision
 
 UID_PLACEHOLDER = "<msjob-uid>"
 CLUSTER_IP_PLACEHOLDER = "<scheduler-service-cluster-ip>"
@@ -106,32 +109,31 @@ def render(
     meta.setdefault("uid", UID_PLACEHOLDER)
     job.pop("status", None)  # a new job: the plan must not depend on a stale status
     when = now or datetime.now(UTC)
-    options = Options(gang_scheduling=gang_scheduling, kueue=kueue)
 
-    workload = plan(Observed(job=job, pods=[], services=[], now=when), options).create_workload
+    def planned(services: list[JSON], wl: JSON | None, pg: JSON | None) -> Plan:
+        seen: list[Seen] = []
+        if kueue:
+            seen.append(queue.Seen(workload=wl))
+        if gang_scheduling:
+            seen.append(gang.Seen(pg))
+        return plan(Observed(job=job, pods=[], services=services, now=when, scheduling=seen))
+
+    queued = decision(planned([], None, None).scheduling, queue.Decision)
+    workload = queued.create_workload if queued is not None else None
     seen_workload = _admitted(workload) if workload is not None else None
-    first = plan(Observed(job=job, pods=[], services=[], now=when, workload=seen_workload), options)
+    first = planned([], seen_workload, None)
     services = first.create_services
     observed_services = []
     for svc in services:
         seen = copy.deepcopy(svc)
         seen["spec"]["clusterIP"] = CLUSTER_IP_PLACEHOLDER
         observed_services.append(seen)
-    pod_group = first.create_pod_group
+    gang_decision = decision(first.scheduling, gang.Decision)
+    pod_group = gang_decision.create if gang_decision is not None else None
     observed_group = None
     if pod_group is not None:
         observed_group = {**copy.deepcopy(pod_group), "status": {"phase": "Inqueue"}}
-    second = plan(
-        Observed(
-            job=job,
-            pods=[],
-            services=observed_services,
-            now=when,
-            pod_group=observed_group,
-            workload=seen_workload,
-        ),
-        options,
-    )
+    second = planned(observed_services, seen_workload, observed_group)
     notes: list[str] = []
     if not second.create_pods and not services:
         notes.append(

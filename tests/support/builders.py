@@ -17,8 +17,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msop.kube.objects import format_time
-from msop.msjob import desired
+from msop.msjob import desired, gang, kueue
 from msop.msjob.plan import Observed, Options, Plan, plan
+from msop.msjob.scheduling import decision
 
 JSON = dict[str, Any]
 NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -141,8 +142,20 @@ def finished(**extra: Any) -> JSON:
 
 
 def run(j: JSON, pods: list[JSON] = (), services: list[JSON] = (), **opts: Any) -> Plan:  # type: ignore[assignment]
-    return plan(Observed(j, list(pods), list(services), NOW, opts.pop("pod_group", None)),
-                Options(**opts))  # fmt: skip
+    """Plan ``j``; ``gang_scheduling=True`` (with ``pod_group=``) adds Volcano's view."""
+    pod_group = opts.pop("pod_group", None)
+    seen = [gang.Seen(pod_group)] if opts.pop("gang_scheduling", False) else []
+    return plan(Observed(j, list(pods), list(services), NOW, scheduling=seen), Options(**opts))
+
+
+def volcano(p: Plan) -> gang.Decision:
+    """What Volcano decided in ``p`` (nothing, if it does not manage the job)."""
+    return decision(p.scheduling, gang.Decision) or gang.Seen().decide()
+
+
+def queue(p: Plan) -> kueue.Decision:
+    """What Kueue decided in ``p`` (nothing, if it does not manage the job)."""
+    return decision(p.scheduling, kueue.Decision) or kueue.Seen().decide()
 
 
 def cond(p: Plan, type_: str) -> JSON | None:

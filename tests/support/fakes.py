@@ -191,7 +191,6 @@ class Harness:
             jobs=Reader(self.cluster, c.KIND),
             pods=Reader(self.cluster, "Pod"),
             services=Reader(self.cluster, "Service"),
-            pod_groups=None,
             recorder=self.recorder,  # type: ignore[arg-type]
             expectations=self.expectations,
             options=options or Options(progress_port=0),

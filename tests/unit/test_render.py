@@ -14,6 +14,7 @@ from msop.api.constants import DEFAULT_PROGRESS_PORT
 from msop.cli import main
 from msop.cli.render import render_files
 from msop.msjob import desired
+from msop.msjob import gang as volcano
 from msop.sdk.render import (
     CLUSTER_IP_PLACEHOLDER,
     UID_PLACEHOLDER,
@@ -41,7 +42,8 @@ def _expected(raw: dict[str, Any], namespace: str, gang: bool = False) -> list[d
     pods = [
         desired.pod(
             job, rt, i, sched_host=CLUSTER_IP_PLACEHOLDER if first and (rt, i) != first else None,
-            gang=gang, progress_port=DEFAULT_PROGRESS_PORT,
+            progress_port=DEFAULT_PROGRESS_PORT,
+            placement=volcano.placement(job, rt) if gang else None,
         )
         for rt, i in desired.replica_slots(job)
     ]  # fmt: skip

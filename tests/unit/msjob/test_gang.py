@@ -11,7 +11,7 @@ import pytest
 from msop.api import quantity
 from msop.api.conditions import latest_condition_type, set_condition
 from msop.msjob import desired, gang
-from tests.support.builders import T0, cond, job, pod, run, service
+from tests.support.builders import T0, cond, job, pod, run, service, volcano
 
 JSON = dict[str, Any]
 
@@ -110,7 +110,7 @@ def _gang_job(
 
 
 def test_min_resources_sum_every_pod_when_the_whole_gang_is_needed() -> None:
-    spec = desired.pod_group_spec(_gang_job(workers=3))
+    spec = gang.pod_group_spec(_gang_job(workers=3))
     assert spec == {
         "minMember": 4,
         "minResources": {"cpu": "6100m", "huawei.com/Ascend910": "3", "memory": "12544Mi"},
@@ -118,7 +118,7 @@ def test_min_resources_sum_every_pod_when_the_whole_gang_is_needed() -> None:
 
 
 def test_min_resources_sum_the_first_min_available_pods_scheduler_first() -> None:
-    spec = desired.pod_group_spec(
+    spec = gang.pod_group_spec(
         _gang_job(workers=3, policy={"minAvailable": 2, "queue": "team-a", "priorityClass": "hi"})
     )
     assert spec == {
@@ -130,12 +130,12 @@ def test_min_resources_sum_the_first_min_available_pods_scheduler_first() -> Non
 
 
 def test_min_resources_written_in_the_policy_win() -> None:
-    spec = desired.pod_group_spec(_gang_job(policy={"minResources": {"cpu": 8}}))
+    spec = gang.pod_group_spec(_gang_job(policy={"minResources": {"cpu": 8}}))
     assert spec["minResources"] == {"cpu": "8"}
 
 
 def _pg(j: JSON, phase: str | None = None, **status: Any) -> JSON:
-    pg = desired.pod_group(j)
+    pg = gang.pod_group(j)
     if phase is not None:
         pg["status"] = {"phase": phase, **status}
     return pg
@@ -143,8 +143,8 @@ def _pg(j: JSON, phase: str | None = None, **status: Any) -> JSON:
 
 def test_a_scaled_job_patches_min_member_and_min_resources() -> None:
     pg = _pg(_gang_job(workers=3), "Running")
-    assert desired.pod_group_patch(_gang_job(workers=3), pg) is None
-    patch = desired.pod_group_patch(_gang_job(workers=5), pg)
+    assert gang.pod_group_patch(_gang_job(workers=3), pg) is None
+    patch = gang.pod_group_patch(_gang_job(workers=5), pg)
     assert patch == {
         "spec": {
             "minMember": 6,
@@ -156,26 +156,24 @@ def test_a_scaled_job_patches_min_member_and_min_resources() -> None:
 def test_equal_quantities_written_differently_need_no_patch() -> None:
     pg = _pg(_gang_job(), "Running")
     pg["spec"]["minResources"]["memory"] = str(12544 * 2**20)  # as bytes
-    assert desired.pod_group_patch(_gang_job(), pg) is None
+    assert gang.pod_group_patch(_gang_job(), pg) is None
 
 
 def test_a_priority_class_removed_from_the_policy_is_removed_from_the_podgroup() -> None:
     pg = _pg(_gang_job(policy={"priorityClass": "hi"}), "Pending")
-    assert desired.pod_group_patch(_gang_job(policy={}), pg) == {
-        "spec": {"priorityClassName": None}
-    }
+    assert gang.pod_group_patch(_gang_job(policy={}), pg) == {"spec": {"priorityClassName": None}}
 
 
 def test_a_queue_defaulted_by_volcanos_webhook_is_left_alone() -> None:
     pg = _pg(_gang_job(), "Running")
     pg["spec"]["queue"] = "default"
-    assert desired.pod_group_patch(_gang_job(), pg) is None
+    assert gang.pod_group_patch(_gang_job(), pg) is None
 
 
 def test_a_new_job_creates_its_podgroup_and_waits_queued() -> None:
     j = _gang_job()
     p = run(j, gang_scheduling=True)
-    assert p.create_pod_group is not None and not p.create_pods
+    assert volcano(p).create is not None and not p.create_pods
     queued = cond(p, "Queued")
     assert queued and queued["status"] == "True" and queued["reason"] == "PodGroupPending"
     assert "gang of 4 pods" in queued["message"] and "huawei.com/Ascend910=3" in queued["message"]
@@ -257,7 +255,7 @@ def test_a_podgroup_being_deleted_is_neither_patched_nor_trusted() -> None:
     pg = _pg(_gang_job(workers=3), "Running")
     pg["metadata"]["deletionTimestamp"] = T0
     p = run(j, pod_group=pg, gang_scheduling=True)
-    assert p.patch_pod_group is None and not p.create_pods and p.create_pod_group is None
+    assert volcano(p).patch is None and not p.create_pods and volcano(p).create is None
 
 
 def test_waiting_is_none_once_placed() -> None:

@@ -11,12 +11,11 @@ from typing import Any
 import pytest
 
 from msop.api import constants as c
-from msop.controller.expectations import Expectations
 from msop.kube.errors import ApiError
 from msop.msjob import kueue
-from msop.msjob.plan import Observed, Options, Plan, plan
-from msop.msjob.reconciler import MSJobReconciler
-from tests.support.builders import NOW, T0, job, pod, service
+from msop.msjob.plan import Observed, Plan, plan
+from msop.msjob.scheduling import Writer
+from tests.support.builders import NOW, T0, job, pod, queue, service
 
 JSON = dict[str, Any]
 QUEUE = "team-a"
@@ -87,11 +86,9 @@ def run(
     flavors: dict[str, JSON | None] | None = None,
     kueue_on: bool = True,
 ) -> Plan:
-    obs = Observed(
-        j, list(pods), [service()], NOW, workload=wl, other_workloads=list(others),
-        flavors=FLAVORS if flavors is None else flavors,
-    )  # fmt: skip
-    return plan(obs, Options(kueue=kueue_on))
+    seen = kueue.Seen(wl, list(others), FLAVORS if flavors is None else flavors)
+    obs = Observed(j, list(pods), [service()], NOW, scheduling=[seen] if kueue_on else [])
+    return plan(obs)
 
 
 def queued(p: Plan) -> JSON | None:
@@ -124,7 +121,7 @@ def test_the_workload_has_a_pod_set_per_replica_type_and_the_job_as_owner() -> N
 
 def test_a_new_queued_job_gets_a_workload_and_no_pod() -> None:
     p = run(queued_job())
-    assert p.create_workload is not None and p.create_pods == []
+    assert queue(p).create_workload is not None and p.create_pods == []
     q = queued(p)
     assert q is not None and q["status"] == "True" and q["reason"] == kueue.REASON_PENDING
     assert "startTime" not in (p.status or {})
@@ -134,7 +131,7 @@ def test_a_new_queued_job_gets_a_workload_and_no_pod() -> None:
 def test_jobs_without_the_label_or_without_the_flag_are_untouched() -> None:
     plain = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")})
     for p in (run(plain), run(queued_job(), kueue_on=False)):
-        assert p.create_workload is None
+        assert queue(p).create_workload is None
         assert len(p.create_pods) == 3
 
 
@@ -143,7 +140,7 @@ def test_a_pending_workload_holds_the_pods_and_says_what_quota_is_short() -> Non
     wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
     wl["status"]["conditions"][0]["message"] = "couldn't assign flavors: insufficient quota"
     p = run(j, wl)
-    assert p.create_pods == [] and p.create_workload is None
+    assert p.create_pods == [] and queue(p).create_workload is None
     q = queued(p)
     assert q is not None and "insufficient quota" in q["message"] and QUEUE in q["message"]
 
@@ -151,8 +148,8 @@ def test_a_pending_workload_holds_the_pods_and_says_what_quota_is_short() -> Non
 def test_an_admitted_workload_runs_the_pods_on_their_flavors() -> None:
     j = queued_job()
     svc = service()
-    obs = Observed(j, [], [svc], NOW, workload=admitted(j), flavors=FLAVORS)
-    p = plan(obs, Options(kueue=True))
+    obs = Observed(j, [], [svc], NOW, scheduling=[kueue.Seen(admitted(j), flavors=FLAVORS)])
+    p = plan(obs)
     by_name = {x["metadata"]["name"]: x for x in p.create_pods}
     assert set(by_name) == {"j-scheduler-0", "j-worker-0", "j-worker-1"}
     assert by_name["j-scheduler-0"]["spec"]["nodeSelector"] == {"pool": "a"}
@@ -176,8 +173,8 @@ def test_the_templates_own_node_selector_is_kept_and_admission_check_updates_app
          "podSetUpdates": [{"name": "worker", "nodeSelector": {"zone": "z1"},
                             "annotations": {"note": "x"}}]},
     ]  # fmt: skip
-    obs = Observed(j, [], [service()], NOW, workload=wl, flavors=FLAVORS)
-    worker = next(x for x in plan(obs, Options(kueue=True)).create_pods if "worker-0" in
+    obs = Observed(j, [], [service()], NOW, scheduling=[kueue.Seen(wl, flavors=FLAVORS)])
+    worker = next(x for x in plan(obs).create_pods if "worker-0" in
                   x["metadata"]["name"])  # fmt: skip
     assert worker["spec"]["nodeSelector"] == {"pool": "b", "zone": "z1", "disk": "ssd"}
     assert worker["metadata"]["annotations"]["note"] == "x"
@@ -195,13 +192,13 @@ def test_an_evicted_job_stops_its_pods_then_hands_the_workload_back() -> None:
     pods = [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)]
     p = run(j, wl, pods)
     assert len(p.delete_pods) == 3 and p.create_pods == []
-    assert p.workload_status is None  # the pods still hold what the quota counted
+    assert queue(p).workload_status is None  # the pods still hold what the quota counted
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_EVICTED and "Preempted" in q["message"]
     assert "startTime" not in (p.status or {})
 
     p = run(j, wl, [])
-    patch = p.workload_status
+    patch = queue(p).workload_status
     assert patch is not None and patch["status"]["admission"] is None
     assert patch["metadata"]["resourceVersion"] == "7"
     conds = {x["type"]: x for x in patch["status"]["conditions"]}
@@ -226,8 +223,8 @@ def test_an_eviction_is_not_a_failure_and_counts_no_restart() -> None:
 def test_a_stopped_queue_that_deactivated_the_workload_is_not_requeued_as_preempted() -> None:
     j = queued_job()
     p = run(j, evicted(j, reason="Deactivated"), [])
-    assert p.workload_status is not None
-    conds = {x["type"]: x for x in p.workload_status["status"]["conditions"]}
+    assert queue(p).workload_status is not None
+    conds = {x["type"]: x for x in queue(p).workload_status["status"]["conditions"]}
     assert conds["Requeued"]["status"] == "False"
 
 
@@ -235,7 +232,7 @@ def test_suspending_a_queued_job_deactivates_its_workload_and_resuming_reactivat
     j = queued_job(run_policy={"suspend": True})
     wl = admitted(j)
     p = run(j, wl, [pod("Worker", 0)])
-    assert p.patch_workload == {"spec": {"active": False}}
+    assert queue(p).patch_workload == {"spec": {"active": False}}
     assert len(p.delete_pods) == 1
 
     wl["spec"]["active"] = False
@@ -244,7 +241,7 @@ def test_suspending_a_queued_job_deactivates_its_workload_and_resuming_reactivat
          "lastTransitionTime": T0}
     )  # fmt: skip
     p = run(j, wl, [])
-    assert p.workload_status is not None  # quota released while suspended
+    assert queue(p).workload_status is not None  # quota released while suspended
 
     resumed = queued_job(status={"conditions": [
         {"type": c.SUSPENDED, "status": "True", "reason": "MSJobSuspended", "message": "s",
@@ -252,7 +249,7 @@ def test_suspending_a_queued_job_deactivates_its_workload_and_resuming_reactivat
     idle = wl_of(resumed, ("QuotaReserved", "False", "Pending"))
     idle["spec"]["active"] = False
     p = run(resumed, idle, [])
-    assert p.patch_workload == {"spec": {"active": True}}
+    assert queue(p).patch_workload == {"spec": {"active": True}}
     assert p.create_pods == []
 
 
@@ -290,7 +287,7 @@ def test_the_pass_that_resumes_a_job_says_it_waits_not_that_it_was_evicted() -> 
     wl = _handed_back(resumed, "Deactivated", ("Requeued", "False", "Deactivated"), T0)
     wl["spec"]["active"] = False
     p = run(resumed, wl)
-    assert p.patch_workload == {"spec": {"active": True}}
+    assert queue(p).patch_workload == {"spec": {"active": True}}
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_PENDING, q
     assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [kueue.REASON_PENDING]
@@ -339,7 +336,7 @@ def test_a_workload_deactivated_by_someone_else_keeps_the_job_queued() -> None:
     wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
     wl["spec"]["active"] = False
     p = run(j, wl)
-    assert p.patch_workload is None and p.create_pods == []
+    assert queue(p).patch_workload is None and p.create_pods == []
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_INACTIVE
 
@@ -351,10 +348,12 @@ def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
     p = run(j, wl, pods)
     assert p.status is not None
     assert any(x["type"] == c.SUCCEEDED for x in p.status["conditions"])
-    assert p.workload_status is not None
-    fin = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "Finished")
+    assert queue(p).workload_status is not None
+    fin = next(
+        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "Finished"
+    )
     assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
-    assert p.release_workloads == [wl]
+    assert queue(p).release_workloads == [wl]
     assert kueue.finalizer_patch(wl) == {"metadata": {"resourceVersion": "7", "finalizers": []}}
 
 
@@ -363,9 +362,9 @@ def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() ->
     wl = admitted(j)
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
     p = run(j, wl, [pod("Worker", 0)])
-    assert len(p.delete_pods) == 1 and p.delete_workloads == []
+    assert len(p.delete_pods) == 1 and queue(p).delete_workloads == []
     p = run(j, wl, [])
-    assert p.delete_workloads == [wl] and p.release_workloads == [wl]
+    assert queue(p).delete_workloads == [wl] and queue(p).release_workloads == [wl]
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_PENDING
 
@@ -375,11 +374,11 @@ def test_a_pending_workload_follows_the_job_in_place() -> None:
     wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
     p = run(j, wl)
-    assert p.patch_workload is not None
-    assert [x["count"] for x in p.patch_workload["spec"]["podSets"]] == [1, 3]
+    assert queue(p).patch_workload is not None
+    assert [x["count"] for x in queue(p).patch_workload["spec"]["podSets"]] == [1, 3]
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 2
     j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
-    assert run(j, wl).patch_workload == {"spec": {"queueName": "team-b"}}
+    assert queue(run(j, wl)).patch_workload == {"spec": {"queueName": "team-b"}}
 
 
 def test_a_queue_change_while_admitted_is_refused_with_a_warning() -> None:
@@ -387,7 +386,7 @@ def test_a_queue_change_while_admitted_is_refused_with_a_warning() -> None:
     wl = admitted(j)
     j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
     p = run(j, wl, [])
-    assert p.patch_workload is None
+    assert queue(p).patch_workload is None
     assert [e.type for e in p.events if e.reason == "QueueNameChangeRefused"] == ["Warning"]
     assert p.create_pods  # it keeps running where it was admitted
 
@@ -397,10 +396,10 @@ def test_a_workload_deleted_under_the_job_stops_it_and_a_new_one_is_queued() -> 
     wl = admitted(j)
     wl["metadata"]["deletionTimestamp"] = T0
     p = run(j, wl, [pod("Worker", 0)])
-    assert len(p.delete_pods) == 1 and p.release_workloads == [wl]
-    assert p.create_workload is None
+    assert len(p.delete_pods) == 1 and queue(p).release_workloads == [wl]
+    assert queue(p).create_workload is None
     p = run(j, None, [])
-    assert p.create_workload is not None
+    assert queue(p).create_workload is not None
 
 
 def test_workloads_left_by_an_earlier_spec_are_deleted_before_a_new_one() -> None:
@@ -408,7 +407,7 @@ def test_workloads_left_by_an_earlier_spec_are_deleted_before_a_new_one() -> Non
     stale = admitted(j)
     stale["metadata"]["name"] = "msjob-j-old"
     p = run(j, None, [], others=[stale])
-    assert p.delete_workloads == [stale] and p.create_workload is None
+    assert queue(p).delete_workloads == [stale] and queue(p).create_workload is None
 
 
 def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
@@ -470,44 +469,52 @@ class _Api:
         self.calls.append(("delete", res.kind, name))
 
 
-def _reconciler(api: _Api) -> MSJobReconciler:
-    return MSJobReconciler(
+def _kueue(api: _Api) -> kueue.Kueue:
+    """Kueue's side of the reconciler, with empty caches."""
+    return kueue.Kueue(
         api,  # type: ignore[arg-type]
-        jobs=None, pods=None, services=None, pod_groups=None,  # type: ignore[arg-type]
-        recorder=type("R", (), {"event": lambda *a: None})(),  # type: ignore[arg-type]
-        expectations=Expectations(), options=Options(kueue=True),
+        owned_by=lambda uid: [], in_namespace=lambda ns: [], flavor=lambda name: None,
     )  # fmt: skip
 
 
-def _reconcile(api: _Api, plan_: Plan, wl: JSON | None, j: JSON) -> bool:
-    return asyncio.run(_reconciler(api)._scheduling_objects("ns", j, plan_, wl))
+def _apply(api: _Api, d: kueue.Decision, j: JSON) -> bool:
+    recorder = type("R", (), {"event": lambda *a: None})()
+    return asyncio.run(d.apply(Writer(api, recorder, j)))  # type: ignore[arg-type]
+
+
+def _decided(wl: JSON | None, **writes: Any) -> kueue.Decision:
+    """A Decision about ``wl`` with the given writes."""
+    d = kueue.Seen(wl).decide()
+    for name, value in writes.items():
+        setattr(d, name, value)
+    return d
 
 
 def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
     j = queued_job()
     j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
     api = _Api(None)
-    r = _reconciler(api)
-    priority = asyncio.run(r._priority(j))
+    seen = asyncio.run(_kueue(api).observe(j))
     assert api.calls == [("get", "WorkloadPriorityClass", "urgent")]
-    assert priority == kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000)
-    obs = Observed(j, [], [service()], NOW, workload_priority=priority)
-    p = plan(obs, Options(kueue=True))
-    assert p.create_workload is not None and p.create_workload["spec"]["priority"] == 1000
-    assert asyncio.run(r._scheduling_objects("ns", j, p, None))
+    assert seen.priority == kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000)
+    p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
+    created = queue(p).create_workload
+    assert created is not None and created["spec"]["priority"] == 1000
+    assert _apply(api, queue(p), j)
     assert api.calls[1][0:2] == ("create", "Workload")
 
 
 def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finalizer() -> None:
     j = queued_job()
     wl = admitted(j)
-    p = Plan(
+    d = _decided(
+        wl,
         patch_workload={"spec": {"active": False}},
         workload_status=kueue.finish_patch(wl, True, "done", T0),
         release_workloads=[wl],
     )
     api = _Api(wl)
-    assert _reconcile(api, p, wl, j)
+    assert _apply(api, d, j)
     kinds = [(c_[0], c_[1]) for c_ in api.calls]
     assert kinds == [("patch", "Workload/"), ("patch", "Workload/status"), ("patch", "Workload/")]
     assert api.calls[1][2]["metadata"]["resourceVersion"] == "8"  # after the spec patch
@@ -517,8 +524,8 @@ def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finali
 def test_a_workload_that_moved_is_planned_again() -> None:
     j = queued_job()
     wl = evicted(j)
-    p = Plan(workload_status=kueue.requeue_patch(wl, T0))
-    assert not _reconcile(_Api(wl, conflict=True), p, wl, j)
+    d = _decided(wl, workload_status=kueue.requeue_patch(wl, T0))
+    assert not _apply(_Api(wl, conflict=True), d, j)
 
 
 def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
@@ -529,10 +536,10 @@ def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
         async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
             raise ApiError(404, "NotFound", f'"{name}" not found')
 
-    missing = asyncio.run(_reconciler(Missing(None))._priority(j))
-    assert missing == kueue.MissingClass("WorkloadPriorityClass", "nope")
-    p = plan(Observed(j, [], [service()], NOW, workload_priority=missing), Options(kueue=True))
-    assert p.create_workload is None and p.create_pods == []
+    seen = asyncio.run(_kueue(Missing(None)).observe(j))
+    assert seen.priority == kueue.MissingClass("WorkloadPriorityClass", "nope")
+    p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
+    assert queue(p).create_workload is None and p.create_pods == []
     q = queued(p)
     assert q is not None and q["reason"] == kueue.REASON_PRIORITY_CLASS_NOT_FOUND
     assert "WorkloadPriorityClass 'nope' does not exist" in q["message"]
@@ -541,8 +548,7 @@ def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     assert p.requeue_after == 1.0  # looked up again, then less often
     later = plan(
         Observed({**j, "status": p.status}, [], [service()], NOW + timedelta(seconds=300),
-                 workload_priority=missing),
-        Options(kueue=True),
+                 scheduling=[seen]),
     )  # fmt: skip
     assert later.requeue_after == 60.0 and later.events == []
 
@@ -564,10 +570,14 @@ def test_pods_ready_follows_kueues_reasons() -> None:
 def test_an_admitted_job_reports_pods_ready_once_every_pod_runs() -> None:
     j = queued_job()
     p = run(j, admitted(j), [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)])
-    assert p.workload_status is not None
-    ready = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "PodsReady")
+    assert queue(p).workload_status is not None
+    ready = next(
+        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "PodsReady"
+    )
     assert (ready["status"], ready["reason"]) == ("True", "Started")
     p = run(j, admitted(j), [pod("Scheduler", 0)])
-    assert p.workload_status is not None
-    ready = next(x for x in p.workload_status["status"]["conditions"] if x["type"] == "PodsReady")
+    assert queue(p).workload_status is not None
+    ready = next(
+        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "PodsReady"
+    )
     assert (ready["status"], ready["reason"]) == ("False", "WaitForStart")

@@ -22,6 +22,7 @@ from tests.support.builders import (
     run,
     running_status,
     service,
+    volcano,
 )
 
 # --- creation ----------------------------------------------------------------------------
@@ -292,7 +293,7 @@ def test_gang_scheduling_creates_the_podgroup_and_holds_pods_until_inqueue() -> 
     j = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")},
             {"schedulingPolicy": {"queue": "q", "minAvailable": 2}})  # fmt: skip
     p = run(j, gang_scheduling=True)
-    assert p.create_pod_group is not None and p.create_pod_group["spec"] == {
+    assert volcano(p).create is not None and volcano(p).create["spec"] == {
         "minMember": 2,
         "queue": "q",
     }

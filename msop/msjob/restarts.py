@@ -1,0 +1,247 @@
+"""Restart policies: what a failed, resized or broken MSJob does next (the planner's rule 7).
+
+Pure, like the rest of the planner: each function takes the planning pass
+(:class:`msop.msjob.plan.Planner`) and the replica counts it made, decides, and records its
+decision in the pass (pods to delete, conditions, events). Each returns True when the
+pass failed or restarted the job, so the planner stops there.
+
+``restartScope: Job`` (:func:`restart_job_if_needed`; the default for a MindSpore cluster:
+a job with a Scheduler, not elastic) restarts the job as a whole:
+
+- The job's first failure decides (the earliest ``finishedAt``): MindSpore's peers of a
+  killed worker exit 1 about 30 s after it, and those follow-on exits say nothing about
+  the job. Retryable by the failed replica's policy (``ExitCode``: a code >= 128, or no
+  code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
+  none) means every pod is deleted and recreated with the same ``MS_*`` values, counted
+  once toward ``backoffLimit``. Otherwise the job fails, naming the pod, its exit code and
+  the container's reason; the failed run's last output stays in the condition's message.
+- Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
+  ``kubectl scale``) cannot join the others: if the cluster has started, every pod is
+  recreated (not counted toward ``backoffLimit``); if none runs yet, only the stale ones
+  are replaced.
+- A member of a Running cluster that disappeared (deleted by hand) leaves a cluster that
+  cannot go on: every pod is recreated (not counted either).
+
+``restartScope: Pod`` (:func:`restart_pods`, ms-operator's rules): ``Always``/``OnFailure``
+are restarted in place by the kubelet, and each ``restartCount`` counts toward
+``backoffLimit``. ``ExitCode``: a Failed pod whose ``mindspore`` container exited with a
+code >= 128 (killed by a signal: OOM, preemption) is deleted and recreated, ``Restarting``
+is set, and the recreation is counted in ``status.replicaStatuses.<type>.restarts`` (also
+toward ``backoffLimit``). Codes 1-127 are permanent. When the count would exceed
+``backoffLimit`` the job fails instead (reason ``BackoffLimitExceeded``).
+
+A restart writes the status first (``Plan.status_first``): it must be counted before the
+evidence (the failed pod) is gone.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from msop.api import constants as c
+from msop.api import naming
+from msop.api.conditions import is_true
+from msop.kube.objects import JSON
+from msop.msjob import desired
+from msop.msjob.podstate import (
+    exit_code,
+    finished_at,
+    how_it_ended,
+    last_output,
+    phase,
+    restart_count,
+    terminating,
+)
+
+if TYPE_CHECKING:
+    from msop.msjob.plan import Planner
+
+Slot = tuple[str, int]
+
+
+def restart_pods(p: Planner, counts: dict[str, JSON]) -> bool:
+    """``restartScope: Pod``: apply the restart policies and ``backoffLimit`` pod by pod;
+    True if the job just failed."""
+    kubelet_restarts = 0
+    restarts: list[tuple[str, JSON, int | None]] = []
+    permanent: dict[str, int] = {}
+    for slot, pod in p.by_slot.items():
+        rtype = slot[0]
+        if not p.wanted(slot) or terminating(pod):
+            continue
+        policy = p.specs[rtype].restart_policy
+        if policy in (c.ALWAYS, c.ON_FAILURE):
+            kubelet_restarts += restart_count(pod)
+        if phase(pod) != "Failed":
+            continue
+        code = exit_code(pod)
+        if policy == c.EXIT_CODE and code is not None and code >= 128:
+            restarts.append((rtype, pod, code))
+        elif not (rtype == c.WORKER and p.view.spec.enable_dynamic_worker):
+            permanent[rtype] = permanent.get(rtype, 0) + 1
+
+    operator_restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
+    limit = p.view.run_policy.backoff_limit
+    total = kubelet_restarts + operator_restarts + len(restarts)
+    if limit is not None and total > limit:
+        done = [f"{operator_restarts} pod recreation(s)"]
+        if kubelet_restarts:
+            done.insert(0, f"{kubelet_restarts} container restart(s)")
+        needed = f"; {len(restarts)} more needed" if restarts else ""
+        p.fail(
+            "BackoffLimitExceeded",
+            f"MSJob {p.ref} has failed because it has reached the specified backoff "
+            f"limit (backoffLimit {limit}): {' and '.join(done)} so far{needed}.",
+        )
+        p.finish(delete_all=True)
+        return True
+    if permanent:
+        what = ", ".join(f"{n} {rt}" for rt, n in permanent.items())
+        p.fail("MSJobFailed", f"MSJob {p.ref} has failed because {what} replica(s) failed.")
+        p.finish(delete_all=False)
+        return True
+    _recreate_killed(p, counts, restarts)
+    return False
+
+
+def _recreate_killed(
+    p: Planner, counts: dict[str, JSON], restarts: list[tuple[str, JSON, int | None]]
+) -> None:
+    """Delete the pods killed by a signal (recreated in a later pass), counting each."""
+    for rtype, pod, code in restarts:
+        name = pod["metadata"]["name"]
+        p.event(
+            "Normal", "ExitedWithCode", f"Pod {p.view.namespace}/{name} exited with code {code}"
+        )
+        counts[rtype]["restarts"] = int(counts[rtype].get("restarts", 0)) + 1
+        counts[rtype]["failed"] = max(0, counts[rtype]["failed"] - 1)
+        p.delete_pod(pod)
+        p.plan.status_first = True
+    if restarts:
+        types = sorted({rt for rt, _, _ in restarts})
+        msg = (
+            f"MSJob {p.ref} is restarting because {len(restarts)} "
+            f"{'/'.join(types)} replica(s) failed with a retryable exit code."
+        )
+        p.set_condition(c.RESTARTING, c.CONDITION_TRUE, "MSJobRestarting", msg)
+        p.event("Warning", "MSJobRestarting", msg)
+
+
+def restart_job_if_needed(p: Planner, counts: dict[str, JSON]) -> bool:
+    """``restartScope: Job`` (see the module docstring); True if this pass failed or
+    restarts the job."""
+    failed = [
+        (slot, pod)
+        for slot, pod in p.by_slot.items()
+        if p.wanted(slot) and not terminating(pod) and phase(pod) == "Failed"
+    ]
+    if p.view.spec.enable_dynamic_worker:
+        failed = [
+            (slot, pod) for slot, pod in failed if slot[0] != c.WORKER or retryable(p, slot, pod)
+        ]
+    if failed:
+        slot, pod = min(
+            failed,
+            key=lambda sp: (finished_at(sp[1]), not retryable(p, *sp), sp[1]["metadata"]["name"]),
+        )
+        return _job_failure(p, counts, slot, pod)
+    return _resize_cluster(p) or _replace_lost_member(p)
+
+
+def retryable(p: Planner, slot: Slot, pod: JSON) -> bool:
+    """Whether the replica's restart policy retries this failed pod."""
+    policy = p.specs[slot[0]].restart_policy
+    if policy == c.NEVER:
+        return False
+    if policy == c.EXIT_CODE:
+        code = exit_code(pod)
+        return code is None or code >= 128
+    return True
+
+
+def _job_failure(p: Planner, counts: dict[str, JSON], slot: Slot, pod: JSON) -> bool:
+    """The job's first failure: restart the job, or fail it (not retryable, or
+    ``backoffLimit`` reached)."""
+    name = f"{p.view.namespace}/{pod['metadata']['name']}"
+    code = exit_code(pod)
+    what = f"pod {name} {how_it_ended(pod)}"
+    tail = last_output(pod, code) if code is not None else ""
+    # Its pods are deleted: what the failed process printed last stays here.
+    said = f"\nThe last output of pod {name}:\n{tail}" if tail else ""
+    if code is not None:
+        p.event("Normal", "ExitedWithCode", f"Pod {name} exited with code {code}")
+    if not retryable(p, slot, pod):
+        policy = p.specs[slot[0]].restart_policy
+        p.fail(
+            "MSJobFailed",
+            f"MSJob {p.ref} has failed because {what}, which restartPolicy {policy} of "
+            f"{slot[0]} does not retry.{said}",
+        )
+        p.finish(delete_all=False)
+        return True
+    restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
+    limit = p.view.run_policy.backoff_limit
+    if limit is not None and restarts >= limit:
+        p.fail(
+            "BackoffLimitExceeded",
+            f"MSJob {p.ref} has failed because {what} after {restarts} restart(s) of "
+            f"the job (backoffLimit {limit}).{said}",
+        )
+        p.finish(delete_all=True)
+        return True
+    counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
+    restart_all(
+        p, "Warning", "MSJobRestarting",
+        f"MSJob {p.ref} is restarting all its pods because {what} "
+        f"(restart {restarts + 1}{f' of {limit}' if limit is not None else ''}).{said}",
+    )  # fmt: skip
+    return True
+
+
+def _resize_cluster(p: Planner) -> bool:
+    """Pods made for another cluster size: replace them (nothing started yet), or restart
+    the whole cluster; True if it restarts."""
+    want = desired.wanted_cluster_size_env(p.job)
+    live = [pod for pod in p.pods if not terminating(pod)]
+    stale = [pod for pod in live if desired.cluster_size_env(pod) not in ({}, want)]
+    if not stale:
+        return False
+    if not any(phase(pod) != "Pending" for pod in live):
+        for pod in stale:  # nothing started yet: the job simply changes size
+            p.delete_pod(pod)
+        return False
+    was = desired.cluster_size_env(stale[0])
+    change = ", ".join(f"{k} {was.get(k, '?')} -> {v}" for k, v in want.items() if was.get(k) != v)
+    restart_all(
+        p, "Normal", "MSJobResizing",
+        f"MSJob {p.ref} is restarting all its pods so that every one has the new "
+        f"cluster size ({change}); training resumes from its last checkpoint.",
+    )  # fmt: skip
+    return True
+
+
+def _replace_lost_member(p: Planner) -> bool:
+    """A member of a Running cluster is gone: restart the whole cluster; True if so."""
+    if not is_true(p.status, c.RUNNING):
+        return False
+    missing = [s for s in desired.replica_slots(p.job) if s not in p.by_slot]
+    if not missing or not any(not terminating(pod) for pod in p.pods):
+        return False
+    names = ", ".join(naming.object_name(p.view.name, *s) for s in missing)
+    restart_all(
+        p, "Warning", "MSJobMemberLost",
+        f"MSJob {p.ref} is restarting all its pods because pod(s) {names} of the "
+        "running cluster are gone.",
+    )  # fmt: skip
+    return True
+
+
+def restart_all(p: Planner, type_: str, reason: str, message: str) -> None:
+    """Delete every pod of the job; they are recreated together once all are gone (the
+    planner creates nothing while one terminates). The Service stays, so
+    ``MS_SCHED_HOST`` does not change."""
+    for pod in p.pods:
+        p.delete_pod(pod)
+    p.plan.status_first = True
+    p.set_condition(c.RESTARTING, c.CONDITION_TRUE, reason, message)
+    p.event(type_, reason, message)

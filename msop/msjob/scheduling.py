@@ -1,0 +1,239 @@
+"""The seam between an MSJob and the systems that queue or gang-schedule it.
+
+A scheduling system (Kueue in :mod:`.kueue`, Volcano in :mod:`.gang`) does the same few
+things for every job it manages, and nothing else in the MSJob controller knows about its
+objects:
+
+- **observe** (:meth:`System.observe`, the reconciler's side): read what it needs for one
+  job from its caches (and, rarely, the API server) into a :class:`Seen`; None for a job it
+  does not manage. The planner gets every ``Seen`` in ``Observed.scheduling``.
+- **decide** (:meth:`Seen.decide`, pure, inside the planner's pass): a fresh
+  :class:`Decision` per pass, whose hooks the planner calls at fixed points of the job's
+  life, through the narrow view of the pass it is given (:class:`Pass`):
+
+  ============================  =========================================================
+  hook                          called
+  ============================  =========================================================
+  :meth:`Decision.admit`        before a job's clock starts (``startTime``, the deadline);
+                                False: the job waits (no pod) and the pass stops there
+  :meth:`Decision.release_pods`  once the Scheduler Service is in hand, before pods are
+                                created; False: the pods wait
+  :meth:`Decision.placement`    for each replica type whose pods are created: what they
+                                carry (node labels, tolerations, scheduler, annotations)
+  :meth:`Decision.running`      once every pod runs
+  :meth:`Decision.suspend`      while the job is suspended
+  :meth:`Decision.finish`       in every pass of a finished job
+  ============================  =========================================================
+
+  The Decision keeps the writes it decided on; the Plan carries the Decisions
+  (``Plan.scheduling``).
+- **apply** (:meth:`Decision.apply`, the reconciler's side): write them, after the job's
+  own children. False when a write conflicted: the job is planned again from a fresher
+  cache.
+- **forget** (:meth:`System.forget`): the job is gone; let go of whatever of its objects
+  only msop would release.
+
+Systems run in a fixed order, the order the reconciler is given them (Kueue, then Volcano:
+a job queued by Kueue and placed as a gang by Volcano waits for Kueue first). There is no
+registry: a new scheduling feature is a new implementation of these two protocols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from msop.kube.objects import JSON
+
+if TYPE_CHECKING:
+    from msop.controller.events import EventRecorder
+    from msop.controller.reconcile import Request
+    from msop.kube.writer import Client
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Why a job waits for a scheduling system: the ``Queued`` condition's reason and
+    message, and the type of the Event that announces it (Warning where the user must
+    act)."""
+
+    reason: str
+    message: str
+    event_type: str = "Normal"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What scheduling systems add to a replica's pods: node labels and tolerations
+    (Kueue's admitted flavors), the scheduler that places them (Volcano), labels and
+    annotations. The template's own node labels and scheduler win; the operator's labels
+    win over these."""
+
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[JSON] = field(default_factory=list)
+    labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)
+    scheduler_name: str | None = None
+
+    def __add__(self, other: Placement) -> Placement:
+        return Placement(
+            node_selector={**self.node_selector, **other.node_selector},
+            tolerations=[*self.tolerations, *other.tolerations],
+            labels={**self.labels, **other.labels},
+            annotations={**self.annotations, **other.annotations},
+            scheduler_name=other.scheduler_name or self.scheduler_name,
+        )
+
+
+class Pass(Protocol):
+    """One planning pass, as a scheduling system sees it (the planner is one)."""
+
+    @property
+    def stored(self) -> JSON:
+        """The job as stored (labels, metadata)."""
+
+    @property
+    def job(self) -> JSON:
+        """The job with its defaults applied."""
+
+    @property
+    def ref(self) -> str:
+        """``namespace/name``, for messages."""
+
+    @property
+    def now(self) -> datetime: ...
+
+    @property
+    def now_s(self) -> str:
+        """``now`` as the API writes times."""
+
+    @property
+    def status(self) -> JSON:
+        """The status this pass plans (read it; change it through ``set_condition``, except
+        for ``startTime``, which a system may clear)."""
+
+    @property
+    def old_status(self) -> JSON:
+        """The status as stored."""
+
+    @property
+    def pods(self) -> Sequence[JSON]:
+        """The job's pods in the cache."""
+
+    def set_condition(
+        self, type_: str, status: str, reason: str, message: str, *, in_place: bool = False
+    ) -> bool:
+        """Set a condition of the job; whether it changed."""
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        """An Event about the job, written after its status."""
+
+    def requeue_at(self, seconds: float) -> None:
+        """Look at the job again within ``seconds``."""
+
+    def all_running(self) -> bool:
+        """Whether every wanted pod exists and runs (or has succeeded)."""
+
+    def stop_pods(self) -> bool:
+        """Delete every pod of the job (Services stay); True once none is left."""
+
+    def wait(self, wait: Wait) -> None:
+        """``Queued`` True with the wait's reason and message; its Event when the reason
+        changes."""
+
+    def placed(self, reason: str, message: str) -> None:
+        """``Queued`` False (out of the State column) with ``reason``, and its Event, once:
+        the wait is over."""
+
+
+@dataclass
+class Writer:
+    """What a Decision writes with: the API client, the Event recorder, the job."""
+
+    client: Client
+    recorder: EventRecorder
+    job: JSON
+
+    @property
+    def namespace(self) -> str:
+        return str(self.job["metadata"]["namespace"])
+
+    @property
+    def name(self) -> str:
+        return str(self.job["metadata"]["name"])
+
+
+class Decision(Protocol):
+    """One system's decisions for one job in one pass, and the writes they make."""
+
+    def admit(self, p: Pass, resuming: bool) -> bool:
+        """Before the job's clock starts; False: it waits (``resuming``: the job is
+        resumed in this pass)."""
+
+    def release_pods(self, p: Pass) -> bool:
+        """Before the job's pods are created; False: they wait."""
+
+    def placement(self, p: Pass, replica_type: str) -> Placement | None:
+        """What the replica type's pods carry."""
+
+    def running(self, p: Pass) -> None:
+        """Every pod of the job runs."""
+
+    def suspend(self, p: Pass) -> None:
+        """The job is suspended (its pods are being deleted)."""
+
+    def finish(self, p: Pass) -> None:
+        """The job has finished (this pass or earlier)."""
+
+    async def apply(self, w: Writer) -> bool:
+        """Write what was decided; False when a write conflicted (plan again)."""
+
+
+class Seen(Protocol):
+    """What one system observed for one job (immutable; the planner may plan twice)."""
+
+    def decide(self) -> Decision:
+        """A fresh Decision for one planning pass."""
+
+
+class System(Protocol):
+    """A scheduling system in the operator process: reads its caches, cleans up."""
+
+    async def observe(self, job: JSON) -> Seen | None:
+        """What it sees of ``job``; None if it does not manage the job."""
+
+    async def forget(self, request: Request) -> None:
+        """``request``'s job is gone from the cache."""
+
+
+class Admitted:
+    """A Decision's defaults: admits, releases, places nothing, writes nothing."""
+
+    def admit(self, p: Pass, resuming: bool) -> bool:
+        return True
+
+    def release_pods(self, p: Pass) -> bool:
+        return True
+
+    def placement(self, p: Pass, replica_type: str) -> Placement | None:
+        return None
+
+    def running(self, p: Pass) -> None:
+        return None
+
+    def suspend(self, p: Pass) -> None:
+        return None
+
+    def finish(self, p: Pass) -> None:
+        return None
+
+
+D = TypeVar("D")
+
+
+def decision(decisions: Sequence[Decision], kind: type[D]) -> D | None:
+    """The Decision of one kind among a Plan's (None: that system does not manage the
+    job): for callers that read what one system decided, such as ``msop render``."""
+    return next((d for d in decisions if isinstance(d, kind)), None)
