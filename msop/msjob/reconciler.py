@@ -62,9 +62,9 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
-- **Writes in doubt are announced once they prove stored.** A create or a status write
-  that got no answer (connection lost, timeout, the pass cancelled while it was out) or a
-  5xx may have been carried out. Its
+- **Writes in doubt are announced once they prove stored** (the ledger of them is
+  ``msop.msjob.doubts``). A create or a status write that got no answer (connection lost,
+  timeout, the pass cancelled while it was out) or a 5xx may have been carried out. Its
   Events are not emitted then (a write that failed must not be announced) but kept with
   the job: a pod or Service in doubt that later shows up in the cache, or whose create
   is answered AlreadyExists, is announced then (``SuccessfulCreatePod``). A status in
@@ -89,7 +89,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import structlog
@@ -107,7 +107,6 @@ from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, DeflatedJSON
 from msop.kube import jsonpatch
 from msop.kube.errors import (
     ApiError,
-    ApiUnavailable,
     is_already_exists,
     is_conflict,
     is_invalid,
@@ -126,6 +125,7 @@ from msop.kube.resources import (
 )
 from msop.kube.writer import Client
 from msop.msjob import kueue, metrics
+from msop.msjob.doubts import Doubts
 from msop.msjob.plan import Event, Observed, Options, Plan, plan
 from msop.msjob.statuswrite import status_write
 
@@ -153,62 +153,6 @@ def _outcome(e: ApiError) -> str:
     if refused_by_policy(e):
         return "retried with backoff: refused by a cluster policy"
     return "retried with backoff"
-
-
-#: Longest Event message written (the API server's limit for event notes is 1 KiB).
-EVENT_MESSAGE_LIMIT = 1024
-
-
-def created_messages(kind: str, names: Sequence[str]) -> list[str]:
-    """``Created pod: a`` for one object, ``Created pods: a, b, c`` for several; split
-    into as many messages as ``EVENT_MESSAGE_LIMIT`` needs (no name is ever cut)."""
-    messages: list[str] = []
-    batch: list[str] = []
-    size = 0
-    for name in names:
-        if batch and size + 2 + len(name) > EVENT_MESSAGE_LIMIT - len(kind) - 16:
-            messages.append(_created(kind, batch))
-            batch, size = [], 0
-        batch.append(name)
-        size += 2 + len(name)
-    if batch:
-        messages.append(_created(kind, batch))
-    return messages
-
-
-def _created(kind: str, names: list[str]) -> str:
-    noun = kind.lower() if len(names) == 1 else f"{kind.lower()}s"
-    return f"Created {noun}: {', '.join(names)}"
-
-
-def in_doubt(e: ApiError) -> bool:
-    """The refused write may have been carried out all the same: no answer came, or a
-    server error (the API server may have stored it and failed after)."""
-    return isinstance(e, ApiUnavailable) or e.status >= 500
-
-
-@dataclass
-class _Doubt:
-    """A job's writes whose outcome is not known, with what announces them."""
-
-    creates: dict[str, set[str]] = field(default_factory=dict)
-    """Kind -> names of children created without an answer."""
-    status: JSON | None = None
-    """A status written without an answer."""
-    base: str | None = None
-    """The job's resourceVersion that status was written over: while the cache still
-    shows it, the cache cannot tell whether the write was stored."""
-    events: list[Event] = field(default_factory=list)
-    """The Events of the pass that wrote ``status``."""
-
-
-def _condition_states(status: JSON) -> set[tuple[str, str, str]]:
-    """A status's conditions without their times: a write in doubt retried in a later
-    pass carries new timestamps for the same transitions."""
-    return {
-        (str(x.get("type")), str(x.get("status")), str(x.get("reason")))
-        for x in status.get("conditions") or []
-    }
 
 
 ChildKey = tuple[Request, Resource]
@@ -271,7 +215,7 @@ class MSJobReconciler:
         # starts with a batch of WARM_BATCH (see _create).
         self._warm: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=4096)
         # job -> writes in doubt and their announcements (see the module docstring).
-        self._doubts: dict[Request, _Doubt] = {}
+        self._doubts: dict[Request, Doubts] = {}
 
     def caused_by_own_write(self, request: Request, resource_version: str) -> bool:
         """Whether a job at ``resource_version`` is exactly what our last status write
@@ -344,7 +288,8 @@ class MSJobReconciler:
             counts_unwritten_since=self._counts_unwritten.get(request),
         )
         if request in self._doubts:
-            self._settle(request, observed)
+            self._doubts[request].settle(self.recorder, job, observed.pods, observed.services)
+            self._forget_settled(request)
         p = plan(observed, self.options)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
@@ -482,35 +427,6 @@ class MSJobReconciler:
             return False
         return True
 
-    def _settle(self, request: Request, observed: Observed) -> None:
-        """Announce the writes in doubt that the cache now shows stored. A status in doubt
-        is judged once the cache holds a newer job than the one it was written over, and
-        forgotten then either way (if it was not stored, this pass plans it again)."""
-        doubt = self._doubts[request]
-        job = observed.job
-        for kind, children in (("Pod", observed.pods), ("Service", observed.services)):
-            names = doubt.creates.get(kind)
-            if names:
-                self._announce_created(job, kind, names & {o["metadata"]["name"] for o in children})
-        if doubt.status is not None and job["metadata"].get("resourceVersion") != doubt.base:
-            stored = _condition_states(job.get("status") or {})
-            wanted = _condition_states(doubt.status)
-            if wanted and wanted <= stored:
-                for e in doubt.events:
-                    self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
-            doubt.status, doubt.events = None, []
-        self._forget_settled(request)
-
-    def _announce_created(self, job: JSON, kind: str, names: set[str]) -> None:
-        """``SuccessfulCreate<kind>`` for children in doubt now known to exist."""
-        if not names:
-            return
-        doubt = self._doubts.get(Request(job["metadata"]["namespace"], job["metadata"]["name"]))
-        if doubt is not None:
-            doubt.creates.get(kind, set()).difference_update(names)
-        for message in created_messages(kind, sorted(names)):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
-
     async def _write_status(
         self,
         request: Request,
@@ -532,16 +448,15 @@ class MSJobReconciler:
             raise
         except (ApiError, asyncio.CancelledError) as e:
             # No answer, a server error, or a pass cancelled while the write was out.
-            if not isinstance(e, ApiError) or in_doubt(e):
-                doubt = self._doubts.setdefault(request, _Doubt())
-                doubt.status, doubt.events = status, list(events)
-                doubt.base = job["metadata"].get("resourceVersion")
+            base = job["metadata"].get("resourceVersion")
+            self._doubts.setdefault(request, Doubts()).status_failed(e, status, events, base)
+            self._forget_settled(request)
             raise
         held = self._doubts.get(request)
-        if written is not None and held is not None and held.status is not None:
+        if written is not None and held is not None:
             # Written over the very version the doubtful write was tested against: that
             # one was not stored, and this write's Events announce the same transitions.
-            held.status, held.events = None, []
+            held.status_written()
             self._forget_settled(request)
         return written
 
@@ -587,7 +502,7 @@ class MSJobReconciler:
         exp_key = (request, res)
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
-        doubts = self._doubts.setdefault(request, _Doubt()).creates.setdefault(kind, set())
+        doubts = self._doubts.setdefault(request, Doubts())
         found: set[str] = set()
         failure: ApiError | None = None
         done = 0
@@ -596,10 +511,9 @@ class MSJobReconciler:
         while done < len(objs) and failure is None:
             chunk = objs[done : done + batch]
             sent = [o["metadata"]["name"] for o in chunk]
-            before = doubts.intersection(sent)
             # In doubt until answered: a pass cancelled meanwhile (a lost Lease stops the
             # process at once) leaves them so, and says so when it stops.
-            doubts.update(sent)
+            before = doubts.sending(kind, sent)
             results = await asyncio.gather(
                 *(self.client.create(res, o, request.namespace) for o in chunk),
                 return_exceptions=True,
@@ -608,14 +522,11 @@ class MSJobReconciler:
                 name = obj["metadata"]["name"]
                 if isinstance(result, ApiError) and is_already_exists(result):
                     self.expectations.creation_observed(exp_key, name)
-                    if name in before:
+                    if doubts.refused(kind, name, result, before):
                         found.add(name)  # our create in doubt had stored it
-                    else:
-                        doubts.discard(name)
                 elif isinstance(result, ApiError):
                     self.expectations.creation_observed(exp_key, name)
-                    if not in_doubt(result) and name not in before:
-                        doubts.discard(name)  # refused: not stored
+                    doubts.refused(kind, name, result, before)
                     if failure is not None:
                         continue  # one event and one log line per pass: the first failure
                     failure = result
@@ -639,7 +550,8 @@ class MSJobReconciler:
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
         self._note_outcome(warm, failure)
-        self._announce_pass(request, job, kind, created, found)
+        doubts.created(self.recorder, job, kind, [o["metadata"]["name"] for o in created], found)
+        self._forget_settled(request)
         return failure, created
 
     def _first_batch(self, where: tuple[str, str]) -> int:
@@ -652,26 +564,10 @@ class MSJobReconciler:
         else:
             self._warm.pop(where, None)
 
-    def _announce_pass(
-        self, request: Request, job: JSON, kind: str, created: list[JSON], found: set[str]
-    ) -> None:
-        """One event per pass names every object it created (not one event per object),
-        another the objects in doubt it found stored."""
-        names = [o["metadata"]["name"] for o in created]
-        self._doubts[request].creates[kind].difference_update(names)
-        for message in created_messages(kind, names):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
-        self._announce_created(job, kind, found)
-        self._forget_settled(request)
-
     def unannounced(self) -> int:
         """Events held back for writes still in doubt: one per job and kind of child
         created without an answer, and those of each status write without one."""
-        return sum(
-            sum(1 for names in d.creates.values() if names)
-            + (len(d.events) if d.status is not None else 0)
-            for d in self._doubts.values()
-        )
+        return sum(d.unannounced() for d in self._doubts.values())
 
     def stopped(self) -> None:
         """Called by the controller once its workers have finished: say how many Events
@@ -682,16 +578,12 @@ class MSJobReconciler:
             log.warning(
                 "events not written: writes still in doubt at stop",
                 count=held,
-                jobs=sum(
-                    1
-                    for d in self._doubts.values()
-                    if d.status is not None or any(d.creates.values())
-                ),
+                jobs=sum(1 for d in self._doubts.values() if d.held()),
             )
 
     def _forget_settled(self, request: Request) -> None:
         doubt = self._doubts.get(request)
-        if doubt is not None and doubt.status is None and not any(doubt.creates.values()):
+        if doubt is not None and not doubt.held():
             del self._doubts[request]
 
     async def _delete(
