@@ -83,13 +83,19 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   collector took them) before the jobs relist drops the job, and without this read the
   pass would create pods for a job that no longer exists. Recreations are rare (a member
   lost, a restart, a scale), so the read costs little; a job's first pods do not need it.
+
+All the reconciler remembers about a job between passes is one ``JobMemory``: the
+resourceVersion its last status write replaced and the one it made (so the watch event
+of that write causes no reconcile, ``caused_by_own_write``), since when pod counts are
+held unwritten, and its writes in doubt. It is dropped when the job is gone, and
+forgotten at the end of a pass that leaves nothing in it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -155,6 +161,39 @@ def _outcome(e: ApiError) -> str:
     return "retried with backoff"
 
 
+@dataclass(slots=True)
+class JobMemory:
+    """What the reconciler remembers about one job between passes: dropped when the job is
+    gone, forgotten at the end of a pass that leaves nothing in it (``forget_settled``)."""
+
+    replaced: str | None = None
+    """The resourceVersion our last status write replaced. While the cache still shows
+    that version it is stale: planning from it would only conflict."""
+    written: str | None = None
+    """The resourceVersion our last status write made (see ``caused_by_own_write``)."""
+    awaited: bool = False
+    """A reconcile found the cache at ``replaced`` and waits for that write's watch event."""
+    counts_unwritten_since: datetime | None = None
+    """Since when a change of the job's pod counts alone is held back
+    (``Observed.counts_unwritten_since``; the planner decides when to write it)."""
+    doubts: Doubts | None = None
+    """The job's writes in doubt and their announcements (``msop.msjob.doubts``); None
+    when there are none."""
+
+    def forget_settled(self) -> bool:
+        """Drop the writes in doubt if they all settled; True if nothing is left to
+        remember (a job's last status write is remembered for as long as the job is)."""
+        if self.doubts is not None and not self.doubts.held():
+            self.doubts = None
+        return (
+            self.replaced is None
+            and self.written is None
+            and not self.awaited
+            and self.counts_unwritten_since is None
+            and self.doubts is None
+        )
+
+
 ChildKey = tuple[Request, Resource]
 """What the reconciler's expectations are kept by: a job and a kind of its children."""
 
@@ -194,16 +233,10 @@ class MSJobReconciler:
         self.now = now
         # job -> the latest progress report of its running Worker 0 (the poller's).
         self.progress = progress
-        # job -> the resourceVersion our last status write replaced. While the cache
-        # still shows that version it is stale: planning from it would only conflict.
-        self._superseded: dict[Request, str] = {}
-        # job -> the resourceVersion our last status write made, and the jobs whose
-        # reconcile waits for that write's watch event (see caused_by_own_write).
-        self._own_writes: dict[Request, str] = {}
-        self._awaiting_own_write: set[Request] = set()
-        # job -> since when a change of its pod counts alone is held back
-        # (Observed.counts_unwritten_since; the planner decides when to write it).
-        self._counts_unwritten: dict[Request, datetime] = {}
+        # job -> what is remembered about it between passes: our last status write and
+        # its echo, held counts, writes in doubt. Made on demand; dropped when the job is
+        # gone and forgotten at the end of a pass that leaves it empty (see reconcile).
+        self._memory: dict[Request, JobMemory] = {}
         # job -> (resourceVersion, the job defaulted, as JSON): most reconciles are caused
         # by pod events and see an unchanged job, so it is not defaulted again. The same
         # resourceVersion is the same content; bounded to the recent jobs. Kept encoded
@@ -214,38 +247,54 @@ class MSJobReconciler:
         # (namespace, kind) whose last pass of creates all succeeded: the next pass there
         # starts with a batch of WARM_BATCH (see _create).
         self._warm: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=4096)
-        # job -> writes in doubt and their announcements (see the module docstring).
-        self._doubts: dict[Request, Doubts] = {}
 
     def caused_by_own_write(self, request: Request, resource_version: str) -> bool:
         """Whether a job at ``resource_version`` is exactly what our last status write
         made, with no reconcile waiting for it: its watch event needs no reconcile (the
         pass that wrote it planned from everything else)."""
-        return (
-            self._own_writes.get(request) == resource_version
-            and request not in self._awaiting_own_write
-        )
+        memory = self._memory.get(request)
+        return memory is not None and memory.written == resource_version and not memory.awaited
+
+    def _remember(self, request: Request) -> JobMemory:
+        """The job's memory, made on demand."""
+        memory = self._memory.get(request)
+        if memory is None:
+            memory = self._memory[request] = JobMemory()
+        return memory
+
+    def _doubts(self, request: Request) -> Doubts:
+        """The job's writes in doubt, made on demand."""
+        memory = self._remember(request)
+        if memory.doubts is None:
+            memory.doubts = Doubts()
+        return memory.doubts
 
     async def reconcile(self, request: Request) -> Result:
+        try:
+            return await self._reconcile(request)
+        finally:
+            # A job with nothing left to remember is forgotten: the memory grows with the
+            # jobs that have something in it, not with every job ever seen.
+            memory = self._memory.get(request)
+            if memory is not None and memory.forget_settled():
+                del self._memory[request]
+
+    async def _reconcile(self, request: Request) -> Result:
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
-            self._superseded.pop(request, None)
-            self._own_writes.pop(request, None)
-            self._awaiting_own_write.discard(request)
-            self._counts_unwritten.pop(request, None)
+            self._memory.pop(request, None)
             self._defaulted.pop(request, None)
-            self._doubts.pop(request, None)
             self.expectations.delete_expectations((request, PODS))
             self.expectations.delete_expectations((request, SERVICES))
             await self._release_orphaned_workloads(request.namespace, request.name)
             return Result()
         rv = job["metadata"].get("resourceVersion", "")
-        if self._superseded.get(request) == rv:
+        memory = self._remember(request)
+        if memory.replaced == rv:
             # Our own status write has not reached the cache yet; its watch event requeues.
-            self._awaiting_own_write.add(request)
+            memory.awaited = True
             return Result()
-        self._superseded.pop(request, None)
-        self._awaiting_own_write.discard(request)
+        memory.replaced, memory.awaited = None, False
         if not (
             self.expectations.satisfied((request, PODS))
             and self.expectations.satisfied((request, SERVICES))
@@ -285,11 +334,10 @@ class MSJobReconciler:
             pod_group=pod_group,
             defaulted=defaulted,
             progress=self.progress(request) if self.progress is not None else None,
-            counts_unwritten_since=self._counts_unwritten.get(request),
+            counts_unwritten_since=memory.counts_unwritten_since,
         )
-        if request in self._doubts:
-            self._doubts[request].settle(self.recorder, job, observed.pods, observed.services)
-            self._forget_settled(request)
+        if memory.doubts is not None:
+            memory.doubts.settle(self.recorder, job, observed.pods, observed.services)
         p = plan(observed, self.options)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
@@ -331,15 +379,16 @@ class MSJobReconciler:
         if workload_written and self._status_waits_for_pods(p, failure):
             return Result()
         w = status_write(observed, p, failure)
-        if w.held:
-            self._counts_unwritten.setdefault(request, observed.now)
+        memory = self._remember(request)
+        if w.held and memory.counts_unwritten_since is None:
+            memory.counts_unwritten_since = observed.now
         if w.status is not None:
             if await self._write_status(request, job, w.status, w.transitions, p.events) is None:
                 # The transitions these events announce are not stored: the next pass
                 # plans them again, with their events (emitting them now would announce
                 # a transition once per failed attempt, e.g. through an API outage).
                 return Result(requeue=True)
-            self._counts_unwritten.pop(request, None)
+            memory.counts_unwritten_since = None
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
         if p.delete_job:
@@ -449,15 +498,13 @@ class MSJobReconciler:
         except (ApiError, asyncio.CancelledError) as e:
             # No answer, a server error, or a pass cancelled while the write was out.
             base = job["metadata"].get("resourceVersion")
-            self._doubts.setdefault(request, Doubts()).status_failed(e, status, events, base)
-            self._forget_settled(request)
+            self._doubts(request).status_failed(e, status, events, base)
             raise
-        held = self._doubts.get(request)
+        held = self._remember(request).doubts
         if written is not None and held is not None:
             # Written over the very version the doubtful write was tested against: that
             # one was not stored, and this write's Events announce the same transitions.
             held.status_written()
-            self._forget_settled(request)
         return written
 
     async def _patch_status(
@@ -483,10 +530,11 @@ class MSJobReconciler:
                 # that edit enqueues it again. Retrying now would only loop.
                 raise TerminalError(f"status write refused: {e.message}") from e
             raise
-        self._superseded[request] = meta["resourceVersion"]
+        memory = self._remember(request)
+        memory.replaced = meta["resourceVersion"]
         rv = (updated.get("metadata") or {}).get("resourceVersion") if updated else None
         if rv:
-            self._own_writes[request] = rv
+            memory.written = rv
         metrics.count_transitions(transitions, meta["namespace"])
         return updated
 
@@ -502,7 +550,7 @@ class MSJobReconciler:
         exp_key = (request, res)
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
-        doubts = self._doubts.setdefault(request, Doubts())
+        doubts = self._doubts(request)
         found: set[str] = set()
         failure: ApiError | None = None
         done = 0
@@ -551,7 +599,6 @@ class MSJobReconciler:
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
         self._note_outcome(warm, failure)
         doubts.created(self.recorder, job, kind, [o["metadata"]["name"] for o in created], found)
-        self._forget_settled(request)
         return failure, created
 
     def _first_batch(self, where: tuple[str, str]) -> int:
@@ -567,7 +614,7 @@ class MSJobReconciler:
     def unannounced(self) -> int:
         """Events held back for writes still in doubt: one per job and kind of child
         created without an answer, and those of each status write without one."""
-        return sum(d.unannounced() for d in self._doubts.values())
+        return sum(m.doubts.unannounced() for m in self._memory.values() if m.doubts is not None)
 
     def stopped(self) -> None:
         """Called by the controller once its workers have finished: say how many Events
@@ -578,13 +625,10 @@ class MSJobReconciler:
             log.warning(
                 "events not written: writes still in doubt at stop",
                 count=held,
-                jobs=sum(1 for d in self._doubts.values() if d.held()),
+                jobs=sum(
+                    1 for m in self._memory.values() if m.doubts is not None and m.doubts.held()
+                ),
             )
-
-    def _forget_settled(self, request: Request) -> None:
-        doubt = self._doubts.get(request)
-        if doubt is not None and not doubt.held():
-            del self._doubts[request]
 
     async def _delete(
         self, request: Request, res: Resource, objs: list[JSON], grace: int | None = None

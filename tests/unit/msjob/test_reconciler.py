@@ -369,6 +369,27 @@ def test_the_watch_event_of_our_own_status_write_needs_no_reconcile() -> None:
     assert h.reconciler.caused_by_own_write(request, written)
 
 
+def test_what_is_remembered_of_a_job_goes_with_it_or_when_nothing_is_left() -> None:
+    """The reconciler's memory of a job (its last status write, held counts, writes in
+    doubt) is dropped when the job is gone, and a pass that leaves nothing in it keeps
+    no entry: the memory does not grow with every job ever seen. (No public seam says
+    what is remembered, so this looks at it.)"""
+    h = Harness(_job(workers=1))
+    request = Request("ns", "j")
+    h.cluster.fail("patch", c.KIND, CONFLICT)
+    assert h.reconcile() == Result(requeue=True)  # the pod is made, the status conflicts
+    assert request not in h.reconciler._memory  # its create settled; nothing written
+    h.reconcile()
+    written = h.cluster.job["metadata"]["resourceVersion"]
+    assert h.reconciler.caused_by_own_write(request, written)
+    h.cluster.job = {}  # deleted: the cache no longer has it
+    assert h.reconcile() == Result()
+    assert h.reconciler._memory == {}
+    assert not h.reconciler.caused_by_own_write(request, written)
+    h.reconciler.stopped()
+    assert h.reconciler.unannounced() == 0
+
+
 def test_a_service_that_misses_the_pods_is_patched_in_place_and_announced() -> None:
     h = Harness(_job(workers=1, scheduler=True))
     h.reconcile()
