@@ -3,6 +3,7 @@
 - :mod:`.desired`: the objects a job should have (pods, Scheduler Service, PodGroup), pure;
 - :mod:`.plan`: every decision, a pure function of what was observed (``Observed``);
 - :mod:`.reconciler`: reads the caches, asks the planner, applies the Plan;
+- :mod:`.doubts`: the reconciler's writes in doubt, announced once they prove stored;
 - :mod:`.settings`: how the controller runs (the defaults of ``msop run``'s flags);
 - :mod:`.setup`: the wiring (caches, event handlers, the controller);
 - :mod:`.projection`: what of a pod or Service the caches keep;

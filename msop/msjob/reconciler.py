@@ -62,9 +62,9 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   since when such a change is held (``Observed.counts_unwritten_since``).
   A 422 Invalid (the stored object fails the CRD's current schema) is a TerminalError:
   not requeued until the job changes (the Warning events of the pass are already out).
-- **Writes in doubt are announced once they prove stored.** A create or a status write
-  that got no answer (connection lost, timeout, the pass cancelled while it was out) or a
-  5xx may have been carried out. Its
+- **Writes in doubt are announced once they prove stored** (the ledger of them is
+  ``msop.msjob.doubts``). A create or a status write that got no answer (connection lost,
+  timeout, the pass cancelled while it was out) or a 5xx may have been carried out. Its
   Events are not emitted then (a write that failed must not be announced) but kept with
   the job: a pod or Service in doubt that later shows up in the cache, or whose create
   is answered AlreadyExists, is announced then (``SuccessfulCreatePod``). A status in
@@ -83,13 +83,19 @@ decide is how to react to API errors (retry, requeue, or a reconcile error):
   collector took them) before the jobs relist drops the job, and without this read the
   pass would create pods for a job that no longer exists. Recreations are rare (a member
   lost, a restart, a scale), so the read costs little; a job's first pods do not need it.
+
+All the reconciler remembers about a job between passes is one ``JobMemory``: the
+resourceVersion its last status write replaced and the one it made (so the watch event
+of that write causes no reconcile, ``caused_by_own_write``), since when pod counts are
+held unwritten, and its writes in doubt. It is dropped when the job is gone, and
+forgotten at the end of a pass that leaves nothing in it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 import structlog
@@ -106,7 +112,6 @@ from msop.informers.store import BY_CONTROLLER_UID, DeflatedJSON
 from msop.kube import jsonpatch
 from msop.kube.errors import (
     ApiError,
-    ApiUnavailable,
     is_already_exists,
     is_conflict,
     is_invalid,
@@ -117,6 +122,7 @@ from msop.kube.objects import JSON
 from msop.kube.resources import PODS, SERVICES, Resource
 from msop.kube.writer import Client
 from msop.msjob import metrics
+from msop.msjob.doubts import Doubts
 from msop.msjob.plan import Event, Observed, Options, Plan, plan
 from msop.msjob.scheduling import System, Writer
 from msop.msjob.statuswrite import status_write
@@ -147,60 +153,37 @@ def _outcome(e: ApiError) -> str:
     return "retried with backoff"
 
 
-#: Longest Event message written (the API server's limit for event notes is 1 KiB).
-EVENT_MESSAGE_LIMIT = 1024
+@dataclass(slots=True)
+class JobMemory:
+    """What the reconciler remembers about one job between passes: dropped when the job is
+    gone, forgotten at the end of a pass that leaves nothing in it (``forget_settled``)."""
 
+    replaced: str | None = None
+    """The resourceVersion our last status write replaced. While the cache still shows
+    that version it is stale: planning from it would only conflict."""
+    written: str | None = None
+    """The resourceVersion our last status write made (see ``caused_by_own_write``)."""
+    awaited: bool = False
+    """A reconcile found the cache at ``replaced`` and waits for that write's watch event."""
+    counts_unwritten_since: datetime | None = None
+    """Since when a change of the job's pod counts alone is held back
+    (``Observed.counts_unwritten_since``; the planner decides when to write it)."""
+    doubts: Doubts | None = None
+    """The job's writes in doubt and their announcements (``msop.msjob.doubts``); None
+    when there are none."""
 
-def created_messages(kind: str, names: Sequence[str]) -> list[str]:
-    """``Created pod: a`` for one object, ``Created pods: a, b, c`` for several; split
-    into as many messages as ``EVENT_MESSAGE_LIMIT`` needs (no name is ever cut)."""
-    messages: list[str] = []
-    batch: list[str] = []
-    size = 0
-    for name in names:
-        if batch and size + 2 + len(name) > EVENT_MESSAGE_LIMIT - len(kind) - 16:
-            messages.append(_created(kind, batch))
-            batch, size = [], 0
-        batch.append(name)
-        size += 2 + len(name)
-    if batch:
-        messages.append(_created(kind, batch))
-    return messages
-
-
-def _created(kind: str, names: list[str]) -> str:
-    noun = kind.lower() if len(names) == 1 else f"{kind.lower()}s"
-    return f"Created {noun}: {', '.join(names)}"
-
-
-def in_doubt(e: ApiError) -> bool:
-    """The refused write may have been carried out all the same: no answer came, or a
-    server error (the API server may have stored it and failed after)."""
-    return isinstance(e, ApiUnavailable) or e.status >= 500
-
-
-@dataclass
-class _Doubt:
-    """A job's writes whose outcome is not known, with what announces them."""
-
-    creates: dict[str, set[str]] = field(default_factory=dict)
-    """Kind -> names of children created without an answer."""
-    status: JSON | None = None
-    """A status written without an answer."""
-    base: str | None = None
-    """The job's resourceVersion that status was written over: while the cache still
-    shows it, the cache cannot tell whether the write was stored."""
-    events: list[Event] = field(default_factory=list)
-    """The Events of the pass that wrote ``status``."""
-
-
-def _condition_states(status: JSON) -> set[tuple[str, str, str]]:
-    """A status's conditions without their times: a write in doubt retried in a later
-    pass carries new timestamps for the same transitions."""
-    return {
-        (str(x.get("type")), str(x.get("status")), str(x.get("reason")))
-        for x in status.get("conditions") or []
-    }
+    def forget_settled(self) -> bool:
+        """Drop the writes in doubt if they all settled; True if nothing is left to
+        remember (a job's last status write is remembered for as long as the job is)."""
+        if self.doubts is not None and not self.doubts.held():
+            self.doubts = None
+        return (
+            self.replaced is None
+            and self.written is None
+            and not self.awaited
+            and self.counts_unwritten_since is None
+            and self.doubts is None
+        )
 
 
 ChildKey = tuple[Request, Resource]
@@ -239,16 +222,10 @@ class MSJobReconciler:
         self.now = now
         # job -> the latest progress report of its running Worker 0 (the poller's).
         self.progress = progress
-        # job -> the resourceVersion our last status write replaced. While the cache
-        # still shows that version it is stale: planning from it would only conflict.
-        self._superseded: dict[Request, str] = {}
-        # job -> the resourceVersion our last status write made, and the jobs whose
-        # reconcile waits for that write's watch event (see caused_by_own_write).
-        self._own_writes: dict[Request, str] = {}
-        self._awaiting_own_write: set[Request] = set()
-        # job -> since when a change of its pod counts alone is held back
-        # (Observed.counts_unwritten_since; the planner decides when to write it).
-        self._counts_unwritten: dict[Request, datetime] = {}
+        # job -> what is remembered about it between passes: our last status write and
+        # its echo, held counts, writes in doubt. Made on demand; dropped when the job is
+        # gone and forgotten at the end of a pass that leaves it empty (see reconcile).
+        self._memory: dict[Request, JobMemory] = {}
         # job -> (resourceVersion, the job defaulted, as JSON): most reconciles are caused
         # by pod events and see an unchanged job, so it is not defaulted again. The same
         # resourceVersion is the same content; bounded to the recent jobs. Kept encoded
@@ -259,39 +236,55 @@ class MSJobReconciler:
         # (namespace, kind) whose last pass of creates all succeeded: the next pass there
         # starts with a batch of WARM_BATCH (see _create).
         self._warm: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=4096)
-        # job -> writes in doubt and their announcements (see the module docstring).
-        self._doubts: dict[Request, _Doubt] = {}
 
     def caused_by_own_write(self, request: Request, resource_version: str) -> bool:
         """Whether a job at ``resource_version`` is exactly what our last status write
         made, with no reconcile waiting for it: its watch event needs no reconcile (the
         pass that wrote it planned from everything else)."""
-        return (
-            self._own_writes.get(request) == resource_version
-            and request not in self._awaiting_own_write
-        )
+        memory = self._memory.get(request)
+        return memory is not None and memory.written == resource_version and not memory.awaited
+
+    def _remember(self, request: Request) -> JobMemory:
+        """The job's memory, made on demand."""
+        memory = self._memory.get(request)
+        if memory is None:
+            memory = self._memory[request] = JobMemory()
+        return memory
+
+    def _doubts(self, request: Request) -> Doubts:
+        """The job's writes in doubt, made on demand."""
+        memory = self._remember(request)
+        if memory.doubts is None:
+            memory.doubts = Doubts()
+        return memory.doubts
 
     async def reconcile(self, request: Request) -> Result:
+        try:
+            return await self._reconcile(request)
+        finally:
+            # A job with nothing left to remember is forgotten: the memory grows with the
+            # jobs that have something in it, not with every job ever seen.
+            memory = self._memory.get(request)
+            if memory is not None and memory.forget_settled():
+                del self._memory[request]
+
+    async def _reconcile(self, request: Request) -> Result:
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
-            self._superseded.pop(request, None)
-            self._own_writes.pop(request, None)
-            self._awaiting_own_write.discard(request)
-            self._counts_unwritten.pop(request, None)
+            self._memory.pop(request, None)
             self._defaulted.pop(request, None)
-            self._doubts.pop(request, None)
             self.expectations.delete_expectations((request, PODS))
             self.expectations.delete_expectations((request, SERVICES))
             for system in self.scheduling:
                 await system.forget(request)
             return Result()
         rv = job["metadata"].get("resourceVersion", "")
-        if self._superseded.get(request) == rv:
+        memory = self._remember(request)
+        if memory.replaced == rv:
             # Our own status write has not reached the cache yet; its watch event requeues.
-            self._awaiting_own_write.add(request)
+            memory.awaited = True
             return Result()
-        self._superseded.pop(request, None)
-        self._awaiting_own_write.discard(request)
+        memory.replaced, memory.awaited = None, False
         if not (
             self.expectations.satisfied((request, PODS))
             and self.expectations.satisfied((request, SERVICES))
@@ -316,10 +309,10 @@ class MSJobReconciler:
             scheduling=[s for s in seen if s is not None],
             defaulted=defaulted,
             progress=self.progress(request) if self.progress is not None else None,
-            counts_unwritten_since=self._counts_unwritten.get(request),
+            counts_unwritten_since=memory.counts_unwritten_since,
         )
-        if request in self._doubts:
-            self._settle(request, observed)
+        if memory.doubts is not None:
+            memory.doubts.settle(self.recorder, job, observed.pods, observed.services)
         p = plan(observed, self.options)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
@@ -361,15 +354,16 @@ class MSJobReconciler:
         if scheduled and self._status_waits_for_pods(p, failure):
             return Result()
         w = status_write(observed, p, failure)
-        if w.held:
-            self._counts_unwritten.setdefault(request, observed.now)
+        memory = self._remember(request)
+        if w.held and memory.counts_unwritten_since is None:
+            memory.counts_unwritten_since = observed.now
         if w.status is not None:
             if await self._write_status(request, job, w.status, w.transitions, p.events) is None:
                 # The transitions these events announce are not stored: the next pass
                 # plans them again, with their events (emitting them now would announce
                 # a transition once per failed attempt, e.g. through an API outage).
                 return Result(requeue=True)
-            self._counts_unwritten.pop(request, None)
+            memory.counts_unwritten_since = None
         for e in p.events:
             self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
         if p.delete_job:
@@ -457,35 +451,6 @@ class MSJobReconciler:
             return False
         return True
 
-    def _settle(self, request: Request, observed: Observed) -> None:
-        """Announce the writes in doubt that the cache now shows stored. A status in doubt
-        is judged once the cache holds a newer job than the one it was written over, and
-        forgotten then either way (if it was not stored, this pass plans it again)."""
-        doubt = self._doubts[request]
-        job = observed.job
-        for kind, children in (("Pod", observed.pods), ("Service", observed.services)):
-            names = doubt.creates.get(kind)
-            if names:
-                self._announce_created(job, kind, names & {o["metadata"]["name"] for o in children})
-        if doubt.status is not None and job["metadata"].get("resourceVersion") != doubt.base:
-            stored = _condition_states(job.get("status") or {})
-            wanted = _condition_states(doubt.status)
-            if wanted and wanted <= stored:
-                for e in doubt.events:
-                    self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
-            doubt.status, doubt.events = None, []
-        self._forget_settled(request)
-
-    def _announce_created(self, job: JSON, kind: str, names: set[str]) -> None:
-        """``SuccessfulCreate<kind>`` for children in doubt now known to exist."""
-        if not names:
-            return
-        doubt = self._doubts.get(Request(job["metadata"]["namespace"], job["metadata"]["name"]))
-        if doubt is not None:
-            doubt.creates.get(kind, set()).difference_update(names)
-        for message in created_messages(kind, sorted(names)):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
-
     async def _write_status(
         self,
         request: Request,
@@ -507,17 +472,14 @@ class MSJobReconciler:
             raise
         except (ApiError, asyncio.CancelledError) as e:
             # No answer, a server error, or a pass cancelled while the write was out.
-            if not isinstance(e, ApiError) or in_doubt(e):
-                doubt = self._doubts.setdefault(request, _Doubt())
-                doubt.status, doubt.events = status, list(events)
-                doubt.base = job["metadata"].get("resourceVersion")
+            base = job["metadata"].get("resourceVersion")
+            self._doubts(request).status_failed(e, status, events, base)
             raise
-        held = self._doubts.get(request)
-        if written is not None and held is not None and held.status is not None:
+        held = self._remember(request).doubts
+        if written is not None and held is not None:
             # Written over the very version the doubtful write was tested against: that
             # one was not stored, and this write's Events announce the same transitions.
-            held.status, held.events = None, []
-            self._forget_settled(request)
+            held.status_written()
         return written
 
     async def _patch_status(
@@ -543,10 +505,11 @@ class MSJobReconciler:
                 # that edit enqueues it again. Retrying now would only loop.
                 raise TerminalError(f"status write refused: {e.message}") from e
             raise
-        self._superseded[request] = meta["resourceVersion"]
+        memory = self._remember(request)
+        memory.replaced = meta["resourceVersion"]
         rv = (updated.get("metadata") or {}).get("resourceVersion") if updated else None
         if rv:
-            self._own_writes[request] = rv
+            memory.written = rv
         metrics.count_transitions(transitions, meta["namespace"])
         return updated
 
@@ -562,7 +525,7 @@ class MSJobReconciler:
         exp_key = (request, res)
         self.expectations.expect_creations_of(exp_key, names)
         kind = res.kind
-        doubts = self._doubts.setdefault(request, _Doubt()).creates.setdefault(kind, set())
+        doubts = self._doubts(request)
         found: set[str] = set()
         failure: ApiError | None = None
         done = 0
@@ -571,10 +534,9 @@ class MSJobReconciler:
         while done < len(objs) and failure is None:
             chunk = objs[done : done + batch]
             sent = [o["metadata"]["name"] for o in chunk]
-            before = doubts.intersection(sent)
             # In doubt until answered: a pass cancelled meanwhile (a lost Lease stops the
             # process at once) leaves them so, and says so when it stops.
-            doubts.update(sent)
+            before = doubts.sending(kind, sent)
             results = await asyncio.gather(
                 *(self.client.create(res, o, request.namespace) for o in chunk),
                 return_exceptions=True,
@@ -583,14 +545,11 @@ class MSJobReconciler:
                 name = obj["metadata"]["name"]
                 if isinstance(result, ApiError) and is_already_exists(result):
                     self.expectations.creation_observed(exp_key, name)
-                    if name in before:
+                    if doubts.refused(kind, name, result, before):
                         found.add(name)  # our create in doubt had stored it
-                    else:
-                        doubts.discard(name)
                 elif isinstance(result, ApiError):
                     self.expectations.creation_observed(exp_key, name)
-                    if not in_doubt(result) and name not in before:
-                        doubts.discard(name)  # refused: not stored
+                    doubts.refused(kind, name, result, before)
                     if failure is not None:
                         continue  # one event and one log line per pass: the first failure
                     failure = result
@@ -614,7 +573,7 @@ class MSJobReconciler:
         for o in objs[done:]:  # never attempted
             self.expectations.creation_observed(exp_key, o["metadata"]["name"])
         self._note_outcome(warm, failure)
-        self._announce_pass(request, job, kind, created, found)
+        doubts.created(self.recorder, job, kind, [o["metadata"]["name"] for o in created], found)
         return failure, created
 
     def _first_batch(self, where: tuple[str, str]) -> int:
@@ -627,26 +586,10 @@ class MSJobReconciler:
         else:
             self._warm.pop(where, None)
 
-    def _announce_pass(
-        self, request: Request, job: JSON, kind: str, created: list[JSON], found: set[str]
-    ) -> None:
-        """One event per pass names every object it created (not one event per object),
-        another the objects in doubt it found stored."""
-        names = [o["metadata"]["name"] for o in created]
-        self._doubts[request].creates[kind].difference_update(names)
-        for message in created_messages(kind, names):
-            self.recorder.event(job, "Normal", f"SuccessfulCreate{kind}", message, deferrable=True)
-        self._announce_created(job, kind, found)
-        self._forget_settled(request)
-
     def unannounced(self) -> int:
         """Events held back for writes still in doubt: one per job and kind of child
         created without an answer, and those of each status write without one."""
-        return sum(
-            sum(1 for names in d.creates.values() if names)
-            + (len(d.events) if d.status is not None else 0)
-            for d in self._doubts.values()
-        )
+        return sum(m.doubts.unannounced() for m in self._memory.values() if m.doubts is not None)
 
     def stopped(self) -> None:
         """Called by the controller once its workers have finished: say how many Events
@@ -658,16 +601,9 @@ class MSJobReconciler:
                 "events not written: writes still in doubt at stop",
                 count=held,
                 jobs=sum(
-                    1
-                    for d in self._doubts.values()
-                    if d.status is not None or any(d.creates.values())
+                    1 for m in self._memory.values() if m.doubts is not None and m.doubts.held()
                 ),
             )
-
-    def _forget_settled(self, request: Request) -> None:
-        doubt = self._doubts.get(request)
-        if doubt is not None and doubt.status is None and not any(doubt.creates.values()):
-            del self._doubts[request]
 
     async def _delete(
         self, request: Request, res: Resource, objs: list[JSON], grace: int | None = None

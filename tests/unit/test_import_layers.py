@@ -44,7 +44,13 @@ def _loaded_by(statement: str) -> list[str]:
 
 
 def _runtime(mods: list[str]) -> list[str]:
-    prefixes = ("msop.controller", "msop.informers", "msop.msjob.reconciler", "msop.msjob.setup")
+    prefixes = (
+        "msop.controller",
+        "msop.informers",
+        "msop.msjob.reconciler",
+        "msop.msjob.doubts",
+        "msop.msjob.setup",
+    )
     return [m for m in mods if m.startswith(prefixes) or m.startswith("aiohttp.web")]
 
 

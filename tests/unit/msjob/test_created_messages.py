@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from msop.msjob.reconciler import EVENT_MESSAGE_LIMIT, created_messages
+from msop.msjob.doubts import EVENT_MESSAGE_LIMIT, created_messages
 
 
 def test_one_object_keeps_the_go_operators_message() -> None:

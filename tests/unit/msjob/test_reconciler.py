@@ -14,7 +14,7 @@ import pytest
 
 from msop.api import constants as c
 from msop.controller.reconcile import Request, Result, TerminalError
-from msop.kube.errors import ApiError, ApiUnavailable
+from msop.kube.errors import ApiError
 from msop.kube.resources import PODS, Resource
 from msop.msjob.statuswrite import COUNT_WRITE_DELAY
 from tests.support.builders import job
@@ -289,25 +289,6 @@ def test_a_restart_is_written_before_the_failed_pod_is_deleted() -> None:
     assert h.conditions()["Restarting"]["status"] == "True"
 
 
-@pytest.mark.parametrize("error", [SERVER, ApiError(503, "ServiceUnavailable", "etcd down")])
-def test_a_transition_is_announced_once_however_often_its_status_write_fails(
-    error: ApiError,
-) -> None:
-    """An API outage fails the status write that carries Running several times: the
-    MSJobRunning event goes out once, with the write that stores it."""
-    h = Harness(_job(workers=1))
-    h.reconcile()
-    h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    for _ in range(3):
-        h.cluster.fail("patch", c.KIND, error)
-        with pytest.raises(ApiError):
-            h.reconcile()
-        assert "MSJobRunning" not in h.reasons()
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-    assert h.conditions()["Running"]["status"] == "True"
-
-
 def test_a_deleted_job_the_cache_still_holds_gets_no_pods_again() -> None:
     """After a relist the pods of a deleted job (collected by the garbage collector) can
     be gone from the cache before the job is: its pods are not made again."""
@@ -340,168 +321,6 @@ def test_a_lost_member_of_a_live_job_is_made_again_after_one_read() -> None:
     h.reconcile()
     assert h.cluster.calls.count(("create", "Pod", "j-worker-0")) == 2
     assert h.cluster.gets == 1
-
-
-RESET = ApiUnavailable("POST /api/v1/namespaces/ns/pods: connection reset")
-
-
-def test_a_create_stored_without_an_answer_is_announced_once_the_cache_shows_it() -> None:
-    h = Harness(_job(workers=2))
-    h.cluster.lose_answer("create", "Pod", RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    # worker-0 was stored (answer lost); worker-1 was not attempted after the failure.
-    assert ("Pod", "j-worker-0") in h.cluster.objects
-    h.reconcile()
-    created = [m for _, r, m in h.recorder.events if r == "SuccessfulCreatePod"]
-    named = [n for m in created for n in m.split(": ", 1)[1].split(", ")]
-    assert sorted(named) == ["j-worker-0", "j-worker-1"]
-
-
-def test_a_create_in_doubt_the_cache_does_not_show_yet_is_announced_on_already_exists() -> None:
-    h = Harness(_job(workers=1))
-    h.cluster.lose_answer("create", "Pod", RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    h.cluster.objects.pop(("Pod", "j-worker-0"))  # the cache lags behind
-    h.cluster.fail("create", "Pod", EXISTS)  # ... the API server has it
-    h.reconcile()
-    assert h.reasons().count("SuccessfulCreatePod") == 1
-
-
-def test_a_create_in_doubt_that_was_not_stored_is_announced_once_when_made() -> None:
-    h = Harness(_job(workers=1))
-    h.cluster.fail("create", "Pod", RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    h.reconcile()
-    assert h.reasons().count("SuccessfulCreatePod") == 1
-
-
-def test_a_status_stored_without_an_answer_is_announced_once() -> None:
-    h = Harness(_job(workers=1))
-    h.reconcile()
-    h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    h.cluster.lose_answer("patch", c.KIND, RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    assert h.conditions()["Running"]["status"] == "True"  # stored
-    assert "MSJobRunning" not in h.reasons()
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-
-
-def test_events_held_for_writes_in_doubt_are_counted_at_stop(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    """A process that stops with writes in doubt (its lease lost mid-outage) never writes
-    their Events, and its successor, seeing the objects stored, does not either: the stop
-    says how many, as the recorder does for its own queue."""
-    h = Harness(_job(workers=1))
-    h.cluster.lose_answer("create", "Pod", RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    assert h.reconciler.unannounced() == 1
-    h.reconciler.stopped()
-    line = next(x for x in capsys.readouterr().out.splitlines() if "events not written" in x)
-    assert "count=1" in line
-    h.reconcile()  # seen stored: announced, nothing held any more
-    assert h.reasons().count("SuccessfulCreatePod") == 1
-    assert h.reconciler.unannounced() == 0
-    h.reconciler.stopped()
-    assert "events not written" not in capsys.readouterr().out
-
-
-def _running_written_without_an_answer() -> tuple[Harness, JSON]:
-    """A job whose worker runs and whose status write (Running) was stored but not
-    answered; returns the harness and the job as it was before that write."""
-    h = Harness(_job(workers=1))
-    h.reconcile()
-    h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    before = h.cluster.job
-    h.cluster.lose_answer("patch", c.KIND, RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    return h, before
-
-
-def test_a_status_in_doubt_the_cache_does_not_show_yet_is_announced_once_it_does() -> None:
-    """After an API server restart the cache can still hold the job as it was before the
-    unanswered write: that write is neither taken as lost (its Events dropped) nor made
-    again with its Events twice."""
-    h, before = _running_written_without_an_answer()
-    h.cluster.cached = before  # stored, but the cache lags
-    h.reconcile()  # plans the same write again over the stale status: refused
-    assert "MSJobRunning" not in h.reasons()
-    h.cluster.cached = None  # the watch delivers the stored job
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-
-
-def test_a_status_in_doubt_that_was_not_stored_is_announced_once_when_written() -> None:
-    h = Harness(_job(workers=1))
-    h.reconcile()
-    h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    h.cluster.fail("patch", c.KIND, RESET)
-    with pytest.raises(ApiError):
-        h.reconcile()
-    h.reconcile()  # the cache shows the same version: written again, announced with it
-    assert h.reasons().count("MSJobRunning") == 1
-    assert h.reconciler.unannounced() == 0
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-
-
-def test_a_status_in_doubt_retried_later_is_still_announced_once_stored() -> None:
-    """The write stored without an answer is tried again in later passes while the API
-    server is down (connection refused), each with its own timestamps: the stored one
-    still counts as the transition announced."""
-    h, before = _running_written_without_an_answer()
-    h.cluster.cached = before  # the cache lags behind the stored write
-    h.now = NOW + timedelta(seconds=5)
-    h.cluster.fail("patch", c.KIND, ApiUnavailable("connection refused"))
-    with pytest.raises(ApiError):
-        h.reconcile()
-    h.cluster.cached = None
-    h.reconcile()
-    assert h.reasons().count("MSJobRunning") == 1
-
-
-@pytest.mark.parametrize(
-    ("verb", "kind"), [("create", "Pod"), ("patch", c.KIND)], ids=["create", "status"]
-)
-def test_a_pass_cancelled_with_a_write_out_counts_it_in_doubt(verb: str, kind: str) -> None:
-    """A lost Lease stops the process at once, cancelling passes whose writes are out:
-    they may be stored, so their Events are counted as held, not silently dropped."""
-    h = Harness(_job(workers=1))
-    if verb == "patch":
-        h.reconcile()
-        h.cluster.set_phase("Pod", "j-worker-0", "Running")
-    real = getattr(h.cluster, verb)
-    out = asyncio.Event()
-
-    async def hang(res: Resource, *args: Any, **kw: Any) -> JSON:
-        if res.kind != kind:
-            return await real(res, *args, **kw)  # type: ignore[no-any-return]
-        out.set()
-        await asyncio.Event().wait()
-        raise AssertionError("never answered")
-
-    setattr(h.cluster, verb, hang)
-
-    async def cancel_mid_write() -> None:
-        task = asyncio.create_task(h.reconciler.reconcile(Request("ns", "j")))
-        await out.wait()
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(cancel_mid_write())
-    assert h.reconciler.unannounced() == 1
 
 
 def test_the_defaulted_job_is_kept_encoded_and_reused_for_the_same_resource_version(
@@ -548,6 +367,27 @@ def test_the_watch_event_of_our_own_status_write_needs_no_reconcile() -> None:
     h.cluster.cached = None
     h.reconcile()  # the event came: planned from the stored job
     assert h.reconciler.caused_by_own_write(request, written)
+
+
+def test_what_is_remembered_of_a_job_goes_with_it_or_when_nothing_is_left() -> None:
+    """The reconciler's memory of a job (its last status write, held counts, writes in
+    doubt) is dropped when the job is gone, and a pass that leaves nothing in it keeps
+    no entry: the memory does not grow with every job ever seen. (No public seam says
+    what is remembered, so this looks at it.)"""
+    h = Harness(_job(workers=1))
+    request = Request("ns", "j")
+    h.cluster.fail("patch", c.KIND, CONFLICT)
+    assert h.reconcile() == Result(requeue=True)  # the pod is made, the status conflicts
+    assert request not in h.reconciler._memory  # its create settled; nothing written
+    h.reconcile()
+    written = h.cluster.job["metadata"]["resourceVersion"]
+    assert h.reconciler.caused_by_own_write(request, written)
+    h.cluster.job = {}  # deleted: the cache no longer has it
+    assert h.reconcile() == Result()
+    assert h.reconciler._memory == {}
+    assert not h.reconciler.caused_by_own_write(request, written)
+    h.reconciler.stopped()
+    assert h.reconciler.unannounced() == 0
 
 
 def test_a_service_that_misses_the_pods_is_patched_in_place_and_announced() -> None:
