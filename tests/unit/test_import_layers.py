@@ -103,10 +103,35 @@ def test_the_pure_rooms_load_no_runtime() -> None:
     # The planner's rooms (pod facts, the status-write decision) are pure, and the write
     # protocol needs no HTTP client.
     mods = _loaded_by(
-        "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer"
+        "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer,"
+        " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue"
     )
     assert _runtime(mods) == []
     assert "msop.kube.client" not in mods and "aiohttp" not in mods
+    assert "structlog" not in mods  # the SDK's planner logs nothing
+
+
+@pytest.mark.parametrize(
+    "path", ["msop/msjob/reconciler.py", "msop/msjob/plan.py", "msop/msjob/children.py"]
+)
+def test_the_core_knows_no_scheduling_system(path: str) -> None:
+    # Kueue and Volcano live behind msop.msjob.scheduling: the reconciler and the planner
+    # import neither system nor its resources and have no function about their objects,
+    # so the next scheduling feature is a new implementation, not new branches here.
+    tree = ast.parse((REPO / path).read_text())
+    imported = {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+    assert [m for m in imported if m.startswith(("msop.msjob.gang", "msop.msjob.kueue"))] == []
+    assert [m for m in imported if m.endswith((".PODGROUPS", ".WORKLOADS"))] == []
+    functions = [
+        n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+    ]
+    about = ("workload", "pod_group", "podgroup", "gang", "kueue", "flavor")
+    assert [f for f in functions if any(word in f.lower() for word in about)] == []
 
 
 def test_the_store_side_of_the_informers_imports_no_watch_machinery() -> None:
