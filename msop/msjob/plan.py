@@ -23,11 +23,13 @@ Rules, in the order they apply:
 3. ``Created`` is set on first sight; ``observedGeneration`` follows the spec.
 4. Finished jobs (Succeeded/Failed) only clean up: ``cleanPodPolicy`` (All: every pod;
    Running: pods still Pending/Running; None: nothing; services go with All and
-   Running), the PodGroup is deleted, and ``ttlSecondsAfterFinished`` deletes the job at
-   exactly ``completionTime + ttl`` (a precise requeue until then). Replica counts are
-   frozen at the moment the job finished, so cleanup does not rewrite history.
-5. ``suspend: true`` deletes all pods and services and sets ``Suspended`` (and turns
-   ``Running`` False). Resuming sets ``Suspended=False`` (reason ``MSJobResumed``) and
+   Running), the scheduling systems let go (the PodGroup is deleted, the Workload marked
+   finished), and ``ttlSecondsAfterFinished`` deletes the job at exactly ``completionTime
+   + ttl`` (a precise requeue until then). Replica counts are frozen at the moment the
+   job finished, so cleanup does not rewrite history.
+5. ``suspend: true`` deletes all pods and services (the scheduling systems release the
+   job: no PodGroup, an inactive Workload) and sets ``Suspended`` (and turns ``Running``
+   False). Resuming sets ``Suspended=False`` (reason ``MSJobResumed``) and
    restarts the clock: ``startTime`` is reset. The deadline does not run while suspended.
 6. ``activeDeadlineSeconds`` fails the job (reason ``DeadlineExceeded``) at exactly
    ``startTime + deadline``; until then the Plan asks for a requeue at that instant.
