@@ -132,6 +132,10 @@ volcano: ## build (or reuse) vc-scheduler and vc-controller-manager from their G
 kueue: ## build (or reuse) Kueue's manager from its Go module (hack/kueue)
 	@hack/kueue/build.sh >/dev/null
 
+.PHONY: helm
+helm: ## build (or reuse) helm and kustomize, the release tools, from their Go modules (hack/helm)
+	@hack/helm/build.sh >/dev/null
+
 .PHONY: prometheus
 prometheus: ## build (or reuse) prometheus and promtool from their Go module (hack/prometheus)
 	@hack/prometheus/build.sh >/dev/null
