@@ -2,7 +2,7 @@
 
 ``msop.__version__`` is the installed distribution's version, the one in pyproject.toml:
 the only place the version is written (``make bump`` changes it, and with it the chart
-and config/, see docs/tasks/release.md). It is read on first use, not at import: reading
+and config/, see docs/development/release.md). It is read on first use, not at import: reading
 the package metadata costs tens of milliseconds that most commands do not need.
 """
 
