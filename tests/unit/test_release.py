@@ -332,6 +332,19 @@ def test_values_that_change_the_pods() -> None:
     assert pdb["spec"]["maxUnavailable"] == 1
 
 
+def test_no_second_replica_without_leader_election() -> None:
+    proc = subprocess.run(
+        [str(tools() / "helm"), "template", RELEASE, str(CHART), "--set",
+         "leaderElection.enabled=false"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "needs replicaCount: 1" in proc.stderr, proc.stderr
+    dep = deployment(helm("leaderElection.enabled=false", "replicaCount=1"))
+    assert "--leader-elect" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert not [o for o in helm("leaderElection.enabled=false", "replicaCount=1")
+                if o["kind"] == "Role"], "no Lease, no Role"  # fmt: skip
+
+
 def test_pod_disruption_budget_only_with_more_than_one_replica() -> None:
     assert [o for o in helm() if o["kind"] == "PodDisruptionBudget"]
     assert not [o for o in helm("replicaCount=1") if o["kind"] == "PodDisruptionBudget"]
