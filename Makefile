@@ -51,10 +51,11 @@ docs: venv ## serve the documentation site on http://127.0.0.1:8000 (live reload
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve -a 127.0.0.1:8000
 
 .PHONY: lint
-lint: venv hadolint ## ruff, mypy --strict, hadolint; docs: generated pages fresh, links and anchors resolve
+lint: venv hadolint helm ## ruff, mypy --strict, hadolint, helm lint; docs: generated pages fresh, links and anchors resolve
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy --strict msop hack/gen_docs.py
+	$(BIN)/mypy --strict msop hack/gen_docs.py hack/release.py
+	"$$(hack/helm/build.sh)/helm" lint --strict charts/msop
 	$(BIN)/python hack/gen_docs.py --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
 
@@ -64,7 +65,7 @@ fmt: venv ## apply ruff's formatting and autofixes
 	$(BIN)/ruff check --fix .
 
 .PHONY: unit
-unit: venv prometheus ## pure unit tests (no cluster; promtool checks the alert rules)
+unit: venv prometheus helm ## pure unit tests (no cluster; promtool checks the alert rules, helm and kustomize the chart and config/)
 	$(BIN)/pytest -q tests/unit $(PYTEST_ARGS)
 
 .PHONY: e2e
@@ -91,6 +92,22 @@ e2e-real: venv realnode-deps ## end-to-end tests on a real kubelet node (root; b
 
 .PHONY: test
 test: lint unit e2e ## everything CI runs: lint, unit and e2e tests
+
+VERSION ?=
+IMAGE   ?= msop
+RELEASE_ARGS ?=
+
+.PHONY: bump
+bump: ## write VERSION into pyproject.toml, charts/msop/Chart.yaml and config/manager (make bump VERSION=vX.Y.Z), then commit
+	@test -n "$(VERSION)" || { echo "usage: make bump VERSION=vX.Y.Z" >&2; exit 2; }
+	$(PYTHON) hack/release.py bump $(VERSION)
+
+# The image needs root, buildah and mmdebstrap; RELEASE_ARGS=--no-image leaves it out.
+.PHONY: release
+release: venv helm $(if $(findstring --no-image,$(RELEASE_ARGS)),,realnode-deps) ## dist/: the image (OCI archive), install.yaml, the chart, wheel, sdist, SHA256SUMS (make release VERSION=vX.Y.Z [IMAGE=registry/msop]; root)
+	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z [IMAGE=<registry>/msop]" >&2; exit 2; }
+	@$(BIN)/python -c 'import build' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,docs,release]'
+	$(BIN)/python hack/release.py build $(VERSION) --image $(IMAGE) $(RELEASE_ARGS)
 
 FRESH_GOALS ?= test
 .PHONY: test-fresh
@@ -131,6 +148,10 @@ volcano: ## build (or reuse) vc-scheduler and vc-controller-manager from their G
 .PHONY: kueue
 kueue: ## build (or reuse) Kueue's manager from its Go module (hack/kueue)
 	@hack/kueue/build.sh >/dev/null
+
+.PHONY: helm
+helm: ## build (or reuse) helm and kustomize, the release tools, from their Go modules (hack/helm)
+	@hack/helm/build.sh >/dev/null
 
 .PHONY: prometheus
 prometheus: ## build (or reuse) prometheus and promtool from their Go module (hack/prometheus)

@@ -1,4 +1,4 @@
-# Sourced by hack/{prometheus,volcano,kueue}/build.sh: a build from a Go module pinned in
+# Sourced by hack/{prometheus,volcano,kueue,helm}/build.sh: a build from a Go module pinned in
 # the calling script's go.mod, cached in $MSOP_CACHE_DIR (default <repo>/.cache)/<name>/
 # bin-<hash of the inputs>. The caller sets `here` (its directory) and defines
 # `have_all DIR` (true when DIR holds every output), then:

@@ -16,7 +16,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from msop import __version__
 from msop.cli.flags import JOB_COMMANDS, PLUGIN_PROG, build_parser, parse_args
 
 __all__ = ["build_parser", "kubectl_plugin", "lean_imports", "main", "parse_args"]
@@ -69,6 +68,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "msop") -> int:
         print(completion_script(build_parser(prog), args.shell), end="")
         return 0
     if args.command == "version":
+        from msop import __version__
+
         print(f"msop {__version__}")
         return 0
     if args.command == "render":

@@ -22,6 +22,10 @@ build, and the host's pip configuration is used only by the host's own ``pip dow
 Each image is written once as a docker-archive tar named by a hash of its inputs under
 ``<cache>/images/``; ``ctr images import`` takes it as it is. Errors: ImageBuildError,
 with the failing command and the tail of its output.
+
+``release_operator`` builds the operator image the same way for ``make release``
+(hack/release.py), tagged with the release's version and OCI labels, and writes it as an
+OCI archive.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,14 +132,19 @@ class ImageBuilder:
         self.cache.mkdir(parents=True, exist_ok=True)
         return self.cache / f"{name}-{key}.tar"
 
-    def _save(self, ref: str, archive: Path) -> None:
+    def _push(self, ref: str, archive: Path, transport: str) -> None:
+        """Write image ``ref`` to ``archive`` (``docker-archive`` or ``oci-archive``), then
+        empty buildah's storage: the archive is what is kept, buildah's own copies would
+        only double the disk."""
         tmp = archive.with_suffix(".tmp")
         tmp.unlink(missing_ok=True)
-        self._buildah("push", ref, f"docker-archive:{tmp}:{ref}", what=f"saving {ref}")
+        self._buildah("push", ref, f"{transport}:{tmp}:{ref}", what=f"saving {ref}")
         tmp.rename(archive)
-        # The archive is the cache; buildah's own copies would only double the disk.
         self._buildah("rm", "--all", what="removing build containers")
         self._buildah("rmi", "--all", "--force", what="pruning buildah's storage")
+
+    def _save(self, ref: str, archive: Path) -> None:
+        self._push(ref, archive, "docker-archive")
         for old in self.cache.glob(archive.name.rsplit("-", 1)[0] + "-*.tar"):
             if old != archive:
                 old.unlink(missing_ok=True)
@@ -291,12 +300,13 @@ class ImageBuilder:
 
     def _bud(
         self, base: Image, wheels: list[Path], ref: str, dockerfile: Path, context: Path,
-        what: str,
+        what: str, labels: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
         self._buildah("pull", f"docker-archive:{base.archive}", what="loading the base")
         mounts = [f"/wheelhouse{i or ''}" for i in range(len(wheels))]
         volumes = [arg for w, m in zip(wheels, mounts, strict=True)
                    for arg in ("--volume", f"{w}:{m}:ro")]  # fmt: skip
+        label_args = [arg for k, v in (labels or {}).items() for arg in ("--label", f"{k}={v}")]
         self._buildah(
             "bud",
             "--isolation", "chroot",
@@ -304,6 +314,7 @@ class ImageBuilder:
             "--pull-never",
             "--layers=false",
             *volumes,
+            *label_args,
             "--build-arg", "PIP_NO_INDEX=1",
             # pip splits a list option given in the environment at whitespace.
             "--build-arg", f"PIP_FIND_LINKS={' '.join(mounts)}",
@@ -341,3 +352,16 @@ class ImageBuilder:
             self._bud(base, [wheels], ref, self.repo / "Dockerfile", self.repo, "the Dockerfile")
             self._save(ref, archive)
         return Image(ref, archive)
+
+    def release_operator(
+        self, base: Image, ref: str, labels: Mapping[str, str], out: Path
+    ) -> Image:
+        """The operator image of a release: :meth:`operator`'s build (the Dockerfile as it
+        is, offline, from the wheelhouse), tagged ``ref``, with ``labels`` (the OCI
+        ``org.opencontainers.image.*``), written to ``out`` as an OCI archive. Not cached:
+        a release builds it once."""
+        wheels = self.wheelhouse()
+        self._bud(base, [wheels], ref, self.repo / "Dockerfile", self.repo, "the Dockerfile",
+                  labels=labels)  # fmt: skip
+        self._push(ref, out, "oci-archive")
+        return Image(ref, out)

@@ -605,18 +605,23 @@ def prepare(repo: Path, cache: Path) -> Prepared:
     return Prepared(Path(bin_dir), Path(node_dir), prom_dir / "prometheus", images)
 
 
-def write_overlay(directory: Path, image_ref: str, base: Path) -> Path:
+def write_overlay(
+    directory: Path, image_ref: str, base: Path, components: Sequence[Path] = ()
+) -> Path:
     """Write a kustomize overlay of ``base`` (config/default) that sets the operator image
-    to ``image_ref``: what docs/tasks/install.md tells users to do for their registry. Returns the
-    directory, for ``kubectl apply -k``."""
+    to ``image_ref`` and adds ``components`` (config/components/kueue, ...): what
+    docs/tasks/install.md tells users to do for their registry. Returns the directory, for
+    ``kubectl apply -k``."""
     directory.mkdir(parents=True, exist_ok=True)
     name, _, tag = image_ref.rpartition(":")
-    overlay = {
+    overlay: dict[str, object] = {
         "apiVersion": "kustomize.config.k8s.io/v1beta1",
         "kind": "Kustomization",
         "resources": [os.path.relpath(base, directory)],
         "images": [{"name": "msop", "newName": name, "newTag": tag}],
     }
+    if components:
+        overlay["components"] = [os.path.relpath(c, directory) for c in components]
     (directory / "kustomization.yaml").write_text(json.dumps(overlay, indent=2))
     return directory
 

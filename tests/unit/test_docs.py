@@ -60,7 +60,7 @@ def docs_paths_named_in(root: Path) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("root", ["msop", "hack", "tests", "bench", "config", "examples"])
+@pytest.mark.parametrize("root", ["msop", "hack", "tests", "bench", "config", "charts", "examples"])
 def test_docs_pages_named_in_code_exist(root: str) -> None:
     named = docs_paths_named_in(REPO / root)
     missing = [f"{where}: {page}" for where, page in named if not (REPO / page).is_file()]

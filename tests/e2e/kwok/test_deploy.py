@@ -7,7 +7,8 @@ as its own ServiceAccount, Prometheus scraping it, and replicas handing over on 
   status writes and the Lease in msop-system.
 - ``test_rbac_is_not_over_broad``: the same identity may not read secrets or update
   pods (can-i and a real request), and the roles have no wildcards.
-- ``test_user_roles_aggregate``: the editor/viewer roles reach the built-in edit/view.
+- ``test_user_roles_aggregate``: the editor/viewer roles reach the built-in edit/view
+  (editors may change an MSJob's scale subresource, viewers only read it).
 - ``test_default_kustomization_server_dry_run``: the apiserver accepts
   ``kubectl apply -k config/default --dry-run=server``; the Deployment is hardened.
 - ``test_prometheus_scrapes_metrics``: a real Prometheus (built from its Go module) scrapes
@@ -207,8 +208,8 @@ def test_user_roles_aggregate(cluster: LocalCluster, operator_rbac: str, namespa
     cluster.kubectl("create", "rolebinding", "bob-view", "--clusterrole=view",
                     f"--user={bob}", "-n", namespace)  # fmt: skip
 
-    def allowed(user: str, verb: str) -> bool:
-        proc = cluster.kubectl("auth", "can-i", verb, "msjobs.mindspore.gitee.com",
+    def allowed(user: str, verb: str, *extra: str) -> bool:
+        proc = cluster.kubectl("auth", "can-i", verb, "msjobs.mindspore.gitee.com", *extra,
                                f"--as={user}", "-n", namespace, check=False)  # fmt: skip
         return proc.stdout.strip() == "yes"
 
@@ -217,6 +218,10 @@ def test_user_roles_aggregate(cluster: LocalCluster, operator_rbac: str, namespa
     wait_for("view to include msjobs", lambda: allowed(bob, "list"), timeout=30)
     assert allowed(alice, "delete")
     assert not allowed(bob, "create") and not allowed(bob, "delete")
+    # kubectl scale msjob/NAME: editors change the scale, viewers only read it.
+    scale = "--subresource=scale"
+    assert allowed(alice, "patch", scale) and allowed(alice, "update", scale)
+    assert allowed(bob, "get", scale) and not allowed(bob, "patch", scale)
 
 
 def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:

@@ -3,9 +3,11 @@ mid-training by a higher-priority one, queued again, re-admitted, and resumes fr
 checkpoint to Succeeded, its restarts not counted against ``backoffLimit``.
 
 The operator is the installed Deployment (config/default, which also installs
-config/admission), given ``--enable-kueue``; Kueue's manager (hack/kueue) runs against
-the same control plane. The ClusterQueue's quota holds one example job (3 pods of 100m
-CPU and 512Mi: 300m, 1536Mi), with preemption of lower priorities.
+config/admission), then applied again with the component config/components/kueue (its
+RBAC and ``--enable-kueue``), as docs/tasks/kueue.md tells users; Kueue's manager
+(hack/kueue) runs against the same control plane. The ClusterQueue's quota holds one
+example job (3 pods of 100m CPU and 512Mi: 300m, 1536Mi), with preemption of lower
+priorities.
 """
 
 from __future__ import annotations
@@ -24,18 +26,19 @@ from tests.e2e.real.training import apply, records, wait_training
 from tests.harness.examples import MINDSPORE_JOB as NAME
 from tests.harness.examples import mindspore_example
 from tests.harness.kueue import Kueue, build
-from tests.harness.paths import CACHE
-from tests.harness.realnode import NodeImages, RealCluster
+from tests.harness.paths import CACHE, REPO
+from tests.harness.realnode import NodeImages, RealCluster, write_overlay
 
 JSON = dict[str, Any]
 URGENT = "urgent"
 
 
 @pytest.fixture(scope="module")
-def kueue_operator(installed: RealCluster) -> Iterator[Kueue]:
-    """Kueue running against the real cluster, and the installed operator restarted with
-    ``--enable-kueue`` (left on for the rest of the session: jobs without the queue label
-    are not affected, and Kueue's CRDs stay installed)."""
+def kueue_operator(installed: RealCluster, images: NodeImages) -> Iterator[Kueue]:
+    """Kueue running against the real cluster, and the installed operator applied again
+    with config/components/kueue: Kueue's RBAC and ``--enable-kueue`` (left on for the rest
+    of the session: jobs without the queue label are not affected, and Kueue's CRDs stay
+    installed)."""
     try:
         bin_dir = build()
     except RuntimeError as e:
@@ -50,16 +53,16 @@ def kueue_operator(installed: RealCluster) -> Iterator[Kueue]:
     except (RuntimeError, OSError) as e:
         k.stop()
         pytest.fail(str(e), pytrace=False)
+    overlay = write_overlay(
+        CACHE / "real" / "overlay-kueue", images.operator.ref, REPO / "config/default",
+        components=[REPO / "config/components/kueue"],
+    )  # fmt: skip
+    installed.kubectl("apply", "-k", str(overlay))
     got = installed.kubectl("get", "deployment", DEPLOYMENT, "-n", OPERATOR_NAMESPACE, "-o", "json")
-    dep = json.loads(got.stdout)
-    args = dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    if "--enable-kueue" not in args:
-        patch = [{"op": "add", "path": "/spec/template/spec/containers/0/args/-",
-                  "value": "--enable-kueue"}]  # fmt: skip
-        installed.kubectl("patch", "deployment", DEPLOYMENT, "-n", OPERATOR_NAMESPACE,
-                          "--type=json", "-p", json.dumps(patch))  # fmt: skip
-        installed.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n",
-                          OPERATOR_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
+    args = json.loads(got.stdout)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--enable-kueue" in args, args
+    installed.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n",
+                      OPERATOR_NAMESPACE, "--timeout=180s", timeout=200)  # fmt: skip
     wait_available(installed)
     yield k
     k.stop()
