@@ -16,12 +16,12 @@ not need it, and importing it cost the operator about 2 MiB of RSS. Unknown path
 ``404``, other methods on a known path ``405`` (``Allow: GET, HEAD``), malformed requests
 ``400`` (and the connection is closed).
 
-A server may serve over TLS (``tls``: a :class:`TlsSource`, e.g.
-:class:`~msop.controller.servingcert.ServingCert`, refreshed at every new connection) and
-may ``guard`` its routes: an async callable that sees each request to a known path with
-an allowed method first and answers a response to send instead (401, 403...), or None
-to serve it (:class:`~msop.controller.delegatedauth.DelegatedAuth`). A handler or a guard
-that raises gets the client a ``500``.
+A server may serve over TLS (``tls``: an ``ssl.SSLContext``, e.g. the ``context`` of a
+:class:`~msop.controller.servingcert.ServingCert`) and may ``guard`` its routes: an async
+callable that sees each request to a known path with an allowed method first and answers
+a response to send instead (401, 403...), or None to serve it
+(:class:`~msop.controller.delegatedauth.DelegatedAuth`). A handler or a guard that raises
+gets the client a ``500``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
-from typing import Protocol
 from urllib.parse import parse_qsl, unquote
 
 from msop.metrics import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
@@ -43,7 +42,6 @@ __all__ = [
     "Request",
     "Response",
     "Routes",
-    "TlsSource",
     "health_routes",
     "metrics_routes",
     "parse_bind_address",
@@ -126,19 +124,6 @@ Guard = Callable[[Request], Awaitable[Response | None]]
 """Sees a request before its handler: None serves it, a response is sent instead."""
 
 
-class TlsSource(Protocol):
-    """Where a TLS server takes its context from."""
-
-    @property
-    def context(self) -> ssl.SSLContext:
-        """The context the server is started with."""
-        ...
-
-    def refresh(self) -> bool:
-        """Called at every new connection: pick up a renewed certificate (True if so)."""
-        ...
-
-
 def _text(status: int, text: str) -> Response:
     return Response(status, text.encode())
 
@@ -193,7 +178,7 @@ class HttpServer:
         host: str,
         port: int,
         *,
-        tls: TlsSource | None = None,
+        tls: ssl.SSLContext | None = None,
         guard: Guard | None = None,
     ) -> None:
         self._routes = routes
@@ -210,8 +195,7 @@ class HttpServer:
         """Bind and serve. Raises OSError when the address is taken."""
         tls = self._tls
         self._server = await asyncio.start_server(
-            self._serve, self._host, self._port, limit=MAX_LINE + 2,
-            ssl=tls.context if tls else None,
+            self._serve, self._host, self._port, limit=MAX_LINE + 2, ssl=tls,
             ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if tls else None,
         )  # fmt: skip
         sockets = self._server.sockets
@@ -234,8 +218,6 @@ class HttpServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
-        if self._tls is not None:
-            self._tls.refresh()  # for the next connections: this one's handshake is done
         try:
             while True:
                 try:

@@ -315,7 +315,7 @@ class Manager:
             certificate=secure.cert_dir or "self-signed, generated",
         )
         auth = DelegatedAuth(self.client, secure.auth)
-        return HttpServer(routes, *self._metrics_addr, tls=tls, guard=auth.check)
+        return HttpServer(routes, *self._metrics_addr, tls=tls.context, guard=auth.check)
 
     async def _start_servers(self) -> list[HttpServer]:
         servers = []

@@ -6,12 +6,12 @@ makes a certificate in memory (:mod:`.selfsigned`). The context serves TLS 1.2 a
 HTTP/1.1 only (ALPN ``http/1.1``).
 
 A certificate from a directory is loaded again when its files change (a Secret's
-rotation, which the kubelet applies by swapping the directory's ``..data`` link):
-:meth:`ServingCert.refresh`, called by the server at every new connection, looks at the
-files and, when they changed, loads them into a new context that the next handshakes
-switch to (the server keeps the first context; its server-name callback, which OpenSSL
-calls at every handshake, with or without SNI, hands each connection the newest one).
-A refresh that fails keeps the certificate in use and logs why; nothing raises.
+rotation, which the kubelet applies by swapping the directory's ``..data`` link). The
+server keeps the first context; its server-name callback, which OpenSSL calls early in
+every handshake, with or without SNI, runs :meth:`ServingCert.refresh` (a ``stat`` of
+the two files; a load into a new context when they changed) and hands the connection
+the newest context. A refresh that fails keeps the certificate in use and logs why;
+nothing raises.
 """
 
 from __future__ import annotations
@@ -102,6 +102,7 @@ class ServingCert:
             context.sni_callback = self._select
 
     def _select(self, connection: ssl.SSLObject, name: str | None, context: ssl.SSLContext) -> None:
+        self.refresh()
         if self._current is not context:
             connection.context = self._current
 
@@ -127,7 +128,8 @@ class ServingCert:
 
     def refresh(self) -> bool:
         """Load the directory's files again if they changed since the last load; True
-        when a new certificate was loaded. A generated certificate never changes."""
+        when a new certificate was loaded (the next handshakes use it). A generated
+        certificate never changes. Never raises."""
         if self.cert_dir is None:
             return False
         try:
