@@ -644,7 +644,9 @@ def metrics_page() -> str:
         raise ValueError(f"LABEL_VALUES names labels no metric has: {stale}")
     out = _header("Metrics", "msop.metrics.REGISTRY")
     out += [
-        "Every metric `/metrics` serves (`--metrics-bind-address`, port 8080 by default), "
+        "Every metric `/metrics` serves (`--metrics-bind-address`, port 8080 by default; "
+        "over HTTPS to authorized callers, see [Metrics "
+        "security](../tasks/monitoring.md#metrics-security)), "
         "with the help text it is served with. Every replica serves them; only the leader's "
         "controller series move. Counters and histograms that msop defines also expose "
         "prometheus-client's `_created` series. How to scrape and read them, and the alerts "
