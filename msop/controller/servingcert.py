@@ -81,8 +81,11 @@ def _load_dir(directory: Path) -> ssl.SSLContext:
 
 
 def default_hosts() -> list[str]:
-    """Names a generated certificate is made for: this host's name and loopback."""
-    return [socket.gethostname(), "localhost", "127.0.0.1", "::1"]
+    """Names a generated certificate is made for: this host's name (a pod's name, when
+    it is a DNS name) and loopback."""
+    name = socket.gethostname()
+    own = [name] if name.isascii() and name.replace("-", "").replace(".", "").isalnum() else []
+    return [*own, "localhost", "127.0.0.1", "::1"]
 
 
 class ServingCert:

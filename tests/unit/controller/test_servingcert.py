@@ -209,6 +209,20 @@ async def test_a_broken_rotation_keeps_the_certificate_in_use(tmp_path: Path) ->
         await server.stop()
 
 
+def test_a_generated_certificate_names_this_host_when_it_can(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    from msop.controller.servingcert import default_hosts
+
+    monkeypatch.setattr(socket, "gethostname", lambda: "msop-controller-manager-7d9f-x2x")
+    assert default_hosts()[0] == "msop-controller-manager-7d9f-x2x"
+    monkeypatch.setattr(socket, "gethostname", lambda: "höst_1")
+    assert default_hosts() == ["localhost", "127.0.0.1", "::1"]
+    ServingCert.self_signed()  # whatever the host is called
+
+
 def test_a_missing_directory_names_itself(tmp_path: Path) -> None:
     with pytest.raises(OSError, match=f"tls.crt and tls.key from {tmp_path / 'none'}"):
         ServingCert.load(tmp_path / "none")
