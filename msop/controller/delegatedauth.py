@@ -15,8 +15,9 @@ response to send instead:
 - ``403`` when the user may not do it;
 - ``503`` when the API server does not answer within ``timeout`` (unreachable, slow,
   or refusing with 5xx or 429), and ``500`` when it refuses the review itself (the
-  operator's own RBAC lacks ``create`` on ``tokenreviews`` or ``subjectaccessreviews``).
-  Both say so in one short line, are logged, are never cached, and never raise.
+  operator's own RBAC lacks ``create`` on ``tokenreviews`` or ``subjectaccessreviews``)
+  or answers something that is not a review. Both say so in one short line, are logged,
+  are never cached, and never raise.
 
 Decisions are cached by the SHA-256 of the token with the path and the verb: an allowed
 one for ``allowed_ttl`` seconds, a refused one (401 or 403) for ``denied_ttl``, at most
@@ -190,14 +191,16 @@ class DelegatedAuth:
             # 401/403: the operator's own credentials or RBAC, not the caller's.
             status = 500 if e.status in (401, 403) else 503
             raise _Unavailable(self._unavailable(status, str(e))) from None
+        except Exception as e:  # an answer of another shape: a 500, not a crash
+            raise _Unavailable(self._unavailable(500, f"unexpected answer: {e!r}")) from None
 
     @staticmethod
     def _unavailable(status: int, error: str) -> Response:
         log.warning("cannot authenticate or authorize a request", status=status, error=error)
         what = (
-            "the API server did not answer the authentication review"
+            "the API server could not review the token"
             if status == 503
-            else "the API server refused the authentication review"
+            else "the API server refused msop's review of the token"
         )
         return _text(status, f"{status}: {what}; see the operator's log")
 

@@ -180,6 +180,11 @@ async def test_a_failing_authorization_review_is_503_too(reviews: Reviews) -> No
     assert await a.check(scrape("good")) is None
 
 
+async def test_an_answer_of_another_shape_is_500(reviews: Reviews) -> None:
+    reviews.fail(KeyError("status"), plural="tokenreviews")
+    assert status(await auth(reviews).check(scrape("good"))) == 500
+
+
 async def test_no_answer_within_the_timeout_is_503(reviews: Reviews) -> None:
     reviews.gate = asyncio.Event()  # never set: the API server holds the request
     a = auth(reviews, timeout=0.05)
