@@ -167,7 +167,7 @@ def start_operator(
         op.proc = subprocess.Popen(
             [sys.executable, "-m", "cProfile", "-o", str(profile_to), "-m", "msop.cli", "run",
              "--kubeconfig", kubeconfig,
-             "--metrics-bind-address", f"127.0.0.1:{op.metrics_port}",
+             "--metrics-bind-address", f"127.0.0.1:{op.metrics_port}", "--metrics-secure=false",
              "--health-probe-bind-address", f"127.0.0.1:{op.health_port}", *args],
             stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip

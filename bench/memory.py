@@ -45,8 +45,12 @@ async def _fill(client: KubeClient, names: list[str], concurrency: int) -> None:
 
 
 def _measure(cluster: LocalCluster, log_dir: Path, label: str) -> JSON:
+    # As a cluster runs it: /metrics over HTTPS with a certificate made at start (nothing
+    # scrapes it here, so the memory is the process's own).
     op = OperatorProcess(
-        kubeconfig=cluster.kubeconfig, log_path=log_dir / f"operator-memory-{label}.log"
+        kubeconfig=cluster.kubeconfig,
+        log_path=log_dir / f"operator-memory-{label}.log",
+        metrics_secure=True,
     )
     t0 = time.monotonic()
     op.start(wait_ready=False)

@@ -167,7 +167,11 @@ def demo(cluster: LocalCluster, op: OperatorProcess) -> None:
                              "--field-selector", f"involvedObject.name={job}")  # fmt: skip
     print(events.stdout.rstrip())
 
-    step(f"metrics: {op.metrics_url}  (in a cluster: Service msop-controller-manager-metrics:8080)")
+    step(
+        f"metrics: {op.metrics_url}  (plain HTTP here, --metrics-secure=false; in a cluster: "
+        "https://msop-controller-manager-metrics.msop-system:8080/metrics, for ServiceAccounts "
+        "bound to msop-metrics-reader)"
+    )
     with urllib.request.urlopen(op.metrics_url, timeout=5) as resp:
         text = resp.read().decode()
     wanted = ("controller_runtime_reconcile_total", "training_operator_jobs_",

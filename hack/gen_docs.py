@@ -417,10 +417,20 @@ def _subcommand_help(parser: argparse.ArgumentParser) -> dict[str, str]:
     return {}
 
 
+def _boolean(action: argparse.Action) -> bool:
+    """A switch: store_true, --x/--no-x, or --x[=true|false] (flags._boolean)."""
+    return (
+        isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction)
+        or getattr(action.type, "__name__", "") == "_boolean"
+    )
+
+
 def _flag_type(action: argparse.Action) -> str:
     if action.choices is not None:
         return " \\| ".join(f"`{x}`" for x in action.choices)
-    if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction):
+    if getattr(action.type, "__name__", "") == "_boolean":
+        return "boolean: the flag alone or `=true` is on, `=false` is off"
+    if _boolean(action):
         return "boolean"
     if action.type is None:
         return "string"
@@ -431,8 +441,11 @@ def _flag_type(action: argparse.Action) -> str:
 
 
 def _flag_default(action: argparse.Action) -> str:
-    if isinstance(action, argparse._StoreTrueAction | argparse.BooleanOptionalAction):
-        return "off" if not action.default else "on"
+    if _boolean(action):
+        default = action.default
+        if isinstance(default, str):  # a flag on by default: its default goes through its type
+            default = flags._boolean(default)
+        return "on" if default else "off"
     if action.default is None or action.default is argparse.SUPPRESS:
         return "unset"
     return f"`{action.default}`"
@@ -462,7 +475,9 @@ def flags_page() -> str:
         "## msop run",
         "",
         "Runs the operator. Each flag can also be set by its environment variable; the command "
-        "line wins. A boolean variable is on when it is `1`, `true`, `yes` or `on`.",
+        "line wins. A boolean variable is on when it is `1`, `true`, `yes` or `on`, and off "
+        "when it is `0`, `false`, `no` or `off` (a flag that is on by default refuses any "
+        "other value).",
         "",
         "| flag | environment variable | default | value | meaning |",
         "|---|---|---|---|---|",
@@ -629,7 +644,9 @@ def metrics_page() -> str:
         raise ValueError(f"LABEL_VALUES names labels no metric has: {stale}")
     out = _header("Metrics", "msop.metrics.REGISTRY")
     out += [
-        "Every metric `/metrics` serves (`--metrics-bind-address`, port 8080 by default), "
+        "Every metric `/metrics` serves (`--metrics-bind-address`, port 8080 by default; "
+        "over HTTPS to authorized callers, see [Metrics "
+        "security](../tasks/monitoring.md#metrics-security)), "
         "with the help text it is served with. Every replica serves them; only the leader's "
         "controller series move. Counters and histograms that msop defines also expose "
         "prometheus-client's `_created` series. How to scrape and read them, and the alerts "

@@ -28,7 +28,8 @@ def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.Argument
 
 
 def _takes_value(action: argparse.Action) -> bool:
-    return action.nargs != 0 and not isinstance(action, argparse.BooleanOptionalAction)
+    # nargs "?": a boolean such as --metrics-secure, whose value is written --flag=false.
+    return action.nargs not in (0, "?") and not isinstance(action, argparse.BooleanOptionalAction)
 
 
 def _words(items: list[str]) -> str:

@@ -34,6 +34,21 @@ def _env_bool(name: str) -> bool:
     return (os.environ.get(name) or "").lower() in ("1", "true", "yes", "on")
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _boolean(value: str) -> bool:
+    """``true``/``false`` (also 1/0, yes/no, on/off; any case), as ``--flag=false`` spells
+    it; anything else is refused, so that a typo never turns a safety off."""
+    word = value.strip().lower()
+    if word in _TRUE:
+        return True
+    if word in _FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean (true or false): {value!r}")
+
+
 def _positive_int(value: str) -> int:
     n = int(value)
     if n < 1:
@@ -167,6 +182,10 @@ def _add_run(sub: Any) -> None:
         RUN_ENV[flag] = var
         if kwargs.get("action") == "store_true":
             default: Any = _env_bool(env)
+        elif kwargs.get("type") is _boolean:
+            # On by default: ``--flag`` and ``--flag=true`` turn it on, ``--flag=false`` off.
+            kwargs.update(nargs="?", const=True, metavar="BOOL")
+            default = _env(env, fallback)
         elif kwargs.get("action") == "append":
             default = None  # parse_args reads the variable: repeated flags replace it
         else:
@@ -186,6 +205,21 @@ def _add_run(sub: Any) -> None:
         "MSOP_METRICS_BIND_ADDRESS",
         "address of /metrics; 0 disables it",
         ":8080",
+    )
+    a(
+        "--metrics-secure",
+        "MSOP_METRICS_SECURE",
+        "serve /metrics over HTTPS, only to clients whose bearer token the API server "
+        "authenticates (TokenReview) and allows to get /metrics (SubjectAccessReview); "
+        "--metrics-secure=false serves plain HTTP to anyone",
+        "true",
+        type=_boolean,
+    )
+    a(
+        "--metrics-cert-dir",
+        "MSOP_METRICS_CERT_DIR",
+        "directory with tls.crt and tls.key for /metrics (a mounted Secret), loaded again "
+        "when they change; a self-signed certificate made at start when unset",
     )
     a(
         "--health-probe-bind-address",

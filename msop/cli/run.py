@@ -16,7 +16,7 @@ from msop import __version__
 from msop.api.resources import MSJOBS
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from msop.controller.leaseguard import LeaseGuard
-from msop.controller.manager import Manager
+from msop.controller.manager import Manager, SecureServing
 from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
 from msop.kube.client import KubeClient
@@ -84,6 +84,15 @@ async def _preflight(
         raise StartupError(f"API server error: {e.status} {e.reason}: {e.message}") from None
 
 
+def _secure_metrics(args: argparse.Namespace) -> SecureServing | None:
+    """HTTPS and authentication on /metrics, unless --metrics-secure=false."""
+    if not args.metrics_secure:
+        if args.metrics_cert_dir:
+            raise StartupError("--metrics-cert-dir needs --metrics-secure (it is false)")
+        return None
+    return SecureServing(cert_dir=args.metrics_cert_dir or None)
+
+
 def _status_budget(qps: float) -> float:
     """The status writes' client-side rate (``math.inf`` without a limit)."""
     return client_limit(qps, 0)[0]
@@ -92,6 +101,7 @@ def _status_budget(qps: float) -> float:
 async def run_operator(args: argparse.Namespace) -> int:
     log = structlog.get_logger("msop")
     register_process_metrics(__version__)
+    secure_metrics = _secure_metrics(args)
     try:
         client = await KubeClient.from_config(
             args.kubeconfig, qps=args.kube_api_qps, burst=args.kube_api_burst,
@@ -114,16 +124,20 @@ async def run_operator(args: argparse.Namespace) -> int:
                 )
             except ValueError as e:
                 raise StartupError(f"leader election: {e}") from None
-        manager = Manager(
-            client,
-            metrics_bind_address=args.metrics_bind_address,
-            health_probe_bind_address=args.health_probe_bind_address,
-            leader_election=election,
-            graceful_shutdown_timeout=args.graceful_shutdown_timeout,
-            informers=InformerFactory(
-                client, options=ReflectorOptions(stall_timeout=args.watch_stall_timeout)
-            ),
-        )
+        try:
+            manager = Manager(
+                client,
+                metrics_bind_address=args.metrics_bind_address,
+                health_probe_bind_address=args.health_probe_bind_address,
+                secure_metrics=secure_metrics,
+                leader_election=election,
+                graceful_shutdown_timeout=args.graceful_shutdown_timeout,
+                informers=InformerFactory(
+                    client, options=ReflectorOptions(stall_timeout=args.watch_stall_timeout)
+                ),
+            )
+        except ValueError as e:
+            raise StartupError(str(e)) from None
         if args.legacy_operator_lease:
             namespace, name = args.legacy_operator_lease.split("/")
             manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))
@@ -142,7 +156,7 @@ async def run_operator(args: argparse.Namespace) -> int:
         log.info(
             "starting msop", version=__version__, namespaces=args.namespaces or "all",
             leader_elect=args.leader_elect, metrics=args.metrics_bind_address,
-            health=args.health_probe_bind_address,
+            metrics_secure=args.metrics_secure, health=args.health_probe_bind_address,
         )  # fmt: skip
         try:
             await manager.run(handle_signals=True)

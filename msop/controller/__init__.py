@@ -3,14 +3,16 @@
 One concept per module: :mod:`.workqueue` (+ :mod:`.ratelimiter`, :mod:`.clock`),
 :mod:`.reconcile` (Request/Result/Reconciler), :mod:`.handler`
 (event -> key), :mod:`.controller` (workers), :mod:`.leaderelection`, :mod:`.events`,
-:mod:`.expectations`, :mod:`.health` (HTTP endpoints), :mod:`.manager` and
-:mod:`.metrics`. Nothing here knows any particular kind; ``msop.msjob`` is one
-user of this package.
+:mod:`.expectations`, :mod:`.health` (HTTP endpoints; :mod:`.servingcert` and
+:mod:`.selfsigned` for TLS, :mod:`.delegatedauth` for the API server's say on who may
+read them), :mod:`.manager` and :mod:`.metrics`. Nothing here knows any particular kind;
+``msop.msjob`` is one user of this package.
 """
 
 from msop.controller import metrics
 from msop.controller.clock import Clock, FakeClock, MonotonicClock
 from msop.controller.controller import DEFAULT_EXPECTED_ERRORS, Controller, EventSource
+from msop.controller.delegatedauth import AuthOptions
 from msop.controller.events import EventRecorder
 from msop.controller.expectations import Expectations
 from msop.controller.handler import (
@@ -24,7 +26,7 @@ from msop.controller.leaderelection import (
     LeaderElectionLost,
     LeaderElector,
 )
-from msop.controller.manager import Manager, Runnable
+from msop.controller.manager import Manager, Runnable, SecureServing
 from msop.controller.ratelimiter import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
@@ -45,6 +47,7 @@ __all__ = [
     "DEFAULT_EXPECTED_ERRORS",
     "PRIORITY_LOW",
     "PRIORITY_NORMAL",
+    "AuthOptions",
     "BucketRateLimiter",
     "Clock",
     "Controller",
@@ -69,6 +72,7 @@ __all__ = [
     "Request",
     "Result",
     "Runnable",
+    "SecureServing",
     "ShutDown",
     "TerminalError",
     "WorkQueue",

@@ -15,12 +15,20 @@ request bodies, keep-alive), not aiohttp's web server: three fixed read-only end
 not need it, and importing it cost the operator about 2 MiB of RSS. Unknown paths answer
 ``404``, other methods on a known path ``405`` (``Allow: GET, HEAD``), malformed requests
 ``400`` (and the connection is closed).
+
+A server may serve over TLS (``tls``: an ``ssl.SSLContext``, e.g. the ``context`` of a
+:class:`~msop.controller.servingcert.ServingCert`) and may ``guard`` its routes: an async
+callable that sees each request to a known path with an allowed method first and answers
+a response to send instead (401, 403...), or None to serve it
+(:class:`~msop.controller.delegatedauth.DelegatedAuth`). A handler or a guard that raises
+gets the client a ``500``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
@@ -29,6 +37,7 @@ from msop.metrics import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, gener
 
 __all__ = [
     "Checks",
+    "Guard",
     "HttpServer",
     "Request",
     "Response",
@@ -46,6 +55,8 @@ MAX_LINE = 8190
 MAX_HEADERS = 100
 #: Seconds an idle keep-alive connection (or a slow request head) is kept open.
 KEEPALIVE_TIMEOUT = 75.0
+#: Seconds a client gets to complete the TLS handshake.
+TLS_HANDSHAKE_TIMEOUT = 10.0
 
 
 def parse_bind_address(address: str) -> tuple[str, int] | None:
@@ -102,11 +113,15 @@ class Response:
     status: int = 200
     body: bytes = b""
     content_type: str = TEXT
+    headers: tuple[tuple[str, str], ...] = ()
+    """More header lines, e.g. ``WWW-Authenticate`` of a 401."""
 
 
 Handler = Callable[[Request], Response]
 Routes = dict[str, Handler]
 """path -> handler of GET (and HEAD: the same response without its body)."""
+Guard = Callable[[Request], Awaitable[Response | None]]
+"""Sees a request before its handler: None serves it, a response is sent instead."""
 
 
 def _text(status: int, text: str) -> Response:
@@ -154,12 +169,23 @@ def _error(status: int) -> Response:
 
 
 class HttpServer:
-    """Serves ``routes`` on one address; ``start()``/``stop()``."""
+    """Serves ``routes`` on one address, over TLS with ``tls``, each request passed by
+    ``guard`` first when there is one; ``start()``/``stop()``."""
 
-    def __init__(self, routes: Routes, host: str, port: int) -> None:
+    def __init__(
+        self,
+        routes: Routes,
+        host: str,
+        port: int,
+        *,
+        tls: ssl.SSLContext | None = None,
+        guard: Guard | None = None,
+    ) -> None:
         self._routes = routes
         self._host = host
         self._port = port
+        self._tls = tls
+        self._guard = guard
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = port
@@ -167,9 +193,11 @@ class HttpServer:
 
     async def start(self) -> None:
         """Bind and serve. Raises OSError when the address is taken."""
+        tls = self._tls
         self._server = await asyncio.start_server(
-            self._serve, self._host, self._port, limit=MAX_LINE + 2
-        )
+            self._serve, self._host, self._port, limit=MAX_LINE + 2, ssl=tls,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if tls else None,
+        )  # fmt: skip
         sockets = self._server.sockets
         if sockets:
             self.port = sockets[0].getsockname()[1]
@@ -195,7 +223,7 @@ class HttpServer:
                 try:
                     async with asyncio.timeout(KEEPALIVE_TIMEOUT):
                         head = await _read_head(reader)
-                except (TimeoutError, ConnectionError):
+                except (TimeoutError, OSError):  # OSError: ConnectionError, ssl.SSLError
                     return
                 if head is None:
                     return
@@ -207,24 +235,28 @@ class HttpServer:
                     writer.write(_encode(_error(400), "GET", keep_alive=False))
                     await writer.drain()
                     return
-                response = self._respond(request)
+                response = await self._respond(request)
                 writer.write(_encode(response, request.method, keep_alive))
                 await writer.drain()
                 if not keep_alive:
                     return
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (OSError, asyncio.IncompleteReadError):
             return
         finally:
             self._connections.discard(task)
             writer.close()
 
-    def _respond(self, request: Request) -> Response:
+    async def _respond(self, request: Request) -> Response:
         handler = self._routes.get(request.path)
         if handler is None:
             return _error(404)
         if request.method not in ("GET", "HEAD"):
             return _error(405)
         try:
+            if self._guard is not None:
+                refused = await self._guard(request)
+                if refused is not None:
+                    return refused
             return handler(request)
         except Exception:
             return _error(500)
@@ -304,6 +336,7 @@ def _encode(response: Response, method: str, keep_alive: bool) -> bytes:
     ]
     if response.status == 405:
         head.append("Allow: GET, HEAD")
+    head += [f"{name}: {value}" for name, value in response.headers]
     head.append("Connection: keep-alive" if keep_alive else "Connection: close")
     data = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
     return data if method == "HEAD" else data + response.body

@@ -3,7 +3,11 @@
 ``Manager.run()`` is the whole life of an operator process:
 
 1. serve ``/metrics`` (``metrics_bind_address``) and ``/healthz`` + ``/readyz``
-   (``health_probe_bind_address``) - see :mod:`.health`;
+   (``health_probe_bind_address``) - see :mod:`.health`. With ``secure_metrics``
+   (:class:`SecureServing`) ``/metrics`` is served over HTTPS, alone on its port, and
+   each request must carry a bearer token the API server authenticates and allows to
+   ``get`` ``/metrics`` (:mod:`.delegatedauth`); the probes stay plain HTTP on their own
+   port for the kubelet;
 2. run the :class:`~msop.informers.InformerFactory` (:attr:`Manager.informers`) and wait
    until every cache has synced; from then on ``/readyz`` answers ok;
 3. start the runnables added with ``needs_leader_election=False`` (e.g. event recorders),
@@ -38,12 +42,13 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import structlog
 
 from msop import malloc
+from msop.controller.delegatedauth import AuthOptions, DelegatedAuth
 from msop.controller.events import EventRecorder
 from msop.controller.health import (
     Checks,
@@ -54,10 +59,18 @@ from msop.controller.health import (
     parse_bind_address,
 )
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost, LeaderElector
+from msop.controller.servingcert import ServingCert
 from msop.informers.factory import InformerFactory
 from msop.kube.client import KubeClient
 
-__all__ = ["Guard", "LeaderElectionLost", "Manager", "Runnable", "shutdown_reserve"]
+__all__ = [
+    "Guard",
+    "LeaderElectionLost",
+    "Manager",
+    "Runnable",
+    "SecureServing",
+    "shutdown_reserve",
+]
 
 log = structlog.get_logger("msop.controller.manager")
 
@@ -87,6 +100,17 @@ class Guard(Runnable, Protocol):
 
 
 @dataclass(frozen=True)
+class SecureServing:
+    """``/metrics`` over HTTPS, for authenticated and authorized clients only."""
+
+    cert_dir: str | None = None
+    """A directory with ``tls.crt`` and ``tls.key`` (e.g. a mounted Secret), loaded again
+    when they change; None: a self-signed certificate made in memory at start."""
+    auth: AuthOptions = field(default_factory=AuthOptions)
+    """How the TokenReview and SubjectAccessReview decisions are cached and bounded."""
+
+
+@dataclass(frozen=True)
 class _Entry:
     runnable: Runnable
     needs_leader_election: bool
@@ -97,7 +121,10 @@ class Manager:
     """Owns the process's runnables; see the module docstring.
 
     ``metrics_bind_address`` / ``health_probe_bind_address``: ``host:port``, ``:port``, or
-    ``"0"`` to disable (port 0 picks a free port, see :attr:`metrics_port`).
+    ``"0"`` to disable (port 0 picks a free port, see :attr:`metrics_port`). Equal
+    addresses share one server, but not with ``secure_metrics``: then they raise
+    ValueError (port 0 then means one free port each).
+    ``secure_metrics``: None serves ``/metrics`` over plain HTTP to anyone.
     ``leader_election``: None runs leader runnables without an election.
     ``graceful_shutdown_timeout``: seconds in-flight work gets on stop before a hard cancel.
     ``cache_sync_timeout``: seconds to wait for the caches before failing (None: forever).
@@ -109,6 +136,7 @@ class Manager:
         *,
         metrics_bind_address: str = ":8080",
         health_probe_bind_address: str = ":8081",
+        secure_metrics: SecureServing | None = None,
         leader_election: LeaderElectionConfig | None = None,
         graceful_shutdown_timeout: float = 30.0,
         cache_sync_timeout: float | None = None,
@@ -121,6 +149,16 @@ class Manager:
         self.cache_sync_timeout = cache_sync_timeout
         self._metrics_addr = parse_bind_address(metrics_bind_address)
         self._health_addr = parse_bind_address(health_probe_bind_address)
+        self.secure_metrics = secure_metrics
+        """How ``/metrics`` is secured; None: plain HTTP, no authentication."""
+        addr = self._metrics_addr
+        same = addr is not None and addr == self._health_addr
+        if secure_metrics is not None and addr is not None and same and addr[1] != 0:
+            raise ValueError(
+                "secure metrics need a port of their own: the health probes stay plain "
+                f"HTTP for the kubelet (both are {metrics_bind_address!r})"
+            )
+        self._shared_server = same and secure_metrics is None
         self.elector = LeaderElector(client, leader_election) if leader_election else None
         """The leader elector, or None without leader election."""
         self.healthz = Checks({"ping": lambda: True})
@@ -261,15 +299,29 @@ class Manager:
             tasks.append(asyncio.create_task(_as_coroutine(entry.runnable), name=entry.name))
         return tasks
 
+    def _metrics_server(self) -> HttpServer:
+        """The ``/metrics`` server; raises OSError when the certificate cannot be loaded."""
+        assert self._metrics_addr is not None
+        routes: Routes = {}
+        metrics_routes(routes)
+        secure = self.secure_metrics
+        if secure is None:
+            if self._shared_server:
+                health_routes(routes, self.healthz, self.readyz)
+            return HttpServer(routes, *self._metrics_addr)
+        tls = ServingCert.load(secure.cert_dir) if secure.cert_dir else ServingCert.self_signed()
+        log.info(
+            "serving metrics over HTTPS to authenticated and authorized clients",
+            certificate=secure.cert_dir or "self-signed, generated",
+        )
+        auth = DelegatedAuth(self.client, secure.auth)
+        return HttpServer(routes, *self._metrics_addr, tls=tls.context, guard=auth.check)
+
     async def _start_servers(self) -> list[HttpServer]:
         servers = []
         if self._metrics_addr is not None:
-            routes: Routes = {}
-            metrics_routes(routes)
-            if self._health_addr == self._metrics_addr:
-                health_routes(routes, self.healthz, self.readyz)
-            servers.append(HttpServer(routes, *self._metrics_addr))
-        if self._health_addr is not None and self._health_addr != self._metrics_addr:
+            servers.append(self._metrics_server())
+        if self._health_addr is not None and not self._shared_server:
             probes: Routes = {}
             health_routes(probes, self.healthz, self.readyz)
             servers.append(HttpServer(probes, *self._health_addr))

@@ -18,6 +18,8 @@ __all__ = [
     "NAMESPACES",
     "PODS",
     "SERVICES",
+    "SUBJECTACCESSREVIEWS",
+    "TOKENREVIEWS",
     "Resource",
 ]
 
@@ -103,4 +105,12 @@ WORKLOADPRIORITYCLASSES = Resource(
 )  # fmt: skip
 PRIORITYCLASSES = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False
+)
+#: The reviews a server sends to have the API server authenticate a bearer token and
+#: authorize its user (create only; nothing is stored).
+TOKENREVIEWS = Resource(
+    "authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False
+)
+SUBJECTACCESSREVIEWS = Resource(
+    "authorization.k8s.io", "v1", "subjectaccessreviews", "SubjectAccessReview", namespaced=False
 )

@@ -137,8 +137,10 @@ OperatorFactory = Callable[..., OperatorProcess]
 
 @contextlib.contextmanager
 def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[OperatorFactory]:
-    """``start(*flags, kubeconfig=..., command_prefix=(), wait_ready=True, **env)`` starts
-    ``msop run`` watching ``namespace`` only (so tests never share an operator). Every
+    """``start(*flags, kubeconfig=..., command_prefix=(), wait_ready=True,
+    metrics_secure=False, **env)`` starts ``msop run`` watching ``namespace`` only (so
+    tests never share an operator), its ``/metrics`` plain HTTP unless ``metrics_secure``
+    (see :class:`~tests.harness.operator.OperatorProcess`). Every
     process still running at the end is stopped with SIGTERM and must exit 0. Logs:
     .cache/e2e-logs/<namespace>-<n>.log."""
     started: list[OperatorProcess] = []
@@ -148,6 +150,7 @@ def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[Operato
         kubeconfig: str | Path | None = None,
         command_prefix: tuple[str, ...] = (),
         wait_ready: bool = True,
+        metrics_secure: bool = False,
         **env: str,
     ) -> OperatorProcess:
         op = OperatorProcess(
@@ -156,6 +159,7 @@ def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[Operato
             args=("--namespace", namespace, "--log-level", "debug", *args),
             env=env,
             command_prefix=command_prefix,
+            metrics_secure=metrics_secure,
         )
         started.append(op)
         try:

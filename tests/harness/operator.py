@@ -4,11 +4,17 @@
 starts the operator with JSON logs going to ``log_path``, and waits until ``/readyz``
 answers 200 (caches synced). ``stop()`` sends SIGTERM and waits; ``kill()`` sends
 SIGKILL. A start that fails raises ``RuntimeError`` with the tail of the log.
+
+``/metrics`` is plain HTTP here (``--metrics-secure=false``), so that tests and
+benchmarks read it with a bare GET; ``metrics_secure=True`` starts the operator as a
+cluster runs it, HTTPS with every scrape authenticated (``metrics_url`` is then https
+and needs a bearer token).
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -39,6 +45,8 @@ class OperatorProcess:
     probe_ports: tuple[int, int] | None = None
     """Where this host reaches ``/metrics`` and the probes, when not at the ports the
     operator binds (a relay into its namespace); set by the caller after ``start()``."""
+    metrics_secure: bool = False
+    """``--metrics-secure``: HTTPS and authenticated scrapes, as in a cluster."""
 
     @property
     def _metrics_reach(self) -> int:
@@ -50,11 +58,28 @@ class OperatorProcess:
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self._metrics_reach}/metrics"
+        scheme = "https" if self.metrics_secure else "http"
+        return f"{scheme}://127.0.0.1:{self._metrics_reach}/metrics"
 
     def ready(self) -> bool:
         """``/readyz`` answers 200 now."""
         return self._get("/readyz") == 200
+
+    def scrape(self, token: str | None = None, path: str = "/metrics") -> tuple[int, str]:
+        """GET ``path`` of the metrics port (with ``Authorization: Bearer <token>``):
+        ``(status, body)``. Over HTTPS the certificate is not verified (msop's own is
+        self-signed), as Prometheus's ``insecure_skip_verify``. Raises OSError when
+        nothing answers."""
+        url = self.metrics_url.removesuffix("/metrics") + path
+        headers = {"Authorization": f"Bearer {token}"} if token is not None else {}
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode()
 
     def _get(self, path: str) -> int:
         try:
@@ -78,6 +103,7 @@ class OperatorProcess:
             sys.executable, "-m", "msop.cli", "run",
             "--kubeconfig", self.kubeconfig,
             "--metrics-bind-address", f"127.0.0.1:{self.metrics_port}",
+            "--metrics-secure" if self.metrics_secure else "--metrics-secure=false",
             "--health-probe-bind-address", f"127.0.0.1:{self.health_port}",
             *self.args,
         ]  # fmt: skip

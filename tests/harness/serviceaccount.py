@@ -2,9 +2,10 @@
 
 ``install_rbac`` applies ``config/rbac`` (the operator's ServiceAccount, its roles and
 bindings, in ``msop-system``). ``service_account_kubeconfig`` asks the API server for a
-bound token (``kubectl create token``, the TokenRequest API) and writes a kubeconfig that
-uses it, with the cluster's server address and CA, and nothing else: a process started
-with it has exactly the ServiceAccount's permissions. Errors from kubectl propagate as
+bound token (``kubectl create token``, the TokenRequest API; ``service_account_token``
+returns it bare, for a bearer header) and writes a kubeconfig that uses it, with the
+cluster's server address and CA, and nothing else: a process started with it has exactly
+the ServiceAccount's permissions. Errors from kubectl propagate as
 ``subprocess.CalledProcessError``.
 """
 
@@ -34,6 +35,18 @@ def service_account_user(
     return f"system:serviceaccount:{namespace}:{name}"
 
 
+def service_account_token(
+    cluster: Kubectl,
+    name: str = OPERATOR_SERVICE_ACCOUNT,
+    namespace: str = OPERATOR_NAMESPACE,
+    duration: str = "2h",
+) -> str:
+    """A fresh bound token of the ServiceAccount (``kubectl create token``)."""
+    return cluster.kubectl(
+        "create", "token", name, "-n", namespace, f"--duration={duration}"
+    ).stdout.strip()
+
+
 def service_account_kubeconfig(
     cluster: Kubectl,
     path: Path,
@@ -42,9 +55,7 @@ def service_account_kubeconfig(
     duration: str = "2h",
 ) -> Path:
     """Write a kubeconfig at ``path`` that authenticates with a fresh token of the SA."""
-    token = cluster.kubectl(
-        "create", "token", name, "-n", namespace, f"--duration={duration}"
-    ).stdout.strip()
+    token = service_account_token(cluster, name, namespace, duration)
     admin = json.loads(cluster.kubectl("config", "view", "--raw", "--minify", "-o", "json").stdout)
     server = dict(admin["clusters"][0]["cluster"])
     user = f"{namespace}/{name}"

@@ -34,6 +34,7 @@ def test_version() -> None:
         ["run", "--progress-port", "70000"],
         ["run", "--progress-port", "http"],
         ["run", "--progress-interval", "0"],
+        ["run", "--metrics-secure=maybe"],
         ["run", "--bogus"],
         [],
     ],
@@ -85,6 +86,36 @@ def test_flags_read_their_environment_variables(monkeypatch: pytest.MonkeyPatch)
     args = parse_args(["run", "--max-concurrent-reconciles", "3", "--namespace", "c"])
     assert args.max_concurrent_reconciles == 3
     assert args.namespaces == ["c"]  # the command line wins over the variable
+
+
+def test_metrics_are_secure_unless_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MSOP_METRICS_SECURE", raising=False)
+    assert parse_args(["run"]).metrics_secure is True
+    assert parse_args(["run", "--metrics-secure"]).metrics_secure is True
+    assert parse_args(["run", "--metrics-secure=true"]).metrics_secure is True
+    assert parse_args(["run", "--metrics-secure=false"]).metrics_secure is False
+    assert parse_args(["run", "--metrics-secure=False", "--leader-elect"]).metrics_secure is False
+    assert parse_args(["run", "--metrics-secure", "--leader-elect"]).leader_elect
+    assert parse_args(["run"]).metrics_cert_dir is None
+    monkeypatch.setenv("MSOP_METRICS_SECURE", "false")
+    assert parse_args(["run"]).metrics_secure is False
+    assert parse_args(["run", "--metrics-secure"]).metrics_secure is True  # the flag wins
+
+
+def test_a_misspelt_metrics_secure_variable_does_not_turn_security_off() -> None:
+    import os
+
+    out = msop("run", env={**os.environ, "MSOP_METRICS_SECURE": "flase"})
+    assert out.returncode == 2 and "--metrics-secure" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_cert_dir_without_secure_metrics_is_a_startup_error() -> None:
+    out = msop("run", "--metrics-secure=false", "--metrics-cert-dir", "/certs")
+    assert out.returncode == 1
+    assert out.stderr.strip() == (
+        "msop: error: --metrics-cert-dir needs --metrics-secure (it is false)"
+    )
 
 
 def test_no_client_side_limit_by_default_and_client_go_semantics_when_set() -> None:

@@ -4,7 +4,7 @@ as its own ServiceAccount, Prometheus scraping it, and replicas handing over on 
 - ``test_rbac_is_sufficient``: msop authenticates with a token of the config/rbac
   ServiceAccount (no other credentials) and runs the dataparallel sample to Succeeded;
   the audit log shows every request it made was allowed (no 403), including Events,
-  status writes and the Lease in msop-system.
+  status writes, the Lease in msop-system and the reviews of a scrape's token.
 - ``test_rbac_is_not_over_broad``: the same identity may not read secrets or update
   pods (can-i and a real request), and the roles have no wildcards.
 - ``test_user_roles_aggregate``: the editor/viewer roles reach the built-in edit/view
@@ -50,6 +50,7 @@ from tests.harness.serviceaccount import (
     OPERATOR_NAMESPACE,
     install_rbac,
     service_account_kubeconfig,
+    service_account_token,
     service_account_user,
 )
 
@@ -104,6 +105,7 @@ def test_rbac_is_sufficient(
         log_path=LOGS / f"{namespace}-sa.log",
         args=("--namespace", namespace, "--log-level", "debug", "--leader-elect",
               "--leader-election-namespace", OPERATOR_NAMESPACE, "--leader-election-id", lease),
+        metrics_secure=True,
     )  # fmt: skip
     try:
         op.start()
@@ -129,6 +131,9 @@ def test_rbac_is_sufficient(
             "-o", "jsonpath={.spec.holderIdentity}",
         ).stdout  # fmt: skip
         assert holder, "the operator holds its Lease in msop-system"
+        # A scrape: the operator reviews its token (its own ServiceAccount's, which is
+        # not a metrics reader) with the API server, as the ServiceAccount.
+        assert op.scrape(service_account_token(cluster))[0] == 403
     finally:
         code = op.stop()
     assert code == 0, op.log_tail()
@@ -141,7 +146,9 @@ def test_rbac_is_sufficient(
                 for e in entries if "objectRef" in e}  # fmt: skip
         needed = {("create", "pods", None), ("create", "services", None),
                   ("patch", "msjobs", "status"), ("create", "events", None),
-                  ("update", "leases", None), ("watch", "pods", None)}  # fmt: skip
+                  ("update", "leases", None), ("watch", "pods", None),
+                  ("create", "tokenreviews", None),
+                  ("create", "subjectaccessreviews", None)}  # fmt: skip
         return entries if needed <= seen else []
 
     entries = wait_for("the operator's requests in the audit log", requests, timeout=20)
@@ -160,6 +167,9 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
               ("delete", "pods"), ("create", "services"), ("patch", "services"),
               ("patch", "events"),
               ("patch", "msjobs.mindspore.gitee.com", "--subresource=status")]  # fmt: skip
+    # The reviews of the tokens that scrape /metrics (cluster-scoped: no namespace).
+    assert can_i(cluster, "create", "tokenreviews.authentication.k8s.io")
+    assert can_i(cluster, "create", "subjectaccessreviews.authorization.k8s.io")
     for args in needed:
         assert can_i(cluster, *args, ns=namespace), f"{args} should be allowed"
     assert can_i(cluster, "update", "leases.coordination.k8s.io", ns=OPERATOR_NAMESPACE)
@@ -229,7 +239,7 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
         yaml.safe_load_all(cluster.kubectl("kustomize", str(CONFIG / "default")).stdout)
     )
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds.count("ClusterRole") == 3 and "CustomResourceDefinition" in kinds
+    assert kinds.count("ClusterRole") == 4 and "CustomResourceDefinition" in kinds
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
     namespaced = [d for d in rendered if d["kind"] not in (
         "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
@@ -255,6 +265,7 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     spec = deploy["spec"]["template"]["spec"]
     (c,) = spec["containers"]
     assert deploy["spec"]["replicas"] == 2 and "--leader-elect" in c["args"]
+    assert "--metrics-secure" in c["args"]
     assert spec["serviceAccountName"] == "msop-controller-manager"
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -267,9 +278,18 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     (svc,) = [d for d in rendered if d["kind"] == "Service"]
     assert svc["metadata"]["annotations"]["prometheus.io/scrape"] == "true"
-    # The ServiceMonitor renders too (it is applied only where its CRD exists).
+    assert svc["metadata"]["annotations"]["prometheus.io/scheme"] == "https"
+    (port,) = svc["spec"]["ports"]
+    assert port["targetPort"] in {p["name"] for p in c["ports"]}
+    # The ServiceMonitor renders too (it is applied only where its CRD exists), and
+    # scrapes over HTTPS with its ServiceAccount's token.
     monitor = yaml.safe_load(cluster.kubectl("kustomize", str(CONFIG / "prometheus")).stdout)
     assert monitor["kind"] == "ServiceMonitor"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == port["name"] and endpoint["scheme"] == "https"
+    assert endpoint["bearerTokenFile"] and endpoint["tlsConfig"]["insecureSkipVerify"]
+    (reader,) = [d for d in rendered if d["metadata"]["name"] == "msop-metrics-reader"]
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
 def prom_get(base: str, path: str, **params: str) -> Any:

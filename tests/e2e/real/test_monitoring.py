@@ -5,6 +5,10 @@ Kubernetes service discovery) runs next to the node and discovers msop by Kubern
 service discovery (``role: endpointslice``), keeping only Services annotated
 ``prometheus.io/scrape`` and taking port, path and scheme from the annotations, as the
 common annotation-based configuration does. It loads ``config/prometheus/alerts.yaml``.
+msop serves /metrics over HTTPS (``--metrics-secure`` in config/manager) with a
+self-signed certificate and reviews every scrape's token, so Prometheus scrapes with the
+token of a ServiceAccount of its own bound to msop-metrics-reader (config/rbac) and
+skips certificate verification, as docs/tasks/monitoring.md says to.
 
 - ``test_leader_metrics_are_scraped``: ``controller_runtime_reconcile_total`` comes back
   from the pod that holds the Lease, which reports ``leader_election_master_status`` 1.
@@ -35,6 +39,7 @@ from tests.e2e.real.install import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_a
 from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
 from tests.harness.monitoring import ALERTS, alert_exprs, panel_exprs
 from tests.harness.realnode import NodeImages, Prepared, RealCluster
+from tests.harness.serviceaccount import service_account_token, service_account_user
 
 FIRES_WHEN_STOPPED = {"MsopDown", "MsopNoLeader"}
 #: Series that exist only while a job's Worker 0 runs and reports progress.
@@ -48,7 +53,41 @@ ONLY_WHILE_TRAINING = (
 )
 
 
-def prometheus_config(cluster: RealCluster, rules: Path, kubeconfig: Path) -> dict[str, Any]:
+#: Prometheus's own identity: a ServiceAccount bound to msop-metrics-reader.
+SCRAPER_NAMESPACE = "msop-e2e-monitoring"
+SCRAPER = "prometheus"
+
+
+def metrics_reader_token(cluster: RealCluster) -> str:
+    """A token of :data:`SCRAPER`, bound to the msop-metrics-reader ClusterRole (installed
+    with config/default) as docs/tasks/monitoring.md binds Prometheus's."""
+    objects = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": SCRAPER_NAMESPACE}},
+        {"apiVersion": "v1", "kind": "ServiceAccount",
+         "metadata": {"name": SCRAPER, "namespace": SCRAPER_NAMESPACE}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": f"{SCRAPER_NAMESPACE}-msop-metrics-reader"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "msop-metrics-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": SCRAPER,
+                       "namespace": SCRAPER_NAMESPACE}]},
+    ]  # fmt: skip
+    cluster.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+                                                          "items": objects}))  # fmt: skip
+    user = service_account_user(SCRAPER, SCRAPER_NAMESPACE)
+
+    def allowed() -> bool:
+        proc = cluster.kubectl("auth", "can-i", "get", "/metrics", f"--as={user}", check=False)
+        return proc.stdout.strip() == "yes"
+
+    # msop caches a 403 for 30 s: scrape only once the authorizer has the binding.
+    wait_for("msop-metrics-reader bound to Prometheus", allowed, timeout=30)
+    return service_account_token(cluster, SCRAPER, SCRAPER_NAMESPACE, duration="6h")
+
+
+def prometheus_config(
+    cluster: RealCluster, rules: Path, kubeconfig: Path, token: Path
+) -> dict[str, Any]:
     annotation = "__meta_kubernetes_service_annotation_prometheus_io_"
     return {
         "global": {"scrape_interval": "2s", "evaluation_interval": "2s"},
@@ -59,6 +98,9 @@ def prometheus_config(cluster: RealCluster, rules: Path, kubeconfig: Path) -> di
                 "kubernetes_sd_configs": [
                     {"role": "endpointslice", "kubeconfig_file": str(kubeconfig)}
                 ],
+                # msop's /metrics: HTTPS with a self-signed certificate, for readers only.
+                "authorization": {"type": "Bearer", "credentials_file": str(token)},
+                "tls_config": {"insecure_skip_verify": True},
                 "relabel_configs": [
                     {"source_labels": [f"{annotation}scrape"], "action": "keep", "regex": "true"},
                     {"source_labels": [f"{annotation}scheme"], "target_label": "__scheme__",
@@ -110,8 +152,10 @@ def prometheus(
     ))  # fmt: skip
     rules = work / "alerts.yaml"
     shutil.copyfile(ALERTS, rules)
+    token = work / "msop-metrics.token"
+    token.write_text(metrics_reader_token(cluster))
     config = work / "prometheus.yml"
-    config.write_text(yaml.safe_dump(prometheus_config(cluster, rules, kubeconfig)))
+    config.write_text(yaml.safe_dump(prometheus_config(cluster, rules, kubeconfig, token)))
     daemon = cluster.spawn(
         "prometheus",
         [binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",

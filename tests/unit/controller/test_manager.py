@@ -7,13 +7,15 @@ client is never used.
 from __future__ import annotations
 
 import asyncio
+import ssl
 
 import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from msop.controller.delegatedauth import AuthOptions
 from msop.controller.health import parse_bind_address
-from msop.controller.manager import Manager
+from msop.controller.manager import Manager, SecureServing
 
 
 class Sleeper:
@@ -212,3 +214,100 @@ async def test_stop_is_bounded_by_the_grace_period_whatever_the_event_backlog(
     lines = [e for e in logged if e["event"] == "events not written: shutdown deadline reached"]
     assert [e["count"] for e in lines] == [50]
     assert logged[-1]["event"] == "manager stopped"
+
+
+def test_secure_metrics_need_a_port_of_their_own() -> None:
+    with pytest.raises(ValueError, match="port of their own"):
+        Manager(
+            None,  # type: ignore[arg-type]
+            metrics_bind_address="127.0.0.1:8443",
+            health_probe_bind_address="127.0.0.1:8443",
+            secure_metrics=SecureServing(),
+        )
+
+
+async def test_secure_metrics_ask_the_api_server_once_per_token_and_never_when_idle(
+    unused_tcp_port: int,
+) -> None:
+    """/metrics over HTTPS, reviewed through a real KubeClient by a stand-in API server
+    that counts every request: none while nobody scrapes, two for a new token, none
+    for the next scrapes with it; the probes stay plain HTTP on their own port; an API
+    server that is gone makes a new token's scrape a 503, and the process lives on."""
+    from aiohttp import web
+    from kubernetes_asyncio.client import Configuration
+
+    from msop.kube import KubeClient
+
+    requests: list[str] = []
+    users = {"prometheus-token": "prometheus", "viewer-token": "viewer"}
+
+    async def api(request: web.Request) -> web.Response:
+        requests.append(f"{request.method} {request.path}")
+        body = await request.json()
+        if request.path.endswith("/tokenreviews"):
+            user = users.get(body["spec"]["token"])
+            body["status"] = {"authenticated": False}
+            if user is not None:
+                body["status"] = {"authenticated": True, "user": {"username": user}}
+        else:
+            body["status"] = {"allowed": body["spec"]["user"] == "prometheus"}
+        return web.json_response(body, status=201)
+
+    app = web.Application()
+    app.router.add_route("POST", "/{tail:.*}", api)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
+    client = KubeClient.from_configuration(
+        Configuration(host=f"http://127.0.0.1:{unused_tcp_port}")
+    )
+    m = Manager(
+        client,
+        metrics_bind_address="127.0.0.1:0",
+        health_probe_bind_address="127.0.0.1:0",
+        secure_metrics=SecureServing(auth=AuthOptions(timeout=2)),
+    )
+    task = asyncio.create_task(m.run())
+    insecure = ssl.create_default_context()
+    insecure.check_hostname, insecure.verify_mode = False, ssl.CERT_NONE
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    try:
+        await m.wait_for_sync()
+        assert m.metrics_port != m.health_port
+        metrics = f"https://127.0.0.1:{m.metrics_port}/metrics"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=insecure)) as http:
+            async with http.get(f"http://127.0.0.1:{m.health_port}/readyz") as r:
+                assert r.status == 200
+            async with http.get(f"https://127.0.0.1:{m.metrics_port}/healthz") as r:
+                assert r.status == 404
+            assert requests == []  # nothing at start, nothing while idle
+            async with http.get(metrics) as r:
+                assert r.status == 401
+            async with http.get(metrics, headers=bearer("forged")) as r:
+                assert r.status == 401
+            async with http.get(metrics, headers=bearer("viewer-token")) as r:
+                assert r.status == 403
+            assert len(requests) == 3
+            for _ in range(3):
+                async with http.get(metrics, headers=bearer("prometheus-token")) as r:
+                    assert r.status == 200
+                    assert "workqueue_depth" in await r.text()
+            assert requests[3:] == [
+                "POST /apis/authentication.k8s.io/v1/tokenreviews",
+                "POST /apis/authorization.k8s.io/v1/subjectaccessreviews",
+            ]
+            await runner.cleanup()  # the API server goes away
+            async with http.get(metrics, headers=bearer("new-token")) as r:
+                assert r.status == 503
+                assert "could not review the token" in await r.text()
+            async with http.get(metrics, headers=bearer("prometheus-token")) as r:
+                assert r.status == 200  # still cached
+        assert not task.done()
+    finally:
+        m.stop()
+        await task
+        await client.close()
+        await runner.cleanup()
