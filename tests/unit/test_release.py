@@ -296,7 +296,7 @@ def test_every_flag_of_msop_run_is_a_value() -> None:
     """A flag added to msop run without the chart fails here (--kubeconfig excepted: in a
     pod msop uses its in-cluster config)."""
     chart = helm("leaderElection.namespace=leases", "watchNamespaces={a,b}",
-                 *COMPONENT_VALUES.values())  # fmt: skip
+                 "metrics.certSecret=msop-metrics-cert", *COMPONENT_VALUES.values())  # fmt: skip
     passed = {a.split("=")[0] for a in container(chart)["args"]}
     assert set(RUN_ENV) - {"--kubeconfig"} <= passed, set(RUN_ENV) - passed
     parsed = parsed_args(chart_args(container(chart)["args"]))
@@ -304,6 +304,15 @@ def test_every_flag_of_msop_run_is_a_value() -> None:
     assert parsed["namespaces"] == ["a", "b"] and parsed["leader_election_namespace"] == "leases"
     roles = {o["metadata"]["namespace"] for o in chart if o["kind"] in ("Role", "RoleBinding")}
     assert roles == {"leases"}, "the leader-election Role goes where the Lease is"
+    # The certificate's Secret is mounted where --metrics-cert-dir points.
+    cert_dir = parsed["metrics_cert_dir"]
+    (mount,) = [m for m in container(chart)["volumeMounts"] if m["mountPath"] == cert_dir]
+    volumes = deployment(chart)["spec"]["template"]["spec"]["volumes"]
+    (volume,) = [v for v in volumes if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "msop-metrics-cert"
+    assert "metrics_cert_dir" not in parsed_args(chart_args(container(helm())["args"])) or (
+        parsed_args(chart_args(container(helm())["args"]))["metrics_cert_dir"] in (None, "")
+    )
 
 
 def test_values_that_change_the_pods() -> None:
