@@ -6,8 +6,8 @@ the SDK in a notebook and the integrations in a training pod import their depend
 the ordinary way and leave their host process as they found it
 (``tests/unit/test_bootstrap.py`` checks both in fresh interpreters).
 
-What :func:`apply` does, in order, each with what leaving it out costs (measured on a
-2-core machine with a benchmark running beside it).
+What :func:`apply` does, in order, each with what leaving it out costs (measured with
+``hack/bootstrap_savings.py`` on a 2-core machine with a benchmark running beside it).
 Idle RSS: ``msop run`` against an empty API server, 5 s after its caches are synced, as
 ``make bench`` reads it; about 40.1 MiB with everything below, medians of 5 runs that
 spread by less than 0.1 MiB. Startup CPU: ``msop run`` up to reading its kubeconfig, about
