@@ -3,27 +3,25 @@
 Several libraries msop uses have a package ``__init__`` that imports far more than msop
 needs: ``prometheus_client/__init__.py`` imports its exposition module (http.server,
 wsgiref, email, gzip, urllib.request...) although msop only uses the metric classes and
-renders the text format itself; ``structlog/__init__.py`` imports testing, threadlocal
-and tracebacks helpers; ``kubernetes_asyncio`` imports ~1,000 model modules (see
+renders the text format itself; ``kubernetes_asyncio`` imports ~1,000 model modules (see
 :mod:`msop.kube.k8sconfig`).
 
 :func:`lazy_package` registers such a package in :data:`sys.modules` *before anything
 imports it*: the package object exists with its real ``__path__`` and spec, so its
-submodules (``prometheus_client.metrics``, ``structlog.stdlib``) import normally from the
-installed files, but its ``__init__`` module runs only when code asks the package for a
-name that no submodule provides and no hint maps to a submodule. Then the real
-``__init__`` runs in the same module object and the caller gets what it always got.
-``import structlog; structlog.get_logger()`` therefore keeps working (the hint maps
-``get_logger`` to ``structlog._config``), and so does any other use of the package, only
-later. Nothing of the libraries is copied or patched; only the moment their package
-initializers run changes.
+submodules (``prometheus_client.metrics``) import normally from the installed files, but
+its ``__init__`` module runs only when code asks the package for a name that no submodule
+provides and no hint maps to a submodule. Then the real ``__init__`` runs in the same
+module object and the caller gets what it always got. ``from prometheus_client import
+Counter`` therefore keeps working (the hint maps ``Counter`` to
+``prometheus_client.metrics``), and so does any other use of the package, only later.
+Nothing of the libraries is copied or patched; only the moment their package initializers
+run changes.
 
+Registering is a change to the whole process, so no module of msop does it when it is
+imported: :func:`msop.bootstrap.apply` (``msop run``) registers prometheus_client, and
+:func:`msop.kube.k8sconfig.install` (when a client loads a kubeconfig) kubernetes_asyncio.
 If a package is already imported, :func:`lazy_package` leaves it as it is, so the saving
-depends on registering first: :mod:`msop.metrics` registers prometheus_client before its
-own imports (and msop's other modules get the metric classes from it), :mod:`msop.logs`
-registers structlog (``msop run`` imports it first). Importing the ``msop`` package alone
-registers nothing: the SDK and the training-pod integrations leave their host process's
-modules alone.
+depends on registering first.
 """
 
 from __future__ import annotations
@@ -34,39 +32,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["PROMETHEUS_CLIENT", "STRUCTLOG", "lazy_package"]
+__all__ = ["lazy_package"]
 
 #: Dunder names that are not submodules but that the package ``__init__`` defines: asking
 #: for them runs it. Other dunder names (``__wrapped__``, ``__loader__``...) are probed by
 #: introspection tools and raise AttributeError as for any module without them.
 _INIT_DUNDERS = frozenset({"__all__", "__version__"})
-
-#: Hints (names of the package that live in a submodule of their own) for
-#: prometheus_client: msop uses its metrics, metrics_core, registry and process_collector
-#: submodules and renders the text format itself (msop.metrics).
-PROMETHEUS_CLIENT: dict[str, str] = {
-    "CollectorRegistry": "registry",
-    "Counter": "metrics",
-    "Gauge": "metrics",
-    "Histogram": "metrics",
-    "Metric": "metrics_core",
-    "ProcessCollector": "process_collector",
-}
-
-#: Hints for structlog: msop uses structlog.stdlib / .processors / .contextvars / .dev and
-#: these names.
-STRUCTLOG: dict[str, str] = {
-    "configure": "_config",
-    "get_config": "_config",
-    "get_logger": "_config",
-    "getLogger": "_config",
-    "is_configured": "_config",
-    "reset_defaults": "_config",
-    "wrap_logger": "_config",
-    "get_context": "_base",
-    "BoundLoggerBase": "_base",
-    "DropEvent": "exceptions",
-}
 
 
 def lazy_package(

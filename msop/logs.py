@@ -5,11 +5,6 @@ Lines emitted during a reconcile also carry ``controller``, ``namespace``, ``nam
 ``reconcile_id`` (bound by the controller in ``structlog.contextvars``). Records from
 the standard ``logging`` module (aiohttp, kubernetes-asyncio) go through the same
 processors, so they are JSON too.
-
-structlog is registered as a lazy package (:mod:`msop.lazy`) before it is first imported:
-msop uses its submodules and ``structlog.get_logger``, and its package ``__init__`` (which
-also loads the testing, threadlocal and tracebacks helpers) runs only if something needs
-more. ``msop run`` imports this module before any other that imports structlog.
 """
 
 from __future__ import annotations
@@ -18,11 +13,7 @@ import logging
 import sys
 from typing import Any, Literal
 
-from msop.lazy import STRUCTLOG, lazy_package
-
-lazy_package("structlog", STRUCTLOG)
-
-import structlog  # noqa: E402
+import structlog
 
 LogFormat = Literal["json", "console"]
 LEVELS = ("debug", "info", "warning", "error")

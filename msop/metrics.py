@@ -15,7 +15,9 @@ prometheus_client's submodules only (metrics, metrics_core, registry, samples),
 and msop's metric modules import the classes from here:
 ``prometheus_client/__init__.py`` imports its exposition module, which pulls in
 http.server, wsgiref, email, gzip and urllib.request, about 1 MiB of the operator's RSS
-for a function of thirty lines (see :mod:`msop.lazy`).
+for a function of thirty lines, so ``msop run`` registers prometheus_client as a lazy
+package before anything imports it (:mod:`msop.bootstrap`). Elsewhere (the SDK in a
+notebook) these imports run its package ``__init__`` as usual.
 """
 
 from __future__ import annotations
@@ -24,20 +26,10 @@ import math
 import platform
 import re
 
-from msop.lazy import PROMETHEUS_CLIENT, lazy_package
-
-# Before the first import of prometheus_client (msop's metric modules import its classes
-# from here): its package __init__ runs only if someone needs more than these submodules.
-lazy_package("prometheus_client", PROMETHEUS_CLIENT)
-
-from prometheus_client.metrics import Counter, Gauge, Histogram  # noqa: E402
-from prometheus_client.metrics_core import (  # noqa: E402
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    Metric,
-)
-from prometheus_client.registry import Collector, CollectorRegistry  # noqa: E402
-from prometheus_client.samples import Sample  # noqa: E402
+from prometheus_client.metrics import Counter, Gauge, Histogram
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+from prometheus_client.samples import Sample
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 

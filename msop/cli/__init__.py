@@ -6,48 +6,20 @@ the kubectl plugin ``kubectl-msjob`` (``kubectl msjob list``).
 :mod:`.flags` defines and parses the flags; :mod:`.run` is the operator process,
 :mod:`.render` and :mod:`.validate` the offline commands, :mod:`.jobs` the job commands,
 :mod:`.completion` the shell completion scripts. Each command imports only what it needs:
-``msop validate`` and ``msop list`` never load the controller runtime.
+``msop validate`` and ``msop list`` never load the controller runtime. Only ``msop run``
+changes its process beyond importing (lazy packages, heap thresholds...): it calls
+:func:`msop.bootstrap.apply` first.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 from collections.abc import Sequence
 
 from msop.cli.flags import JOB_COMMANDS, PLUGIN_PROG, build_parser, parse_args
 
-__all__ = ["build_parser", "kubectl_plugin", "lean_imports", "main", "parse_args"]
-
-
-def lean_imports() -> None:
-    """Import aiohttp lean, for ``msop run`` only (0.8 + 0.7 MiB of the idle RSS).
-
-    - frozenlist (aiohttp's lists of signal handlers, never on a hot path here) is built
-      as C++: its extension maps libstdc++ for nothing. Its pure-Python build behaves the
-      same. An explicit ``FROZENLIST_NO_EXTENSIONS`` in the environment wins.
-    - aiohttp makes two default TLS contexts when imported, loading the system's CA
-      bundle into each; msop never uses them (the API client brings its own context, made
-      from the kubeconfig or the ServiceAccount's CA; progress polls are plain HTTP). They
-      are made here without CAs, so a request that fell back on them would fail
-      verification, never pass it.
-    """
-    os.environ.setdefault("FROZENLIST_NO_EXTENSIONS", "1")
-    if "aiohttp" in sys.modules:
-        return
-    import ssl
-
-    load_default_certs = ssl.SSLContext.load_default_certs
-    ssl.SSLContext.load_default_certs = _no_default_certs  # type: ignore[method-assign]
-    try:
-        import aiohttp.connector  # noqa: F401 - its default contexts are made now
-    finally:
-        ssl.SSLContext.load_default_certs = load_default_certs  # type: ignore[method-assign]
-
-
-def _no_default_certs(self: object, purpose: object = None) -> None:
-    return None
+__all__ = ["build_parser", "kubectl_plugin", "main", "parse_args"]
 
 
 def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
@@ -83,10 +55,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "msop") -> int:
         from msop.cli.validate import validate_files
 
         return validate_files(args.files, sys.stdout)
-    from msop import logs, malloc
+    from msop import bootstrap
 
-    malloc.limit_heap_growth()  # before any list page is parsed
-    lean_imports()
+    bootstrap.apply()  # before the runtime is imported: see msop.bootstrap
+    from msop import logs
     from msop.cli.run import StartupError, run_operator
 
     logs.configure(args.log_format, args.log_level)

@@ -27,7 +27,10 @@ run changes.
 for ``urllib3.util.make_headers`` (basic auth) alone.
 
 The mechanism is :func:`msop.lazy.lazy_package`. If a package is already imported
-(someone imported kubernetes_asyncio first), :func:`install` leaves it as it is.
+(someone imported kubernetes_asyncio first), :func:`install` leaves it as it is. Importing
+this module registers nothing: :meth:`msop.kube.client.KubeClient.from_config` calls
+:func:`install` when it loads a config, in the operator and in the SDK alike (unlike the
+operator-only settings of :mod:`msop.bootstrap`).
 """
 
 from __future__ import annotations

@@ -134,29 +134,3 @@ def test_a_bad_environment_value_is_a_one_line_usage_error() -> None:
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert "--kube-api-qps" in out.stderr
-
-
-def test_the_operator_imports_aiohttp_lean() -> None:
-    """msop run spares the idle process libstdc++ (frozenlist's C++ extension) and the
-    CA bundles of aiohttp's two unused default TLS contexts."""
-    import subprocess
-    import sys
-
-    code = (
-        "import os; os.environ.pop('FROZENLIST_NO_EXTENSIONS', None)\n"
-        "from msop.cli import lean_imports; lean_imports()\n"
-        "import msop.cli.run, frozenlist, ssl\n"
-        "import aiohttp.connector as c\n"
-        "maps = open('/proc/self/maps').read()\n"
-        "own = ssl.create_default_context()\n"
-        "print(frozenlist.FrozenList.__module__, 'libstdc++' in maps,\n"
-        "      c._SSL_CONTEXT_VERIFIED.cert_store_stats()['x509_ca'],\n"
-        "      c._SSL_CONTEXT_VERIFIED.verify_mode == ssl.CERT_REQUIRED,\n"
-        "      own.cert_store_stats()['x509_ca'] > 0)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    # aiohttp's unused default context holds no CA (fails closed); contexts made later,
-    # like the API client's, load them as always.
-    assert out.stdout.split() == ["frozenlist", "False", "0", "True", "True"], (
-        out.stdout + out.stderr
-    )
