@@ -17,7 +17,10 @@ import importlib
 import json
 import pkgutil
 import re
+import signal
 import subprocess
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -28,6 +31,7 @@ from prometheus_client import CollectorRegistry
 import msop
 from msop.metrics import REGISTRY
 from tests.harness.paths import REPO
+from tests.harness.ports import free_port
 
 __all__ = [
     "ALERTS",
@@ -271,3 +275,64 @@ def prometheus_tools() -> Path:
     if proc.returncode != 0:
         raise RuntimeError(f"hack/prometheus/build.sh failed:\n{proc.stderr[-4000:]}")
     return Path(proc.stdout.strip().splitlines()[-1])
+
+
+class LocalPrometheus:
+    """A real Prometheus on loopback scraping ``scrape_configs`` every second, for a test:
+    ``with LocalPrometheus(tmp_path, configs, log) as prom: prom.get("/api/v1/targets")``.
+    Its data lives under ``workdir``; its output goes to ``log``."""
+
+    def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]], log: Path) -> None:
+        self.workdir = workdir
+        self.scrape_configs = scrape_configs
+        self.log = log
+        self.base = f"http://127.0.0.1:{free_port()}"
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> LocalPrometheus:
+        config = self.workdir / "prometheus.yml"
+        config.write_text(json.dumps({
+            "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+            "scrape_configs": self.scrape_configs,
+        }))  # fmt: skip
+        with self.log.open("wb") as out:
+            self._proc = subprocess.Popen(
+                [str(prometheus_tools() / "prometheus"), f"--config.file={config}",
+                 f"--storage.tsdb.path={self.workdir / 'data'}",
+                 f"--web.listen-address={self.base.removeprefix('http://')}"],
+                stdout=out, stderr=subprocess.STDOUT, cwd=self.workdir,
+            )  # fmt: skip
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def get(self, path: str, **params: str) -> Any:
+        """GET from its HTTP API: JSON decoded, anything else as text. Fails at once if
+        Prometheus has exited."""
+        assert self._proc is not None and self._proc.poll() is None, (
+            f"prometheus exited {self._proc.returncode if self._proc else None}; see {self.log}"
+        )
+        url = (
+            f"{self.base}{path}?{urllib.parse.urlencode(params)}"
+            if params
+            else (f"{self.base}{path}")
+        )
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            if resp.headers.get_content_type() == "application/json":
+                return json.loads(resp.read())
+            return resp.read().decode()
+
+    def ready(self) -> bool:
+        try:
+            return "Ready" in self.get("/-/ready")
+        except OSError:
+            return False

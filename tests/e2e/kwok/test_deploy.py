@@ -43,9 +43,8 @@ from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condit
 from tests.e2e.sessions import OperatorFactory
 from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.harness.exposition import read_samples
-from tests.harness.monitoring import prometheus_tools
+from tests.harness.monitoring import LocalPrometheus
 from tests.harness.paths import REPO
-from tests.harness.ports import free_port
 from tests.harness.serviceaccount import (
     OPERATOR_NAMESPACE,
     install_rbac,
@@ -292,48 +291,20 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}]
 
 
-def prom_get(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.loads(resp.read()) if resp.headers.get_content_type() == "application/json" \
-            else resp.read().decode()  # fmt: skip
-
-
 def test_prometheus_scrapes_metrics(
     cluster: LocalCluster, operator: OperatorProcess, namespace: str, tmp_path: Path
 ) -> None:
     apply(cluster, namespace, sample("ms_wide_deep_dataparallel.yaml"))
     wait_condition(cluster, namespace, "ms-widedeep-dataparallel", "Created")
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    config = tmp_path / "prometheus.yml"
     target = operator.metrics_url.removeprefix("http://").removesuffix("/metrics")
-    config.write_text(json.dumps({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "msop", "static_configs": [{"targets": [target]}]}],
-    }))  # fmt: skip
-    log = (LOGS / f"{namespace}-prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [str(prometheus_tools() / "prometheus"), f"--config.file={config}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
-    )  # fmt: skip
-    log.close()
-    try:
-
-        def ready() -> bool:
-            assert proc.poll() is None, f"prometheus exited {proc.returncode}"
-            try:
-                return "Ready" in prom_get(base, "/-/ready")
-            except OSError:
-                return False
-
-        wait_for("prometheus ready", ready, timeout=60)
+    configs = [{"job_name": "msop", "static_configs": [{"targets": [target]}]}]
+    with LocalPrometheus(tmp_path, configs, LOGS / f"{namespace}-prometheus.log") as prom:
+        wait_for("prometheus ready", prom.ready, timeout=60)
 
         def reconciles() -> list[Any]:
             query = "sum by (controller) (controller_runtime_reconcile_total) > 0"
-            body = prom_get(base, "/api/v1/query", query=query)
+            body = prom.get("/api/v1/query", query=query)
             assert body["status"] == "success", body
             result: list[Any] = body["data"]["result"]
             return result
@@ -341,17 +312,10 @@ def test_prometheus_scrapes_metrics(
         result = wait_for("controller_runtime_reconcile_total in Prometheus", reconciles, 60)
         assert result[0]["metric"]["controller"] == "msjob"
         assert float(result[0]["value"][1]) > 0
-        targets = prom_get(base, "/api/v1/targets")["data"]["activeTargets"]
+        targets = prom.get("/api/v1/targets")["data"]["activeTargets"]
         assert [t["health"] for t in targets] == ["up"], targets
-        created = prom_get(base, "/api/v1/query", query="training_operator_jobs_created_total")
+        created = prom.get("/api/v1/query", query="training_operator_jobs_created_total")
         assert created["data"]["result"], created
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 LeaseRecord = tuple[str, str, str]

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import signal
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -34,9 +32,8 @@ import pytest
 from tests.e2e.msjobs import wait_for
 from tests.e2e.sessions import OperatorFactory
 from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.monitoring import prometheus_tools
+from tests.harness.monitoring import LocalPrometheus
 from tests.harness.paths import REPO
-from tests.harness.ports import free_port
 from tests.harness.serviceaccount import (
     install_rbac,
     service_account_kubeconfig,
@@ -155,14 +152,6 @@ def test_a_scraper_costs_no_request_per_scrape(
     assert operator_reviews(cluster, since) == one_each
 
 
-def prom_get(base: str, path: str, **params: str) -> Any:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        if resp.headers.get_content_type() == "application/json":
-            return json.loads(resp.read())
-        return resp.read().decode()
-
-
 def test_prometheus_scrapes_over_https_with_a_token(
     cluster: LocalCluster,
     namespace: str,
@@ -184,26 +173,12 @@ def test_prometheus_scrapes_over_https_with_a_token(
             "static_configs": [{"targets": [target]}],
         }
 
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    config = tmp_path / "prometheus.yml"
-    config.write_text(json.dumps({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [job("reader", scrapers.reader), job("stranger", scrapers.stranger)],
-    }))  # fmt: skip
-    log = (LOGS / f"{namespace}-prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [str(prometheus_tools() / "prometheus"), f"--config.file={config}",
-         f"--storage.tsdb.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path,
-    )  # fmt: skip
-    log.close()
-    try:
+    configs = [job("reader", scrapers.reader), job("stranger", scrapers.stranger)]
+    with LocalPrometheus(tmp_path, configs, LOGS / f"{namespace}-prometheus.log") as prom:
 
         def targets() -> dict[str, dict[str, Any]]:
-            assert proc.poll() is None, f"prometheus exited {proc.returncode}"
             try:
-                active = prom_get(base, "/api/v1/targets")["data"]["activeTargets"]
+                active = prom.get("/api/v1/targets")["data"]["activeTargets"]
             except OSError:
                 return {}
             by_job = {t["labels"]["job"]: t for t in active}
@@ -216,15 +191,8 @@ def test_prometheus_scrapes_over_https_with_a_token(
         assert "403" in by_job["stranger"]["lastError"], by_job["stranger"]
 
         def build_info() -> list[Any]:
-            body = prom_get(base, "/api/v1/query", query='msop_build_info{job="reader"}')
+            body = prom.get("/api/v1/query", query='msop_build_info{job="reader"}')
             result: list[Any] = body["data"]["result"]
             return result
 
         assert wait_for("msop_build_info in Prometheus", build_info, timeout=30)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from typing import Any
 
 import aiohttp
 import pytest
@@ -71,6 +72,22 @@ def manager(**kw: object) -> Manager:
         health_probe_bind_address="127.0.0.1:0",
         **kw,  # type: ignore[arg-type]
     )
+
+
+async def fake_api_server(method: str, handler: Any, port: int) -> tuple[Any, Any]:
+    """An API server stand-in on loopback answering every path with ``handler``, and a
+    ``KubeClient`` of it; the caller cleans the runner up."""
+    from aiohttp import web
+    from kubernetes_asyncio.client import Configuration
+
+    from msop.kube import KubeClient
+
+    app = web.Application()
+    app.router.add_route(method, "/{tail:.*}", handler)
+    runner = web.AppRunner(app, shutdown_timeout=0.1)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, KubeClient.from_configuration(Configuration(host=f"http://127.0.0.1:{port}"))
 
 
 def test_parse_bind_address() -> None:
@@ -167,10 +184,7 @@ async def test_stop_is_bounded_by_the_grace_period_whatever_the_event_backlog(
     and logged in one line. (The bound on the wait below is only there so that a
     regression fails instead of hanging; nothing about speed is asserted.)"""
     from aiohttp import web
-    from kubernetes_asyncio.client import Configuration
     from structlog.testing import capture_logs
-
-    from msop.kube import KubeClient
 
     arrived = asyncio.Event()
 
@@ -179,14 +193,7 @@ async def test_stop_is_bounded_by_the_grace_period_whatever_the_event_backlog(
         await asyncio.Event().wait()
         raise AssertionError("unreachable")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", never_answers)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    client = KubeClient.from_configuration(
-        Configuration(host=f"http://127.0.0.1:{unused_tcp_port}")
-    )
+    runner, client = await fake_api_server("*", never_answers, unused_tcp_port)
     m = Manager(
         client,
         metrics_bind_address="0",
@@ -234,9 +241,6 @@ async def test_secure_metrics_ask_the_api_server_once_per_token_and_never_when_i
     for the next scrapes with it; the probes stay plain HTTP on their own port; an API
     server that is gone makes a new token's scrape a 503, and the process lives on."""
     from aiohttp import web
-    from kubernetes_asyncio.client import Configuration
-
-    from msop.kube import KubeClient
 
     requests: list[str] = []
     users = {"prometheus-token": "prometheus", "viewer-token": "viewer"}
@@ -253,14 +257,7 @@ async def test_secure_metrics_ask_the_api_server_once_per_token_and_never_when_i
             body["status"] = {"allowed": body["spec"]["user"] == "prometheus"}
         return web.json_response(body, status=201)
 
-    app = web.Application()
-    app.router.add_route("POST", "/{tail:.*}", api)
-    runner = web.AppRunner(app, shutdown_timeout=0.1)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", unused_tcp_port).start()
-    client = KubeClient.from_configuration(
-        Configuration(host=f"http://127.0.0.1:{unused_tcp_port}")
-    )
+    runner, client = await fake_api_server("POST", api, unused_tcp_port)
     m = Manager(
         client,
         metrics_bind_address="127.0.0.1:0",
