@@ -86,7 +86,7 @@ realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, 
 	@hack/realnode/ensure-packages.sh
 
 .PHONY: e2e-real
-e2e-real: venv realnode-deps ## end-to-end tests on a real kubelet node (root; builds images offline)
+e2e-real: venv realnode-deps helm ## end-to-end tests on a real kubelet node, msop's release installed with helm and kubectl too (root; builds images offline)
 	@hack/cluster/build.sh >/dev/null && hack/cluster/build.sh node >/dev/null
 	$(BIN)/pytest -q tests/e2e/real $(PYTEST_ARGS)
 

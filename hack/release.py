@@ -218,8 +218,17 @@ def sha256sums(directory: Path) -> str:
     return "".join(lines)
 
 
-def build(version: str, repository: str, with_image: bool) -> list[Path]:
-    """Write dist/ for ``version`` (which must be the written one); returns its files."""
+def build(
+    version: str,
+    repository: str,
+    with_image: bool,
+    *,
+    out: Path = DIST,
+    python_packages: bool = True,
+) -> list[Path]:
+    """Write dist/ (or ``out``) for ``version`` (which must be the written one); returns its
+    files. ``python_packages=False`` leaves out the wheel and the sdist (the real-node
+    tests build the rest with this function, and install nothing from Python packages)."""
     written = current_version()
     if version != written:
         raise ReleaseError(
@@ -229,20 +238,21 @@ def build(version: str, repository: str, with_image: bool) -> list[Path]:
     if _git("status", "--porcelain", "--untracked-files=no"):
         print("release: warning: tracked files have changes; the labels name HEAD", file=sys.stderr)
     tools = release_tools()
-    shutil.rmtree(DIST, ignore_errors=True)
-    DIST.mkdir()
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
     image = f"{repository}:{version}"
-    (DIST / "install.yaml").write_text(
+    (out / "install.yaml").write_text(
         f"# msop {version}: kubectl apply --server-side -f install.yaml\n"
         + install_yaml(image, tools)
     )
-    package_chart(DIST, repository, tools)
-    _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(DIST), str(ROOT)],
-         "python -m build")  # fmt: skip
+    package_chart(out, repository, tools)
+    if python_packages:
+        _run([sys.executable, "-m", "build", "--sdist", "--wheel", "--outdir", str(out),
+              str(ROOT)], "python -m build")  # fmt: skip
     if with_image:
-        build_image(version, repository, DIST / f"msop-{version}.oci.tar")
-    (DIST / "SHA256SUMS").write_text(sha256sums(DIST))
-    return sorted(DIST.iterdir())
+        build_image(version, repository, out / f"msop-{version}.oci.tar")
+    (out / "SHA256SUMS").write_text(sha256sums(out))
+    return sorted(out.iterdir())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

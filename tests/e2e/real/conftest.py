@@ -11,6 +11,10 @@
   with the Deployment Available.
 - ``namespace``: a fresh namespace per test.
 
+test_release.py installs msop from its release (Helm, install.yaml) and so removes the
+shared install first: ``pytest_collection_modifyitems`` below runs it after every other
+module of the tier, whatever their names (its docstring says more).
+
 ``MSOP_E2E_KEEP=1`` leaves the cluster running after the session and prints its
 kubeconfig (the host relay to the API server).
 """
@@ -31,6 +35,17 @@ from tests.e2e.sessions import run_session_cluster
 from tests.harness.cluster import ClusterStartError
 from tests.harness.paths import CACHE, REPO
 from tests.harness.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
+
+#: The module that removes the shared install (``installed``) to test the release's own.
+RUNS_LAST = Path(__file__).with_name("test_release.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Move the tests of :data:`RUNS_LAST` after every other test, keeping their order."""
+    last = [item for item in items if item.path == RUNS_LAST]
+    if last:
+        moved = {id(item) for item in last}
+        items[:] = [item for item in items if id(item) not in moved] + last
 
 
 @pytest.fixture(scope="session")
