@@ -203,11 +203,11 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
     assert proc.returncode != 0 and "Forbidden" in proc.stderr, proc.stderr
 
     for path in sorted((CONFIG / "rbac").glob("*role*.yaml")):
-        doc = yaml.safe_load(path.read_text())
-        for rule in doc.get("rules") or []:
-            for key in ("apiGroups", "resources", "verbs"):
-                assert "*" not in rule.get(key, []), f"{path.name}: wildcard in {key}"
-            assert "secrets" not in rule.get("resources", []), path.name
+        for doc in yaml.safe_load_all(path.read_text()):
+            for rule in doc.get("rules") or []:
+                for key in ("apiGroups", "resources", "verbs"):
+                    assert "*" not in rule.get(key, []), f"{path.name}: wildcard in {key}"
+                assert "secrets" not in rule.get("resources", []), path.name
 
 
 def test_user_roles_aggregate(cluster: LocalCluster, operator_rbac: str, namespace: str) -> None:
@@ -238,7 +238,8 @@ def test_default_kustomization_server_dry_run(cluster: LocalCluster) -> None:
         yaml.safe_load_all(cluster.kubectl("kustomize", str(CONFIG / "default")).stdout)
     )
     kinds = sorted(d["kind"] for d in rendered)
-    assert kinds.count("ClusterRole") == 4 and "CustomResourceDefinition" in kinds
+    # msop's own and its metrics-auth role, the editor, the viewer, the metrics reader.
+    assert kinds.count("ClusterRole") == 5 and "CustomResourceDefinition" in kinds
     assert "ValidatingAdmissionPolicy" in kinds and "ValidatingAdmissionPolicyBinding" in kinds
     namespaced = [d for d in rendered if d["kind"] not in (
         "Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding")]  # fmt: skip
