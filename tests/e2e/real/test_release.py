@@ -463,7 +463,10 @@ def test_helm_install_runs_a_job(
         helm_step(cluster, releases.helm, "status", RELEASE, "-n", NS, "-o", "json")
     )
     assert status["info"]["status"] == "deployed", status["info"]
-    assert status["chart"]["metadata"]["version"] == first.version
+    listed = json.loads(helm_step(cluster, releases.helm, "list", "-n", NS, "-o", "json"))
+    (entry,) = [r for r in listed if r["name"] == RELEASE]
+    assert entry["chart"] == f"msop-{first.version}", entry
+    assert entry["app_version"] == first.version, entry
     # The CRD came from the chart's crds/ (there was none before).
     wait_for(
         "the MSJob CRD Established",
