@@ -136,7 +136,19 @@ def repackage_chart(chart: Path, version: str, out: Path, helm: Helm) -> Path:
     packaged again into ``out``."""
     with tempfile.TemporaryDirectory() as tmp:
         with tarfile.open(chart) as tar:
-            tar.extractall(tmp, filter="data")
+            # Extraction filters came in Python 3.11.4; Debian bookworm's 3.11.2 lacks
+            # them. Our own chart, just packaged: every member is a plain file below msop/.
+            if hasattr(tarfile, "data_filter"):
+                tar.extractall(tmp, filter="data")
+            else:
+                for member in tar.getmembers():
+                    if (
+                        not (member.isfile() or member.isdir())
+                        or member.name.startswith(("/", ".."))
+                        or ".." in Path(member.name).parts
+                    ):
+                        raise AssertionError(f"{chart}: unexpected member {member.name}")
+                tar.extractall(tmp)  # members checked above
         chart_yaml = Path(tmp) / "msop" / "Chart.yaml"
         text = chart_yaml.read_text()
         text, n = re.subn(r"^version: .*$", f"version: {version}", text, flags=re.M)
