@@ -9,12 +9,14 @@ certificate is new at every start.
 Why not the ``cryptography`` package: importing it costs the process about 14 MiB of
 resident memory for the rest of its life, a third of the operator's idle footprint, to
 make one certificate at start. The Python here only makes the key and signs the
-certificate once; the TLS itself is OpenSSL's (the ``ssl`` module). The private key is a
-uniformly random scalar from :mod:`secrets`; it is written without its public point, so
-OpenSSL computes that point itself when it loads the key and refuses a certificate whose
-public key differs (``key values mismatch``): a wrong curve computation here cannot go
-unnoticed. Speed does not matter (one scalar multiplication for the key, one for the
-signature, a few milliseconds) and neither does timing: nothing remote can measure them.
+certificate once; the TLS itself is OpenSSL's (the ``ssl`` module), and the curve
+arithmetic is :mod:`msop.integrations.p256`'s (shared with the restart agent of training
+pods, for the same reason). The private key is a uniformly random scalar from
+:mod:`secrets`; it is written without its public point, so OpenSSL computes that point
+itself when it loads the key and refuses a certificate whose public key differs (``key
+values mismatch``): a wrong curve computation here cannot go unnoticed. Speed does not
+matter (one scalar multiplication for the key, one for the signature, a few milliseconds)
+and neither does timing: nothing remote can measure them.
 
 Raises nothing but ValueError for impossible arguments (no host, a bad validity).
 """
@@ -22,86 +24,17 @@ Raises nothing but ValueError for impossible arguments (no host, a bad validity)
 from __future__ import annotations
 
 import base64
-import hashlib
 import ipaddress
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
+from msop.integrations import p256
+
 __all__ = ["DEFAULT_VALIDITY", "generate"]
 
 #: How long a generated certificate is valid; clients that skip verification ignore it.
 DEFAULT_VALIDITY = timedelta(days=365)
-
-# --- NIST P-256 (SEC 2 secp256r1), affine coordinates -----------------------------------
-
-_P = 0xFFFFFFFF00000001000000000000000000000000FFFFFFFFFFFFFFFFFFFFFFFF
-_A = _P - 3
-_B = 0x5AC635D8AA3A93E7B3EBBD55769886BC651D06B0CC53B0F63BCE3C3E27D2604B
-_G = (
-    0x6B17D1F2E12C4247F8BCE6E563A440F277037D812DEB33A0F4A13945D898C296,
-    0x4FE342E2FE1A7F9B8EE7EB4A7C0F9E162BCE33576B315ECECBB6406837BF51F5,
-)
-_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
-
-Point = tuple[int, int] | None
-"""A point of the curve; None is the point at infinity."""
-
-
-def _on_curve(point: Point) -> bool:
-    if point is None:
-        return True
-    x, y = point
-    return (y * y - (x * x * x + _A * x + _B)) % _P == 0
-
-
-def _add(p1: Point, p2: Point) -> Point:
-    if p1 is None:
-        return p2
-    if p2 is None:
-        return p1
-    x1, y1 = p1
-    x2, y2 = p2
-    if x1 == x2:
-        if (y1 + y2) % _P == 0:
-            return None
-        slope = (3 * x1 * x1 + _A) * pow(2 * y1, -1, _P)
-    else:
-        slope = (y2 - y1) * pow(x2 - x1, -1, _P)
-    x3 = (slope * slope - x1 - x2) % _P
-    return (x3, (slope * (x1 - x3) - y1) % _P)
-
-
-def _multiply(k: int, point: Point) -> Point:
-    result: Point = None
-    addend = point
-    while k:
-        if k & 1:
-            result = _add(result, addend)
-        addend = _add(addend, addend)
-        k >>= 1
-    return result
-
-
-def _scalar() -> int:
-    """A uniformly random scalar in [1, n-1]."""
-    return secrets.randbelow(_N - 1) + 1
-
-
-def _sign(d: int, message: bytes) -> tuple[int, int]:
-    """ECDSA over SHA-256 of ``message`` with private scalar ``d``: (r, s)."""
-    e = int.from_bytes(hashlib.sha256(message).digest(), "big")  # 256 bits: no truncation
-    while True:
-        k = _scalar()
-        point = _multiply(k, _G)
-        assert point is not None
-        r = point[0] % _N
-        if r == 0:
-            continue
-        s = pow(k, -1, _N) * (e + r * d) % _N
-        if s != 0:
-            return r, s
-
 
 # --- DER ------------------------------------------------------------------------------
 
@@ -198,10 +131,8 @@ def generate(
     if validity <= timedelta(0):
         raise ValueError(f"validity must be positive, got {validity}")
     start = (now or datetime.now(UTC)).replace(microsecond=0) - timedelta(minutes=1)
-    d = _scalar()
-    public = _multiply(d, _G)
-    assert public is not None and _on_curve(public)
-    point = b"\x04" + public[0].to_bytes(32, "big") + public[1].to_bytes(32, "big")
+    d = p256.generate_private_key()
+    point = p256.public_key(d)
     algorithm = _seq(_oid(_ECDSA_SHA256))
     extensions = [
         _extension("2.5.29.17", _alt_names(hosts)),
@@ -219,7 +150,8 @@ def generate(
         _seq(_seq(_oid(_EC_PUBLIC_KEY), _oid(_PRIME256V1)), _bits(point)),
         _tlv(0xA3, _seq(*extensions)),
     )
-    r, s = _sign(d, tbs)
+    signature = p256.sign(d, tbs)
+    r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:], "big")
     certificate = _seq(tbs, algorithm, _bits(_seq(_int(r), _int(s))))
     # SEC 1 ECPrivateKey without its optional public key: OpenSSL derives the point.
     key = _seq(_int(1), _tlv(0x04, d.to_bytes(32, "big")), _tlv(0xA0, _oid(_PRIME256V1)))

@@ -74,15 +74,6 @@ async def generated() -> AsyncIterator[HttpServer]:
     await server.stop()
 
 
-def test_the_curve_is_p256() -> None:
-    assert selfsigned._on_curve(selfsigned._G)
-    assert selfsigned._multiply(selfsigned._N, selfsigned._G) is None  # the group's order
-    assert selfsigned._multiply(selfsigned._N - 1, selfsigned._G) == (
-        selfsigned._G[0],
-        -selfsigned._G[1] % selfsigned._P,
-    )
-
-
 def test_generate_refuses_impossible_arguments() -> None:
     with pytest.raises(ValueError):
         selfsigned.generate([])
