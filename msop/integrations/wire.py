@@ -2,8 +2,9 @@
 
 One module, ``typing`` only, so that the operator's API layer (``msop.api.constants``,
 ``msop.api.report``) can read the contract without loading the pod-side code (the
-progress reporter's sockets and threads, the msrun launcher's process handling), and the
-pod-side code reads the same values. Values change only with the wire version.
+progress reporter's sockets and threads, the msrun launcher's process handling, the restart
+agent's HTTP server), and the pod-side code reads the same values. Values change only with
+the wire version.
 """
 
 from __future__ import annotations
@@ -46,3 +47,37 @@ ENV_MSRUN_GRACE: Final = "MSOP_MSRUN_GRACE"
 ENV_MSRUN: Final = "MSOP_MSRUN"
 """The msrun command, if not ``python -m mindspore.parallel.cluster.run`` (what the
 ``msrun`` console script runs), split like a shell would."""
+
+# --- the restart agent (msop.integrations.agent: the msop-agent sidecar and msop-barrier) ---
+ENV_AGENT_PORT: Final = "MSOP_AGENT_PORT"
+"""TCP port the agent serves on, at the pod's IP."""
+ENV_AGENT_JOB: Final = "MSOP_AGENT_JOB"
+"""The job's UID: every signed request names it, so a request for one job is refused by
+the pods of every other."""
+ENV_AGENT_KEY: Final = "MSOP_AGENT_KEY"
+"""The operator's public key: hex of the 65-byte uncompressed P-256 point (130 characters)."""
+ENV_AGENT_GENERATION: Final = "MSOP_AGENT_GENERATION"
+"""The job's restart generation when the pod was created: a non-negative integer."""
+ENV_AGENT_DIR: Final = "MSOP_AGENT_DIR"
+"""The emptyDir both agent containers mount: ``state.json`` and ``released`` live there."""
+AGENT_RESTART_EXIT_CODE: Final = 75
+"""The sidecar's exit code that its ``RestartAllContainers`` rule matches: it asks the
+kubelet to restart every container of the pod in place. Nothing else in the agent uses it
+(a bad configuration exits 2)."""
+AGENT_VERSION: Final = 1
+"""Version of the agent's protocol: field ``v`` of ``GET /state``, and the ``/1`` of the
+signed message.
+
+A request is signed (ECDSA P-256, SHA-256, by the operator's key) over exactly the bytes
+``b"msop-agent/1 " + action + b" " + job_uid + b" " + str(generation)``, ASCII, where
+``action`` is ``restart`` or ``release``, ``job_uid`` the value of ``MSOP_AGENT_JOB`` and
+``generation`` the request's decimal generation; e.g.
+``msop-agent/1 restart 0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11 3``. The body of a ``POST`` is
+``{"generation": 3, "signature": "<r || s, 64 bytes as 128 hex digits>"}``.
+``msop.integrations.agent.signed_message`` builds the message."""
+AGENT_STATE_PATH: Final = "/state"
+"""``GET``: ``{"v", "job", "generation", "released", "waiting"}``."""
+AGENT_RESTART_PATH: Final = "/restart"
+"""``POST``: move the pod to a newer generation by restarting all its containers."""
+AGENT_RELEASE_PATH: Final = "/release"
+"""``POST``: let the pod's barrier pass for every generation up to the one given."""

@@ -1,5 +1,6 @@
 """msop.integrations runs in training images: only the standard library, and no MindSpore
-until the callback is asked for."""
+until the callback is asked for; the restart agent, which the operator imports too, loads
+its HTTP server only when it serves."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ def test_importing_the_integrations_loads_only_the_standard_library() -> None:
         import json, sys
         before = set(sys.modules)
         import msop.integrations, msop.integrations.reporter, msop.integrations.mindspore
+        import msop.integrations.agent, msop.integrations.p256
         new = {name.split(".")[0] for name in set(sys.modules) - before}
         print(json.dumps({"file": sys.modules["msop"].__file__, "new": sorted(new)}))
         """
@@ -58,3 +60,40 @@ def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
             assert top in sys.stdlib_module_names or name.startswith("msop.integrations"), (
                 f"{path.relative_to(REPO)} imports {name}"
             )
+
+
+def test_the_agent_imports_only_the_contract_and_the_curve() -> None:
+    # The agent's containers run it alone; the curve module is shared with the operator.
+    def msop_imports(name: str) -> set[str]:
+        names = set()
+        for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module == "msop.integrations":
+                names.update(f"msop.integrations.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        return {n for n in names if n.split(".")[0] == "msop"}
+
+    assert msop_imports("agent.py") == {"msop.integrations.p256", "msop.integrations.wire"}
+    assert msop_imports("p256.py") == set()
+    assert msop_imports("wire.py") == set()
+
+
+def test_importing_the_agent_does_not_load_its_http_server() -> None:
+    # The operator imports signed_message from the agent; http.server costs 2.5 MiB.
+    code = textwrap.dedent(
+        """
+        import json, sys
+        from msop.integrations.agent import signed_message
+        print(json.dumps(sorted(sys.modules)))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
+        timeout=60,
+    )  # fmt: skip
+    loaded = set(json.loads(out.stdout))
+    assert "msop.integrations.agent" in loaded
+    assert loaded.isdisjoint({"http.server", "socketserver", "argparse"})
