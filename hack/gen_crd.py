@@ -534,6 +534,14 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "enableDynamicWorker is false, or has msrun; else Pod.",
                 pattern=v.enum_pattern(c.RESTART_SCOPES),
             ),
+            "restartInPlace": {
+                "type": "boolean",
+                "description": "With restartScope Job: restart every pod's containers where "
+                "they are (same pods, nodes and IPs; no pod recreated or rescheduled) when "
+                "the cluster supports it (Kubernetes' RestartAllContainers) and msop run "
+                "--restart-in-place allows it; each pod then runs msop's agent sidecar. "
+                "false: recreate every pod. Default true.",
+            },
             "msrun": msrun_schema(),
             "msReplicaSpecs": {
                 "type": "object",

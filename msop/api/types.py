@@ -275,6 +275,12 @@ class MSJobSpec(_View):
         return _str(self.raw.get("restartScope"), c.RESTART_SCOPE_POD)
 
     @property
+    def restart_in_place(self) -> bool:
+        """With ``restartScope: Job``: restart the pods' containers in place where the
+        cluster can (default), rather than recreate every pod."""
+        return self.raw.get("restartInPlace") is not False
+
+    @property
     def replica_specs(self) -> ReplicaSpecs:
         return ReplicaSpecs(self.raw.get("msReplicaSpecs"))
 

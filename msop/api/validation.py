@@ -143,7 +143,15 @@ _QUALIFIED_NAME = _re2(QUALIFIED_NAME_PATTERN)
 _PATTERNS: Final[dict[str, re.Pattern[str]]] = {p: _re2(p) for p in _PATTERN_MESSAGES}
 
 _SPEC_FIELDS = frozenset(
-    {"runPolicy", "successPolicy", "enableDynamicWorker", "restartScope", "msReplicaSpecs", "msrun"}
+    {
+        "runPolicy",
+        "successPolicy",
+        "enableDynamicWorker",
+        "restartScope",
+        "restartInPlace",
+        "msReplicaSpecs",
+        "msrun",
+    }
 )
 _MSRUN_FIELDS = frozenset({"localWorkers", "masterPort"})
 _RUN_POLICY_FIELDS = frozenset(
@@ -285,6 +293,7 @@ def _validate_spec(spec: Mapping[str, Any], strict: bool) -> list[FieldError]:
     _check_enum(errors, spec, "successPolicy", "spec", c.SUCCESS_POLICIES)
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
     _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
+    _check_type(errors, spec, "restartInPlace", "spec", bool)
     errors += _validate_replica_specs(spec.get("msReplicaSpecs"), strict)
     if spec.get("msrun") is not None:
         errors += _validate_msrun(spec)

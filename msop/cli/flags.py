@@ -303,6 +303,39 @@ def _add_run(sub: Any) -> None:
         type=_port,
     )
     a(
+        "--restart-in-place",
+        "MSOP_RESTART_IN_PLACE",
+        "restart a failed restartScope: Job MSJob in place (every container of every pod "
+        "restarted where it is, no pod written) where the cluster supports it "
+        "(Kubernetes' RestartAllContainers rule: detected, else pods are recreated); each "
+        "pod then runs msop's agent, a small sidecar from the operator's image. "
+        "--restart-in-place=false recreates every pod, as ms-operator does",
+        "true",
+        type=_boolean,
+    )
+    a(
+        "--restart-in-place-timeout",
+        "MSOP_RESTART_IN_PLACE_TIMEOUT",
+        "how long a restart in place may take (the pods' termination grace period "
+        "included) before its pods are recreated instead",
+        "120s",
+        type=_duration,
+    )
+    a(
+        "--agent-image",
+        "MSOP_AGENT_IMAGE",
+        "image of the restart-in-place agent; the operator's own image when unset (read "
+        "from its pod)",
+        "",
+    )
+    a(
+        "--agent-port",
+        "MSOP_AGENT_PORT",
+        "port the restart-in-place agent serves on in each pod",
+        "28090",
+        type=_port,
+    )
+    a(
         "--progress-interval",
         "MSOP_PROGRESS_INTERVAL",
         "seconds between two progress polls of a job, so at most one progress write "

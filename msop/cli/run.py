@@ -7,8 +7,8 @@ from __future__ import annotations
 import argparse
 import socket
 import uuid
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -26,6 +26,10 @@ from msop.kube.resources import PODGROUPS, WORKLOADS
 from msop.metrics import register_process_metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
+
+if TYPE_CHECKING:
+    from msop.msjob.agents import AgentClient
+    from msop.msjob.inplace import InPlace
 
 USER_AGENT = f"msop/{__version__}"
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -98,6 +102,48 @@ def _status_budget(qps: float) -> float:
     return client_limit(qps, 0)[0]
 
 
+async def _restart_in_place(
+    client: Any, args: argparse.Namespace, log: Any
+) -> tuple[InPlace | None, AgentClient | None, Callable[[], Awaitable[str]] | None]:
+    """What restarting jobs in place needs (``--restart-in-place``): the operator's signing
+    key, the agent's image and whether the cluster supports it (msop.msjob.agents)."""
+    if not args.restart_in_place:
+        return None, None, None
+    from msop.msjob import agents as agents_mod
+    from msop.msjob.inplace import InPlace
+
+    own = args.leader_election_namespace or _default_namespace()
+    probe_ns = args.namespaces[0] if args.namespaces else own
+    try:
+        key = await agents_mod.load_key(client, own)
+    except (ApiError, RuntimeError) as e:
+        raise StartupError(
+            f"--restart-in-place: cannot read or make the signing key Secret "
+            f"{own}/{agents_mod.KEY_SECRET}: {e} (or run with --restart-in-place=false)"
+        ) from None
+    client_ = agents_mod.AgentClient(key)
+    image, why = args.agent_image, ""
+    if not image:
+        try:
+            image = await agents_mod.own_image(client, own)
+        except (ApiError, KeyError, IndexError) as e:
+            why = f"the agent's image is unknown (set --agent-image): {e}"
+
+    async def check() -> str:
+        return why or await agents_mod.detect(client, probe_ns, image)
+
+    unavailable = await check()
+    log.info(
+        "restarts in place", available=not unavailable, why_not=unavailable or None,
+        agent_image=image or None,
+    )  # fmt: skip
+    in_place = InPlace(
+        image=image, public_key=client_.public_key, port=args.agent_port,
+        timeout=args.restart_in_place_timeout, unavailable=unavailable,
+    )  # fmt: skip
+    return in_place, client_, check
+
+
 async def run_operator(args: argparse.Namespace) -> int:
     log = structlog.get_logger("msop")
     register_process_metrics(__version__)
@@ -141,6 +187,7 @@ async def run_operator(args: argparse.Namespace) -> int:
         if args.legacy_operator_lease:
             namespace, name = args.legacy_operator_lease.split("/")
             manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))
+        in_place, agents, recheck = await _restart_in_place(client, args, log)
         setup(
             manager,
             Settings(
@@ -151,6 +198,9 @@ async def run_operator(args: argparse.Namespace) -> int:
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,
                 progress_writes_per_second=_status_budget(args.kube_api_qps) / 2,
+                in_place=in_place,
+                agents=agents,
+                recheck_in_place=recheck,
             ),
         )
         log.info(

@@ -100,6 +100,7 @@ def create_missing_pods(p: Planner, sched_host: str | None) -> None:
             desired.pod(
                 p.job, rtype, index, sched_host=sched_host,
                 progress_port=p.opts.progress_port, placement=placement(p, rtype),
+                in_place=p.opts.in_place, generation=p.generation(),
             )
         )  # fmt: skip
         types.add(rtype)

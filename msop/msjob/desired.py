@@ -54,6 +54,7 @@ from msop.api.naming import (
 )
 from msop.api.types import MSJob, ReplicaSpec
 from msop.kube.objects import JSON
+from msop.msjob import inplace
 from msop.msjob.scheduling import Placement
 
 if TYPE_CHECKING:
@@ -265,6 +266,8 @@ def pod(
     sched_host: str | None,
     progress_port: int = 0,
     placement: Placement | None = None,
+    in_place: inplace.InPlace | None = None,
+    generation: int = 0,
 ) -> JSON:
     """The pod for one replica.
 
@@ -282,6 +285,9 @@ def pod(
     ``placement`` is what the scheduling systems add (:class:`~.scheduling.Placement`):
     node labels (the template's own win on a conflict, which Kueue's flavor assignment
     rules out), tolerations, labels, annotations and a scheduler (the template's wins).
+
+    ``in_place`` (when :func:`.inplace.wanted`) gives the pod what a restart in place
+    needs (:func:`.inplace.add_agent`), at the job's restart ``generation``.
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]
@@ -305,6 +311,15 @@ def pod(
 
     if progress_port and replica_type == c.WORKER and index == 0:
         _set_env(pod_spec, lambda container: progress_env(container, progress_port))
+
+    if in_place is not None and inplace.wanted(job, in_place):
+        inplace.add_agent(
+            pod_spec,
+            job_uid=view.uid,
+            generation=generation,
+            policy=spec.restart_policy,
+            in_place=in_place,
+        )
 
     if placement is not None:
         if placement.scheduler_name:

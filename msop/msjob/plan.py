@@ -72,7 +72,7 @@ from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
 from msop.kube.objects import JSON, format_time, parse_time
-from msop.msjob import children, desired, restarts
+from msop.msjob import children, desired, inplace, restarts
 from msop.msjob.podstate import (
     final_progress,
     phase,
@@ -95,6 +95,8 @@ class Options:
     """How long past its deletion deadline a terminating pod may hold its slot."""
     progress_port: int = c.DEFAULT_PROGRESS_PORT
     """Port Worker 0's progress reporter is told to serve on; 0: no progress."""
+    in_place: inplace.InPlace | None = None
+    """How jobs are restarted in place (:mod:`.inplace`); None: never, always recreated."""
 
 
 @dataclass
@@ -126,6 +128,17 @@ class Event:
     message: str
 
 
+@dataclass(frozen=True)
+class AgentRequest:
+    """Ask a pod's agent (:mod:`.inplace`) to restart its pod, or to release its barrier,
+    for the job's restart ``generation``."""
+
+    pod: JSON
+    action: str
+    """``restart`` or ``release``."""
+    generation: int
+
+
 @dataclass
 class Plan:
     """What to do. Apply in order: the status first if ``status_first``; Services, then
@@ -148,6 +161,8 @@ class Plan:
     selector misses the pods msop creates (:func:`desired.selector_fix`)."""
     scheduling: list[Decision] = field(default_factory=list)
     """Each scheduling system's decisions for the job, with the writes they make."""
+    agent_requests: list[AgentRequest] = field(default_factory=list)
+    """What to ask the pods' agents, after the status is written (a restart in place)."""
     delete_job: bool = False
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
@@ -186,6 +201,8 @@ class Planner:
         self.specs = self.view.replica_specs
         self.ref = f"{self.view.namespace}/{self.view.name}"
         self.systems = [seen.decide() for seen in obs.scheduling]
+        self.counts: dict[str, JSON] | None = None
+        """This pass's replica counts, once made."""
         self.plan = Plan(scheduling=self.systems)
         # Live pods by slot; the first one wins if two claim a slot.
         self.by_slot: dict[tuple[str, int], JSON] = {}
@@ -261,6 +278,15 @@ class Planner:
         if not terminating(pod) and pod not in self.plan.delete_pods:
             self.plan.delete_pods.append(pod)
 
+    def generation(self) -> int:
+        """The job's restart generation: how often it was restarted, as the status counts
+        it (``replicaStatuses.<type>.restarts``, with this pass's restart)."""
+        counted = self.counts if self.counts is not None else self.status.get("replicaStatuses")
+        return sum(int((e or {}).get("restarts") or 0) for e in (counted or {}).values())
+
+    def ask_agents(self, pods: list[JSON], action: str, generation: int) -> None:
+        self.plan.agent_requests.extend(AgentRequest(pod, action, generation) for pod in pods)
+
     def stop_pods(self) -> bool:
         """Delete every pod of the job (services stay); True once none is left."""
         for pod in self.pods:
@@ -322,7 +348,7 @@ class Planner:
             self.status["startTime"] = self.now_s
         if self.fail_past_deadline():
             return None
-        counts = self.count_replicas()
+        counts = self.counts = self.count_replicas()
         if not self.finish_or_restart(counts):
             children.sync(self)
             if self.all_running():

@@ -7,7 +7,8 @@ projection with only the fields :mod:`~msop.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
-IP and ``hostNetwork`` (the progress poller), a Service's ClusterIP). The caches keep
+IP and ``hostNetwork`` (the progress poller), the restart-in-place agent's port and
+generation and whether the pod waits at its barrier, a Service's ClusterIP). The caches keep
 these encoded (:class:`~msop.informers.store.EncodedStore`), so strings are not interned:
 a projection is serialised at once, and the dicts handlers get are short-lived.
 
@@ -44,6 +45,10 @@ _SERVICE_SPEC = ("type", "clusterIP", "clusterIPs", "ports", "selector")
 #: The cluster size a pod's MindSpore process was started with (restartScope Job resizes),
 #: and the port its progress reporter serves on (the progress poller).
 _KEPT_ENV = (c.ENV_WORKER_NUM, c.ENV_SERVER_NUM, c.ENV_PROGRESS_PORT)
+#: A pod's restart-in-place agent (msop.msjob.inplace): its port and the job's restart
+#: generation when the pod was made; and the barrier's status.
+_AGENT, _BARRIER = "msop-agent", "msop-barrier"
+_AGENT_ENV = ("MSOP_AGENT_PORT", "MSOP_AGENT_GENERATION")
 
 
 def _pick(source: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -76,6 +81,14 @@ def pod_projection(obj: Obj) -> Obj:
                 ]
                 if env:
                     kept["containers"] = [{"name": c.DEFAULT_CONTAINER_NAME, "env": env}]
+        for container in spec.get("initContainers") or []:
+            if isinstance(container, dict) and container.get("name") == _AGENT:
+                env = [
+                    {"name": e["name"], "value": e.get("value")}
+                    for e in container.get("env") or []
+                    if isinstance(e, dict) and e.get("name") in _AGENT_ENV
+                ]
+                kept["initContainers"] = [{"name": _AGENT, "env": env}]
         if kept:
             out["spec"] = kept
     status = obj.get("status")
@@ -84,6 +97,15 @@ def pod_projection(obj: Obj) -> Obj:
         projected["containerStatuses"] = [
             _pick(cs, _CONTAINER_STATUS) for cs in status["containerStatuses"]
         ]
+    if isinstance(status, dict) and isinstance(status.get("initContainerStatuses"), list):
+        # Only the barrier's: whether a pod restarting in place waits there.
+        barrier = [
+            _pick(cs, ("name", "state"))
+            for cs in status["initContainerStatuses"]
+            if isinstance(cs, dict) and cs.get("name") == _BARRIER
+        ]
+        if barrier:
+            projected["initContainerStatuses"] = barrier
     out["status"] = projected
     return out
 

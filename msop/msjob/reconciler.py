@@ -97,6 +97,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import structlog
 from cachetools import LRUCache
@@ -125,6 +126,9 @@ from msop.msjob import metrics
 from msop.msjob.doubts import Doubts
 from msop.msjob.plan import Event, Observed, Options, Plan, plan
 from msop.msjob.scheduling import System, Writer
+
+if TYPE_CHECKING:
+    from msop.msjob.agents import AgentClient
 from msop.msjob.statuswrite import status_write
 
 log = structlog.get_logger("msop.msjob")
@@ -207,8 +211,11 @@ class MSJobReconciler:
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
         progress: Callable[[Request], JSON | None] | None = None,
         backlog: Callable[[], int] = lambda: 0,
+        agents: AgentClient | None = None,
     ) -> None:
         self.client = client
+        self.agents = agents
+        """Asks the pods' agents what a restart in place needs (None: never asked)."""
         self.backlog = backlog
         """How many other jobs wait for a reconcile (the controller's ready queue)."""
         self.jobs = jobs
@@ -397,7 +404,7 @@ class MSJobReconciler:
         self, request: Request, job: JSON, p: Plan, failure: ApiError | None
     ) -> ApiError | None:
         """Services, then pods (the first refused create stops the creates), then
-        deletes; returns the refusal."""
+        deletes, then the pods' agents; returns the refusal."""
         creates = bool(p.create_services or p.create_pods)
         if creates and failure is None and not await self._still_there(job, p):
             p = replace(p, create_services=[], create_pods=[])
@@ -410,6 +417,9 @@ class MSJobReconciler:
         await self._delete(request, SERVICES, p.delete_services)
         for svc, patch in p.patch_services:
             await self._patch_service(job, svc, patch)
+        if p.agent_requests and self.agents is not None:
+            # Unanswered ones are asked again: a restart in place requeues in a second.
+            await self.agents.send(job, p.agent_requests)
         return failure
 
     async def _patch_service(self, job: JSON, svc: JSON, patch: JSON) -> None:

@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING
 
 from msop.api import constants as c
 from msop.api import naming
-from msop.api.conditions import is_true
-from msop.kube.objects import JSON
-from msop.msjob import desired
+from msop.api.conditions import get_condition, is_true
+from msop.kube.objects import JSON, parse_time
+from msop.msjob import desired, inplace
 from msop.msjob.podstate import (
     exit_code,
     finished_at,
@@ -130,22 +130,51 @@ def _recreate_killed(
 def restart_job_if_needed(p: Planner, counts: dict[str, JSON]) -> bool:
     """``restartScope: Job`` (see the module docstring); True if this pass failed or
     restarts the job."""
-    failed = [
-        (slot, pod)
-        for slot, pod in p.by_slot.items()
-        if p.wanted(slot) and not terminating(pod) and phase(pod) == "Failed"
+    if inplace.in_progress(p.status):
+        return _continue_in_place(p)
+    live = [
+        (slot, pod) for slot, pod in p.by_slot.items() if p.wanted(slot) and not terminating(pod)
     ]
+    failed = [(slot, pod) for slot, pod in live if phase(pod) == "Failed"]
     if p.view.spec.enable_dynamic_worker:
         failed = [
             (slot, pod) for slot, pod in failed if slot[0] != c.WORKER or retryable(p, slot, pod)
         ]
-    if failed:
-        slot, pod = min(
-            failed,
-            key=lambda sp: (finished_at(sp[1]), not retryable(p, *sp), sp[1]["metadata"]["name"]),
+    generation = p.generation()
+    # Pods whose training container failed and restarts (or restarted) in place: the
+    # kubelet acted on their rule before we could; they count like Failed pods.
+    ended: list[tuple[Slot, JSON, JSON]] = [(slot, pod, pod) for slot, pod in failed]
+    for slot, pod in live:
+        if phase(pod) in ACTIVE and (term := inplace.failed_in_place(pod, generation)):
+            ended.append((slot, _as_ended(pod, term), pod))
+    if ended:
+        slot, shown, pod = min(
+            ended,
+            key=lambda e: (
+                finished_at(e[1]),
+                not retryable(p, e[0], e[1]),
+                e[2]["metadata"]["name"],
+            ),
         )
-        return _job_failure(p, counts, slot, pod)
+        return _job_failure(p, counts, slot, shown, pod, failed)
     return _resize_cluster(p) or _replace_lost_member(p)
+
+
+ACTIVE = ("Pending", "Running")
+
+
+def _as_ended(pod: JSON, term: JSON) -> JSON:
+    """The pod as if its training container's run that ended with ``term`` were its
+    current state: what the failure's description reads."""
+    return {
+        "metadata": pod["metadata"],
+        "status": {
+            "phase": phase(pod),
+            "containerStatuses": [
+                {"name": c.DEFAULT_CONTAINER_NAME, "state": {"terminated": dict(term)}}
+            ],
+        },
+    }
 
 
 def retryable(p: Planner, slot: Slot, pod: JSON) -> bool:
@@ -159,18 +188,26 @@ def retryable(p: Planner, slot: Slot, pod: JSON) -> bool:
     return True
 
 
-def _job_failure(p: Planner, counts: dict[str, JSON], slot: Slot, pod: JSON) -> bool:
-    """The job's first failure: restart the job, or fail it (not retryable, or
-    ``backoffLimit`` reached)."""
+def _job_failure(
+    p: Planner,
+    counts: dict[str, JSON],
+    slot: Slot,
+    shown: JSON,
+    pod: JSON,
+    failed: list[tuple[Slot, JSON]],
+) -> bool:
+    """The job's first failure (``shown``: ``pod`` as that failure left it): restart the
+    job, in place or by recreation, or fail it (not retryable, or ``backoffLimit``
+    reached)."""
     name = f"{p.view.namespace}/{pod['metadata']['name']}"
-    code = exit_code(pod)
-    what = f"pod {name} {how_it_ended(pod)}"
-    tail = last_output(pod, code) if code is not None else ""
+    code = exit_code(shown)
+    what = f"pod {name} {how_it_ended(shown)}"
+    tail = last_output(shown, code) if code is not None else ""
     # Its pods are deleted: what the failed process printed last stays here.
     said = f"\nThe last output of pod {name}:\n{tail}" if tail else ""
     if code is not None:
         p.event("Normal", "ExitedWithCode", f"Pod {name} exited with code {code}")
-    if not retryable(p, slot, pod):
+    if not retryable(p, slot, shown):
         policy = p.specs[slot[0]].restart_policy
         p.fail(
             "MSJobFailed",
@@ -190,12 +227,115 @@ def _job_failure(p: Planner, counts: dict[str, JSON], slot: Slot, pod: JSON) -> 
         p.finish(delete_all=True)
         return True
     counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
+    count = f"restart {restarts + 1}{f' of {limit}' if limit is not None else ''}"
+    why_not = _why_not_in_place(p, failed)
+    if not why_not:
+        _restart_in_place(
+            p, f"MSJob {p.ref} is restarting all its pods in place because {what} ({count})."
+            f"{said}",
+        )  # fmt: skip
+        return True
     restart_all(
         p, "Warning", "MSJobRestarting",
-        f"MSJob {p.ref} is restarting all its pods because {what} "
-        f"(restart {restarts + 1}{f' of {limit}' if limit is not None else ''}).{said}",
+        f"MSJob {p.ref} is restarting all its pods because {what} ({count}); they are "
+        f"recreated: {why_not}.{said}",
     )  # fmt: skip
     return True
+
+
+def _why_not_in_place(p: Planner, failed: list[tuple[Slot, JSON]]) -> str:
+    """Why this restart recreates the pods ("" if it can restart them in place)."""
+    why = inplace.why_not(p.job, p.opts.in_place)
+    if why:
+        return why
+    for slot in desired.replica_slots(p.job):
+        pod = p.by_slot.get(slot)
+        name = naming.object_name(p.view.name, *slot)
+        if pod is None or terminating(pod):
+            return f"pod {name} is gone"
+        if inplace.agent_of(pod) is None:
+            return f"pod {name} was created without the msop agent that restarts it in place"
+    if failed:
+        names = ", ".join(pod["metadata"]["name"] for _, pod in failed)
+        return f"pod(s) {names} failed as a whole, which a restart in place cannot undo"
+    return ""
+
+
+def _restart_in_place(p: Planner, message: str) -> None:
+    """Start a restart in place: counted (the status goes first), then every pod's agent
+    is asked to restart its pod for the new generation (:func:`_continue_in_place`)."""
+    p.plan.status_first = True
+    p.set_condition(c.RESTARTING, c.CONDITION_TRUE, inplace.RESTARTING_IN_PLACE, message)
+    p.event("Warning", inplace.RESTARTING_IN_PLACE, message)
+    generation = p.generation()
+    p.ask_agents(
+        [pod for pod in p.pods if not inplace.restarted_for(pod, generation)],
+        "restart",
+        generation,
+    )
+    p.requeue_at(AGENT_RETRY_SECONDS)
+
+
+AGENT_RETRY_SECONDS = 1.0
+"""How soon a pass of a job restarting in place looks again (and asks again the agents
+that did not answer)."""
+
+
+def _continue_in_place(p: Planner) -> bool:
+    """A restart in place under way: ask the agents that have not restarted their pods,
+    release the barrier once every pod has, and end it (False: the pass goes on to set
+    ``Running``) once every training container runs again. Recreate every pod instead
+    when one is gone or failed, or after ``InPlace.timeout``."""
+    generation = p.generation()
+    slots = desired.replica_slots(p.job)
+    pods = {slot: p.by_slot.get(slot) for slot in slots}
+    if all(pod is not None and inplace.started_again(pod, generation) for pod in pods.values()):
+        return False
+    broken = _broken(p, pods)
+    cond = get_condition(p.status, c.RESTARTING) or {}
+    since = parse_time(str(cond.get("lastTransitionTime") or "")) or p.now
+    timeout = p.opts.in_place.timeout if p.opts.in_place is not None else 0.0
+    remaining = timeout - (p.now - since).total_seconds()
+    if not broken and remaining <= 0:
+        late = [
+            pod["metadata"]["name"]
+            for pod in pods.values()
+            if pod is not None and not inplace.restarted_for(pod, generation)
+        ]
+        waiting = f" (not restarted: {', '.join(late)})" if late else ""
+        broken = f"it did not complete within {timeout:g}s{waiting}"
+    if broken:
+        first = str(cond.get("message") or "").split("\n", 1)[0]
+        restart_all(
+            p, "Warning", "MSJobRestarting",
+            f"MSJob {p.ref} is recreating all its pods: its restart in place failed "
+            f"because {broken}. {first}",
+        )  # fmt: skip
+        return True
+    live = [pod for pod in pods.values() if pod is not None]
+    if all(inplace.restarted_for(pod, generation) for pod in live):
+        p.ask_agents([pod for pod in live if inplace.at_barrier(pod)], "release", generation)
+    else:
+        p.ask_agents(
+            [pod for pod in live if not inplace.restarted_for(pod, generation)],
+            "restart",
+            generation,
+        )
+    p.requeue_at(min(AGENT_RETRY_SECONDS, max(remaining, 0.0)))
+    return True
+
+
+def _broken(p: Planner, pods: dict[Slot, JSON | None]) -> str:
+    """Why the pods cannot finish restarting in place ("" if they can)."""
+    for slot, pod in pods.items():
+        name = naming.object_name(p.view.name, *slot)
+        if pod is None or terminating(pod):
+            return f"pod {name} is gone"
+        if phase(pod) not in ACTIVE:
+            return f"pod {name} {how_it_ended(pod)}"
+        if inplace.agent_of(pod) is None:
+            return f"pod {name} has no msop agent"
+    return ""
 
 
 def _resize_cluster(p: Planner) -> bool:

@@ -6,10 +6,15 @@ Light on purpose (no runtime imports): ``msop run``'s flags take their defaults 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from msop.api import constants as c
+
+if TYPE_CHECKING:
+    from msop.msjob.agents import AgentClient
+    from msop.msjob.inplace import InPlace
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,10 @@ class Settings:
     it (the status budget), so that progress never holds up a condition, and more jobs
     than that allows at ``progress_interval`` are polled less often. Without one (the
     default) the interval alone paces them: one write per job per interval."""
+    in_place: InPlace | None = None
+    """How failed jobs are restarted in place (:mod:`msop.msjob.inplace`); None: never."""
+    agents: AgentClient | None = None
+    """What asks the pods' agents (with ``in_place``)."""
+    recheck_in_place: Callable[[], Awaitable[str]] | None = None
+    """Says again why the cluster cannot restart in place ("" if it can), every few
+    minutes (a node joins, a kubelet changes)."""

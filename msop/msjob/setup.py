@@ -13,8 +13,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+
+import structlog
 
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
@@ -41,6 +45,8 @@ from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
 from msop.msjob.scheduling import System
 from msop.msjob.settings import Settings
+
+log = structlog.get_logger("msop.msjob.setup")
 
 CONTROLLER_NAME = "msjob"
 EVENT_COMPONENT = "msjob-controller"
@@ -97,6 +103,32 @@ def _reader(informers: list[SharedInformer]) -> Reader:
     if len(informers) == 1 and informers[0].namespace is None:
         return Lister(informers[0])
     return MultiNamespaceLister(informers)
+
+
+RECHECK_IN_PLACE_SECONDS = 300.0
+
+
+class _InPlaceRecheck:
+    """Says again, every few minutes, whether the cluster can restart pods in place; new
+    pods follow (:mod:`.agents`)."""
+
+    def __init__(self, reconciler: MSJobReconciler, check: Callable[[], Awaitable[str]]) -> None:
+        self.reconciler = reconciler
+        self.check = check
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(RECHECK_IN_PLACE_SECONDS)
+            try:
+                why = await self.check()
+            except Exception as e:
+                log.warning("cannot check restarts in place", error=str(e))
+                continue
+            opts = self.reconciler.options
+            if opts.in_place is not None and opts.in_place.unavailable != why:
+                log.info("restarts in place", available=not why, why_not=why or None)
+                in_place = dataclasses.replace(opts.in_place, unavailable=why)
+                self.reconciler.options = dataclasses.replace(opts, in_place=in_place)
 
 
 def setup(manager: Manager, settings: Settings) -> Controller:
@@ -163,8 +195,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         scheduling=scheduling,
         recorder=manager.event_recorder(EVENT_COMPONENT),
         expectations=expectations,
-        options=Options(progress_port=settings.progress_port),
+        options=Options(progress_port=settings.progress_port, in_place=settings.in_place),
         progress=poller.get if poller is not None else None,
+        agents=settings.agents,
     )
     controller = Controller(
         CONTROLLER_NAME,
@@ -208,13 +241,21 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # a busy cluster some usually are, and every announcement would wait its 30 s).
     reconciler.recorder.busy = lambda: len(controller.queue) >= controller.max_concurrent_reconciles
     manager.add(controller)
+    if settings.recheck_in_place is not None:
+        manager.add(_InPlaceRecheck(reconciler, settings.recheck_in_place))
     if poller is not None:
-        for inf in pods:
-            poller.follow(inf)
-        # A new report is an update of Worker 0 whose object did not change, which the
-        # handler enqueues at low priority (like a resync): a progress write never
-        # delays creating pods or reporting a condition.
-        controller.watch(poller, OWNER)
-        metrics.PROGRESS.add(poller)
-        manager.add(poller)
+        _follow_progress(manager, controller, poller, pods)
     return controller
+
+
+def _follow_progress(
+    manager: Manager, controller: Controller, poller: ProgressPoller, pods: list[SharedInformer]
+) -> None:
+    for inf in pods:
+        poller.follow(inf)
+    # A new report is an update of Worker 0 whose object did not change, which the
+    # handler enqueues at low priority (like a resync): a progress write never delays
+    # creating pods or reporting a condition.
+    controller.watch(poller, OWNER)
+    metrics.PROGRESS.add(poller)
+    manager.add(poller)

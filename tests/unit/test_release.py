@@ -297,14 +297,20 @@ def test_every_flag_of_msop_run_is_a_value() -> None:
     """A flag added to msop run without the chart fails here (--kubeconfig excepted: in a
     pod msop uses its in-cluster config)."""
     chart = helm("leaderElection.namespace=leases", "watchNamespaces={a,b}",
-                 "metrics.certSecret=msop-metrics-cert", *COMPONENT_VALUES.values())  # fmt: skip
+                 "metrics.certSecret=msop-metrics-cert", "restartInPlace.agentImage=agent:1",
+                 *COMPONENT_VALUES.values())  # fmt: skip
     passed = {a.split("=")[0] for a in container(chart)["args"]}
     assert set(RUN_ENV) - {"--kubeconfig"} <= passed, set(RUN_ENV) - passed
     parsed = parsed_args(chart_args(container(chart)["args"]))
     assert parsed["enable_gang_scheduling"] and parsed["enable_kueue"]
     assert parsed["namespaces"] == ["a", "b"] and parsed["leader_election_namespace"] == "leases"
-    roles = {o["metadata"]["namespace"] for o in chart if o["kind"] in ("Role", "RoleBinding")}
-    assert roles == {"leases"}, "the leader-election Role goes where the Lease is"
+    assert parsed["agent_image"] == "agent:1"
+    roles = {
+        o["metadata"]["namespace"]: o["metadata"]["name"].split("-")[1]
+        for o in chart if o["kind"] in ("Role", "RoleBinding")
+    }  # fmt: skip
+    # The leader-election Role goes where the Lease is; the key's where msop runs.
+    assert roles == {"leases": "leader", NAMESPACE: "restart"}
     # The certificate's Secret is mounted where --metrics-cert-dir points.
     cert_dir = parsed["metrics_cert_dir"]
     (mount,) = [m for m in container(chart)["volumeMounts"] if m["mountPath"] == cert_dir]
@@ -351,8 +357,8 @@ def test_no_second_replica_without_leader_election() -> None:
     assert proc.returncode != 0 and "needs replicaCount: 1" in proc.stderr, proc.stderr
     dep = deployment(helm("leaderElection.enabled=false", "replicaCount=1"))
     assert "--leader-elect" not in dep["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert not [o for o in helm("leaderElection.enabled=false", "replicaCount=1")
-                if o["kind"] == "Role"], "no Lease, no Role"  # fmt: skip
+    roles = helm("leaderElection.enabled=false", "replicaCount=1")
+    assert not [o for o in roles if o["kind"] == "Role" and "leader" in o["metadata"]["name"]]
 
 
 def test_pod_disruption_budget_only_with_more_than_one_replica() -> None:
@@ -400,9 +406,25 @@ def test_user_roles_scale_the_jobs() -> None:
 
 def test_leader_election_role_grants_only_the_lease() -> None:
     for objs in (kustomize(), helm()):
-        (role,) = [o for o in objs if o["kind"] == "Role"]
+        (role,) = [o for o in objs if o["kind"] == "Role" and "leader" in o["metadata"]["name"]]
         assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
                                   "verbs": ["get", "create", "update"]}]  # fmt: skip
+
+
+def test_the_restart_in_place_role_reads_one_secret_and_goes_with_its_flag() -> None:
+    for objs in (kustomize(), helm()):
+        (role,) = [o for o in objs if o["kind"] == "Role" and "restart" in o["metadata"]["name"]]
+        secrets = [r for r in role["rules"] if r["resources"] == ["secrets"]]
+        assert secrets == [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["msop-agent-key"],
+             "verbs": ["get"]},
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        ]  # fmt: skip
+    off = helm("restartInPlace.enabled=false")
+    assert not [o for o in off if "restart-in-place" in o["metadata"]["name"]]
+    assert "--restart-in-place=false" in container(off)["args"]
+    rules = [r for o in off if o["kind"] == "ClusterRole" for r in o.get("rules", [])]
+    assert not [r for r in rules if r.get("resources") == ["nodes"]]
 
 
 # --- labels ------------------------------------------------------------------------------

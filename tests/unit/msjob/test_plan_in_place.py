@@ -1,0 +1,374 @@
+"""Restarts in place (msop.msjob.inplace, restarts.py): what a restartScope Job cluster's
+pods carry, and the planner's choice between a restart in place and a recreation."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from msop.kube.objects import format_time
+from msop.msjob import inplace
+from msop.msjob.inplace import InPlace
+from msop.msjob.plan import Plan
+from msop.msjob.projection import pod_projection
+from tests.support.builders import NOW, T0, cond, job, names, pod, run, running_status, service
+
+JSON = dict[str, Any]
+ON = InPlace(image="msop:0.1.0", public_key="04" + "ab" * 64, timeout=120.0)
+EVERY_POD = {"j-scheduler-0", "j-worker-0", "j-worker-1"}
+KILLED_AT = format_time(NOW - timedelta(seconds=5))
+
+
+def cluster(policy: str = "ExitCode", **spec: Any) -> JSON:
+    return job({"Scheduler": (1, "Never"), "Worker": (2, policy)}, **spec)
+
+
+def member(
+    rtype: str,
+    index: int,
+    *,
+    generation: int = 0,
+    restarts: int = 0,
+    state: str = "running",
+    code: int = 137,
+    last: int | None = None,
+    barrier: str | None = None,
+    phase: str = "Running",
+    agent: bool = True,
+) -> JSON:
+    """A running member of the cluster made with the agent at ``generation``; its
+    training container ``state`` (running, terminated with ``code``, waiting), its last
+    run's exit code ``last``, and its barrier's state."""
+    p = pod(rtype, index, phase, size=(2, 0))
+    if agent:
+        env = [
+            {"name": "MSOP_AGENT_PORT", "value": "28090"},
+            {"name": "MSOP_AGENT_GENERATION", "value": str(generation)},
+        ]
+        p["spec"]["initContainers"] = [{"name": "msop-agent", "env": env}]
+    p["status"]["podIP"] = f"10.1.0.{index + (10 if rtype == 'Worker' else 0)}"
+    cs = p["status"]["containerStatuses"][0]
+    cs["restartCount"] = restarts
+    if state == "terminated":
+        cs["state"] = {"terminated": {"exitCode": code, "reason": "Error", "finishedAt": KILLED_AT}}
+    elif state == "waiting":
+        cs["state"] = {"waiting": {"reason": "PodInitializing"}}
+    else:
+        cs["state"] = {"running": {"startedAt": T0}}
+    if last is not None:
+        cs["lastState"] = {
+            "terminated": {"exitCode": last, "reason": "Error", "finishedAt": KILLED_AT}
+        }
+    if barrier is not None:
+        p["status"]["initContainerStatuses"] = [{"name": "msop-barrier", "state": {barrier: {}}}]
+    return p
+
+
+def members(*overrides: JSON, **kw: Any) -> list[JSON]:
+    made = (member("Scheduler", 0, **kw), member("Worker", 0, **kw), member("Worker", 1, **kw))
+    pods = {p["metadata"]["name"]: p for p in made}
+    for p in overrides:
+        pods[p["metadata"]["name"]] = p
+    return list(pods.values())
+
+
+def restarting(restarts: int = 1, seconds_ago: float = 10.0, **extra: Any) -> JSON:
+    """The status of a job restarting in place for the ``restarts``-th time."""
+    status = running_status(replicaStatuses={"Worker": {"restarts": restarts}}, **extra)
+    at = format_time(NOW - timedelta(seconds=seconds_ago))
+    status["conditions"][1].update(status="False", reason="MSJobRestartingInPlace")
+    status["conditions"].append(
+        {"type": "Restarting", "status": "True", "reason": "MSJobRestartingInPlace",
+         "message": "MSJob ns/j is restarting all its pods in place because pod ns/j-worker-1 "
+         "exited with code 137 (Error) (restart 1).",
+         "lastUpdateTime": at, "lastTransitionTime": at}
+    )  # fmt: skip
+    return status
+
+
+def asked(p: Plan, action: str) -> set[str]:
+    return {r.pod["metadata"]["name"] for r in p.agent_requests if r.action == action}
+
+
+def generations(p: Plan) -> set[int]:
+    return {r.generation for r in p.agent_requests}
+
+
+def restarts(p: Plan) -> int:
+    assert p.status is not None
+    return sum(e.get("restarts", 0) for e in p.status["replicaStatuses"].values())
+
+
+# --- what the pods carry ----------------------------------------------------------------
+
+
+def new_pods(j: JSON, **opts: Any) -> dict[str, JSON]:
+    p = run(j, [], [service()], **opts)
+    return {x["metadata"]["name"]: x for x in p.create_pods}
+
+
+@pytest.mark.parametrize(
+    ("policy", "codes"),
+    [("ExitCode", {"operator": "NotIn", "values": list(range(128))}),
+     ("OnFailure", {"operator": "NotIn", "values": [0]}),
+     ("Always", {"operator": "NotIn", "values": [0]})],
+)  # fmt: skip
+def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
+    policy: str, codes: JSON
+) -> None:
+    j = cluster(policy, status=running_status(replicaStatuses={"Worker": {"restarts": 2}}))
+    j["metadata"]["uid"] = "job-uid"
+    worker = new_pods(j, in_place=ON)["j-worker-1"]["spec"]
+    agent, barrier = worker["initContainers"][:2]
+    assert (agent["name"], barrier["name"]) == ("msop-agent", "msop-barrier")
+    assert agent["restartPolicy"] == "Always"
+    assert agent["restartPolicyRules"] == [
+        {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}
+    ]
+    assert "restartPolicy" not in barrier
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    assert env == {
+        "MSOP_AGENT_PORT": "28090", "MSOP_AGENT_JOB": "job-uid",
+        "MSOP_AGENT_KEY": ON.public_key, "MSOP_AGENT_GENERATION": "2",
+        "MSOP_AGENT_DIR": "/var/run/msop-agent",
+    }  # fmt: skip
+    assert agent["image"] == barrier["image"] == "msop:0.1.0"
+    assert agent["ports"][0]["containerPort"] == 28090
+    main = worker["containers"][0]
+    assert main["restartPolicy"] == "Never"
+    assert main["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": codes}]
+    assert {"name": "msop-agent", "emptyDir": {}} in worker["volumes"]
+    assert worker["restartPolicy"] == "Never"
+
+
+def test_the_agent_goes_before_the_templates_own_init_containers() -> None:
+    j = cluster()
+    for spec in j["spec"]["msReplicaSpecs"].values():
+        spec["template"]["spec"]["initContainers"] = [{"name": "fetch", "image": "busybox"}]
+    pods = new_pods(j, in_place=ON)
+    for p in pods.values():
+        assert [c["name"] for c in p["spec"]["initContainers"]] == [
+            "msop-agent", "msop-barrier", "fetch"
+        ]  # fmt: skip
+
+
+def test_a_guaranteed_pod_stays_guaranteed() -> None:
+    j = cluster()
+    fixed = {"cpu": "2", "memory": "4Gi"}
+    for spec in j["spec"]["msReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["resources"] = {
+            "requests": dict(fixed), "limits": dict(fixed)
+        }  # fmt: skip
+    for p in new_pods(j, in_place=ON).values():
+        for c in p["spec"]["initContainers"][:2]:
+            assert c["resources"]["requests"] == c["resources"]["limits"]
+    burstable = new_pods(cluster(), in_place=ON)["j-worker-0"]["spec"]["initContainers"][0]
+    assert "cpu" not in burstable["resources"]["limits"]
+
+
+@pytest.mark.parametrize(
+    ("j", "opts"),
+    [
+        (cluster(), {}),  # --restart-in-place=false
+        (cluster(), {"in_place": InPlace("i", "k", unavailable="node(s) n1 do not declare it")}),
+        (cluster(restartScope="Pod"), {"in_place": ON}),
+        (cluster(enableDynamicWorker=True, restartScope="Job"), {"in_place": ON}),
+        (job({"Scheduler": (1, "Never"), "Worker": (2, "Never")}), {"in_place": ON}),
+    ],
+    ids=["off", "unsupported", "pod-scope", "elastic", "never-retried"],
+)
+def test_no_agent_where_no_restart_in_place_can_happen(j: JSON, opts: JSON) -> None:
+    for p in new_pods(j, **opts).values():
+        assert "initContainers" not in p["spec"]
+        assert "restartPolicyRules" not in p["spec"]["containers"][0]
+
+
+def test_a_replica_that_is_never_retried_is_restarted_with_its_peers_only() -> None:
+    pods = new_pods(cluster(), in_place=ON)
+    scheduler = pods["j-scheduler-0"]["spec"]  # its policy is Never
+    assert scheduler["initContainers"][0]["name"] == "msop-agent"
+    assert "restartPolicyRules" not in scheduler["containers"][0]
+    assert "restartPolicyRules" in pods["j-worker-0"]["spec"]["containers"][0]
+
+
+# --- the decision ---------------------------------------------------------------------
+
+
+def test_a_killed_worker_restarts_every_pod_in_place_and_counts_once() -> None:
+    killed = member("Worker", 1, state="terminated", code=137)
+    p = run(cluster(run_policy={"backoffLimit": 3}, status=running_status()),
+            members(killed), [service()], in_place=ON)  # fmt: skip
+    assert not p.delete_pods and not p.create_pods
+    assert p.status_first
+    assert restarts(p) == 1
+    c = cond(p, "Restarting")
+    assert c is not None and c["status"] == "True" and c["reason"] == "MSJobRestartingInPlace"
+    assert "in place because pod ns/j-worker-1 exited with code 137" in c["message"]
+    assert "restart 1 of 3" in c["message"]
+    assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
+    assert asked(p, "restart") == EVERY_POD and generations(p) == {1}
+    assert ("Warning", "MSJobRestartingInPlace") in {(e.type, e.reason) for e in p.events}
+    assert p.requeue_after is not None and p.requeue_after <= 1.0
+
+
+def test_the_failed_pod_already_restarting_is_not_asked_again() -> None:
+    # The kubelet acted first: the failed pod's containers were removed and it waits.
+    killed = member("Worker", 1, restarts=1, state="waiting", last=137, barrier="running")
+    p = run(cluster(status=running_status()), members(killed), [service()], in_place=ON)
+    assert cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"  # type: ignore[index]
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}
+
+
+def test_the_backoff_limit_still_fails_the_job() -> None:
+    killed = member("Worker", 1, generation=2, state="terminated")
+    status = running_status(replicaStatuses={"Worker": {"restarts": 2}})
+    p = run(cluster(run_policy={"backoffLimit": 2}, status=status),
+            members(killed, generation=2), [service()], in_place=ON)  # fmt: skip
+    assert cond(p, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+    assert names(p.delete_pods) == EVERY_POD and not p.agent_requests
+
+
+def test_a_restart_that_completed_is_not_seen_again() -> None:
+    # Restarted once in place: every training container ran again (restartCount 1), the
+    # job is Running; the last run's exit code stays in lastState.
+    pods = members(restarts=1, last=137)
+    status = running_status(replicaStatuses={"Worker": {"restarts": 1}})
+    p = run(cluster(status=status), pods, [service()], in_place=ON)
+    assert p.status is None or cond(p, "Restarting") is None
+    assert not p.agent_requests and not p.delete_pods
+
+
+def test_a_second_failure_is_a_second_restart() -> None:
+    again = member("Worker", 0, restarts=2, state="waiting", last=137, barrier="running")
+    status = running_status(replicaStatuses={"Worker": {"restarts": 1}})
+    p = run(cluster(status=status), members(again, restarts=1, last=137), [service()],
+            in_place=ON)  # fmt: skip
+    assert restarts(p) == 2
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-1"} and generations(p) == {2}
+
+
+# --- under way --------------------------------------------------------------------------
+
+
+def test_agents_that_have_not_restarted_their_pod_are_asked_again() -> None:
+    pods = members(
+        member("Worker", 1, restarts=1, state="waiting", last=137, barrier="running"),
+        member("Worker", 0, restarts=1, state="waiting", last=137, barrier="running"),
+    )
+    p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    assert asked(p, "restart") == {"j-scheduler-0"} and not asked(p, "release")
+    assert restarts(p) == 1  # counted once
+    assert not p.delete_pods and p.requeue_after is not None and p.requeue_after <= 1.0
+
+
+def test_the_barrier_is_released_once_every_pod_waits_there() -> None:
+    pods = members(restarts=1, state="waiting", last=137, barrier="running")
+    p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    assert asked(p, "release") == EVERY_POD and not asked(p, "restart")
+    assert generations(p) == {1}
+
+
+def test_a_release_that_missed_a_pod_is_sent_again() -> None:
+    pods = members(
+        member("Worker", 0, restarts=1, state="waiting", last=137, barrier="running"),
+        restarts=1, last=137, barrier="terminated",
+    )  # fmt: skip
+    p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    assert asked(p, "release") == {"j-worker-0"}
+
+
+def test_running_again_ends_the_restart() -> None:
+    pods = members(restarts=1, last=137, barrier="terminated")
+    p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    assert cond(p, "Running")["status"] == "True"  # type: ignore[index]
+    done = cond(p, "Restarting")
+    assert done is not None and done["status"] == "False"
+    assert not p.agent_requests and not p.delete_pods
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        (lambda pods: pods[1:], "pod j-scheduler-0 is gone"),
+        (lambda pods: [*pods[:2], member("Worker", 1, phase="Failed", state="terminated",
+                                         code=1)], "pod j-worker-1 exited with code 1"),
+    ],
+    ids=["deleted", "failed"],
+)  # fmt: skip
+def test_a_pod_gone_or_failed_falls_back_to_recreation(change: Any, why: str) -> None:
+    pods = change(members(restarts=1, state="waiting", last=137, barrier="running"))
+    p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    assert names(p.delete_pods) == names(pods)
+    c = cond(p, "Restarting")
+    assert c is not None and c["reason"] == "MSJobRestarting"
+    assert f"its restart in place failed because {why}" in c["message"]
+    assert restarts(p) == 1  # the same restart: not counted again
+    assert not p.agent_requests
+
+
+def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
+    pods = members(member("Scheduler", 0), restarts=1, state="waiting", last=137,
+                   barrier="running")  # fmt: skip
+    p = run(cluster(status=restarting(seconds_ago=121)), pods, [service()], in_place=ON)
+    assert names(p.delete_pods) == EVERY_POD
+    message = cond(p, "Restarting")["message"]  # type: ignore[index]
+    assert "did not complete within 120s (not restarted: j-scheduler-0)" in message
+
+
+def test_until_the_timeout_it_waits() -> None:
+    pods = members(member("Scheduler", 0), restarts=1, state="waiting", last=137,
+                   barrier="running")  # fmt: skip
+    p = run(cluster(status=restarting(seconds_ago=119)), pods, [service()], in_place=ON)
+    assert not p.delete_pods and p.requeue_after == pytest.approx(1.0)
+
+
+# --- when it recreates, it says why -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pods", "opts", "why"),
+    [
+        (members(member("Worker", 1, state="terminated")), {},
+         "restarts in place are turned off (msop run --restart-in-place=false)"),
+        (members(member("Worker", 1, state="terminated")),
+         {"in_place": InPlace("i", "k", unavailable="node(s) n1 do not declare it")},
+         "node(s) n1 do not declare it"),
+        (members(member("Worker", 1, state="terminated"), agent=False), {"in_place": ON},
+         "pod j-scheduler-0 was created without the msop agent"),
+        (members(member("Worker", 1, state="terminated"),
+                 member("Worker", 0, phase="Failed", state="terminated", code=1)),
+         {"in_place": ON}, "pod(s) j-worker-0 failed as a whole"),
+    ],
+    ids=["off", "unsupported", "no-agent", "a-pod-failed"],
+)  # fmt: skip
+def test_a_recreation_says_why_not_in_place(pods: list[JSON], opts: JSON, why: str) -> None:
+    for p in pods:
+        if p["metadata"]["name"] == "j-worker-1" and "initContainers" not in p["spec"]:
+            p["status"]["phase"] = "Failed"  # without its rule, the failed pod fails
+    p = run(cluster(status=running_status()), pods, [service()], **opts)
+    assert names(p.delete_pods) == EVERY_POD
+    c = cond(p, "Restarting")
+    assert c is not None and c["reason"] == "MSJobRestarting"
+    assert why in c["message"]
+    assert restarts(p) == 1
+
+
+def test_a_pod_scope_job_keeps_its_rules() -> None:
+    killed = pod("Worker", 1, "Failed", exit_code=137, size=(2, 0))
+    p = run(cluster(restartScope="Pod", status=running_status()),
+            [pod("Scheduler", 0, size=(2, 0)), pod("Worker", 0, size=(2, 0)), killed],
+            [service()], in_place=ON)  # fmt: skip
+    assert names(p.delete_pods) == {"j-worker-1"} and not p.agent_requests
+
+
+def test_the_cache_keeps_what_the_decision_reads() -> None:
+    pods = members(restarts=1, state="waiting", last=137, barrier="running")
+    full = run(cluster(status=restarting()), pods, [service()], in_place=ON)
+    lean = run(cluster(status=restarting()), [pod_projection(x) for x in pods], [service()],
+               in_place=ON)  # fmt: skip
+    assert asked(full, "release") == asked(lean, "release") == EVERY_POD
+    made = new_pods(cluster(), in_place=ON)["j-worker-0"]
+    kept = pod_projection(made)
+    assert inplace.agent_of(kept) == inplace.agent_of(made) == inplace.Agent(28090, 0)
