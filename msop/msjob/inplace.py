@@ -130,7 +130,7 @@ def _guaranteed(pod_spec: JSON) -> bool:
 def _resources(pod_spec: JSON) -> JSON:
     """Small, and of the pod's QoS class: a Guaranteed pod stays Guaranteed."""
     if _guaranteed(pod_spec):
-        fixed = {"cpu": "50m", "memory": "48Mi"}
+        fixed = {"cpu": "100m", "memory": "64Mi"}
         return {"requests": dict(fixed), "limits": dict(fixed)}
     return {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}
 

@@ -21,16 +21,19 @@ kubeconfig (the host relay to the API server).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.e2e.real.install import wait_available
+from tests.e2e.real.training import RESTART_REPORT
 from tests.e2e.sessions import run_session_cluster
 from tests.harness.cluster import ClusterStartError
 from tests.harness.paths import CACHE, REPO
@@ -102,3 +105,24 @@ def checkpoints(namespace: str) -> Iterator[Path]:
     path = Path("/var/lib/msop-e2e") / namespace
     yield path
     shutil.rmtree(path, ignore_errors=True)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    RESTART_REPORT.unlink(missing_ok=True)  # the report says this run's restarts only
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The restart report: what a restart in place and a recreation of the same job took
+    (tests/e2e/real/test_mindspore.py), and their ratio."""
+    if not RESTART_REPORT.is_file():
+        return
+    report = json.loads(RESTART_REPORT.read_text())
+    terminalreporter.section("restarts: in place vs recreation")
+    for mode, figures in sorted(report.items()):
+        terminalreporter.write_line(f"{mode}: {json.dumps(figures, sort_keys=True)}")
+    modes = {m.split(" (")[0]: f for m, f in report.items()}
+    if {"in place", "recreation"} <= modes.keys():
+        for key in ("seconds to every rank training", "seconds to Running"):
+            ratio = modes["recreation"][key] / max(modes["in place"][key], 0.1)
+            terminalreporter.write_line(f"{key}: recreation / in place = {ratio:.1f}x")
+    terminalreporter.write_line(f"(also in {RESTART_REPORT})")

@@ -7,12 +7,18 @@ checkpoint directory of its own, and the length of the run.
 - ``test_trains_to_success``: Scheduler + 2 Workers form one MindSpore cluster through
   the operator's ``MS_*`` env and Service, the loss falls, the job Succeeds, and the real
   exit codes (0) reach ``status``.
-- ``test_killed_worker_restarts_the_cluster_which_resumes``: SIGKILL of a Worker's
-  training process mid-run (from the host, as the OOM killer does) gives a real 137.
-  Every pod is recreated with the same ``MS_*`` values, the script resumes from its
-  checkpoint, one restart is counted, a Restarting condition and event name the pod and
-  the code (and end with the killed run's last output), the peers' follow-on exits do
-  not fail the job, and it Succeeds.
+- ``test_killed_worker_restarts_every_pod_in_place``: SIGKILL of a Worker's training
+  process mid-run (from the host, as the OOM killer does) gives a real 137; the job is
+  restarted in place (the default): the same pods (UIDs, IPs), each container restarted
+  once, no pod written by the operator (audit log), the script resumes from its
+  checkpoint, one restart is counted, the condition and Event say "in place", name the
+  pod and the code and end with the killed run's last output, and it Succeeds. What the
+  restart took (to every rank training, to Running, the writes) goes to the tier's
+  restart report.
+- ``test_killed_worker_of_a_job_that_recreates_restarts_every_pod``: the same with
+  ``spec.restartInPlace: false``: every pod is recreated with the same ``MS_*`` values
+  (the condition says why), the peers' follow-on exits do not fail the job, and it
+  Succeeds; its figures go to the same report.
 - ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
   job with that pod, code and reason in the condition message, which (and the Event, and
   ``kubectl describe msjob``) ends with the traceback's last lines.
@@ -34,8 +40,10 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -57,13 +65,18 @@ from tests.e2e.real.training import (
     exit_codes,
     kill_training_process,
     launch,
+    operator_writes,
     records,
+    report_restart,
+    training_again,
     wait_training,
     worker_records,
 )
 from tests.harness.examples import MINDSPORE_JOB as NAME
 from tests.harness.examples import mindspore_example
 from tests.harness.realnode import NodeImages, RealCluster
+
+JSON = dict[str, Any]
 
 
 @pytest.fixture
@@ -106,7 +119,7 @@ def test_trains_to_success(
     assert (checkpoints / "latest.json").is_file()
 
 
-def test_killed_worker_restarts_the_cluster_which_resumes(
+def test_killed_worker_restarts_every_pod_in_place(
     installed: RealCluster,
     namespace: str,
     images: NodeImages,
@@ -118,6 +131,90 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
     victim = f"{NAME}-worker-1"
     wait_training(cluster, namespace, victim, 3, logs)
     before = job_pods(cluster, namespace, NAME)
+    for pod in before.values():  # every member carries the agent
+        assert pod["spec"]["initContainers"][0]["name"] == "msop-agent", pod["spec"]
+    killed_at = time.time()
+    kill_training_process(cluster, namespace, victim)
+
+    restarting = wait_for(
+        "Restarting=True",
+        lambda: (
+            (c := condition(get(cluster, namespace, "msjob", NAME), "Restarting"))
+            and c["status"] == "True"
+            and c
+        ),
+        timeout=60,
+        details=logs.tail,
+    )
+    assert restarting["reason"] == "MSJobRestartingInPlace", restarting
+    assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
+    figures = _time_the_restart(cluster, namespace, killed_at, logs)
+    after = job_pods(cluster, namespace, NAME)
+    assert figures["pod writes"] == 0, figures
+    report_restart("in place (Scheduler/Worker, 3 pods)", figures)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+
+    status = job["status"]
+    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
+    assert condition(job, "Failed") is None
+    assert set(after) == set(before)
+    for name in before:  # the same pods, each of whose containers restarted once
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], name
+        assert after[name]["status"]["podIP"] == before[name]["status"]["podIP"], name
+        (main,) = [s for s in after[name]["status"]["containerStatuses"]
+                   if s["name"] == "mindspore"]  # fmt: skip
+        assert main["restartCount"] == 1, (name, main)
+    for pod, lines in worker_records(cluster, namespace, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert resumed["event"] == "resume" and resumed["epoch"] >= 3, (pod, resumed)
+        assert lines[-1]["event"] == "done"
+    evs = events(cluster, namespace, NAME)
+    messages = {(e["reason"], e["message"]) for e in evs}
+    assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
+    restarts = [m for r, m in messages if r == "MSJobRestartingInPlace"]
+    assert len(restarts) == 1 and victim in restarts[0] and "137" in restarts[0], restarts
+    assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
+    assert not {"MSJobFailed", "BackoffLimitExceeded", "MSJobRestarting"} & {r for r, _ in messages}
+
+
+def _time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: JobLogs) -> JSON:
+    """Wait for the job to run again after a kill at ``killed_at``; what it took."""
+    workers = [f"{NAME}-worker-0", f"{NAME}-worker-1"]
+    trained = wait_for("every rank training again", lambda: training_again(
+        cluster, ns, workers, killed_at), timeout=240, interval=0.5, details=logs.tail)  # fmt: skip
+
+    def running_again() -> float | None:
+        job = get(cluster, ns, "msjob", NAME)
+        done, running = condition(job, "Restarting"), condition(job, "Running")
+        ok = done and done["status"] == "False" and running and running["status"] == "True"
+        return time.time() if ok else None
+
+    running = wait_for("Running again", running_again, timeout=240, interval=0.2,
+                       details=logs.tail)  # fmt: skip
+    writes = operator_writes(cluster.audit_log, ns, killed_at, running)
+    return {
+        "seconds to every rank training": round(trained - killed_at, 1),
+        "seconds to Running": round(running - killed_at, 1),
+        "pod writes": sum(n for k, n in writes.items() if k.split()[1] == "pods"),
+        "writes": writes,
+    }
+
+
+def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    """spec.restartInPlace: false: the pods are recreated, as before in-place restarts."""
+    cluster = installed
+    launch(cluster, namespace, images, checkpoints, {"restartInPlace": False}, STEP_DELAY="0.1")
+    victim = f"{NAME}-worker-1"
+    wait_training(cluster, namespace, victim, 3, logs)
+    before = job_pods(cluster, namespace, NAME)
+    assert not any("initContainers" in p["spec"] for p in before.values())
+    killed_at = time.time()
     kill_training_process(cluster, namespace, victim)
 
     restarting = wait_for(
@@ -131,6 +228,9 @@ def test_killed_worker_restarts_the_cluster_which_resumes(
         details=logs.tail,
     )
     assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
+    assert "they are recreated: its spec.restartInPlace is false" in restarting["message"]
+    report_restart("recreation (Scheduler/Worker, 3 pods)",
+                   _time_the_restart(cluster, namespace, killed_at, logs))  # fmt: skip
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     status = job["status"]

@@ -5,11 +5,12 @@ examples/mindspore-msrun, 2 Worker pods x 2 local workers, msrun started in each
 - ``test_one_cluster_of_4_ranks_survives_a_killed_worker_and_a_scale_to_6``: the 4 ranks
   form one cluster and the loss falls; SIGKILL of one local worker's process (from the
   host, as the OOM killer does) makes its pod exit 137 with the launcher's verdict, every
-  pod restarts once and resumes from the checkpoint, and the event names the pod, the
-  local rank and the signal; then ``kubectl scale`` to 3 pods restarts the cluster with 6
-  ranks, and the job Succeeds, with rank 0's final progress in its status.
+  pod restarts in place once (the same pods, msrun started again in each, no pod written
+  by the operator) and resumes from the checkpoint, and the event names the pod, the
+  local rank and the signal; then ``kubectl scale`` to 3 pods recreates the cluster with
+  6 ranks, and the job Succeeds, with rank 0's final progress in its status.
 - ``test_an_oom_killed_worker_restarts_the_job``: a local worker exhausts the pod's
-  memory limit; the kernel kills it; the same restart, and the job Succeeds.
+  memory limit; the kernel kills it; the same restart in place, and the job Succeeds.
 - ``test_a_script_error_in_one_worker_fails_the_job``: rank 0 cannot write its checkpoint
   (a Python error, exit 1): the job Fails once, naming the pod and the local worker.
 """
@@ -19,7 +20,9 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ import pytest
 
 from tests.e2e.msjobs import condition, env_of, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.joblogs import JobLogs
-from tests.e2e.real.training import apply, exit_codes, records
+from tests.e2e.real.training import apply, exit_codes, operator_writes, records
 from tests.harness.examples import MSRUN_EXAMPLE, mindspore_example
 from tests.harness.examples import MSRUN_JOB as NAME
 from tests.harness.realnode import NodeImages, RealCluster
@@ -94,6 +97,12 @@ def past_epoch(cluster: RealCluster, ns: str, pods: int, epoch: int) -> bool:
                for r in pod_records(cluster, ns, pods))  # fmt: skip
 
 
+def restart_time(condition: JSON) -> float:
+    """When a condition last changed (epoch seconds)."""
+    at = str(condition["lastTransitionTime"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(at).timestamp()
+
+
 def restarting(cluster: RealCluster, ns: str, logs: JobLogs) -> JSON:
     found: JSON = wait_for(
         "Restarting=True",
@@ -130,18 +139,24 @@ def test_one_cluster_of_4_ranks_survives_a_killed_worker_and_a_scale_to_6(
     assert f"pod {namespace}/{victim} exited with code 137" in restart["message"], restart
     assert verdict in restart["message"], restart
 
+    assert restart["reason"] == "MSJobRestartingInPlace", restart
+    killed_at = restart_time(restart)
+
     def resumed() -> bool:
-        pods = job_pods(cluster, namespace, NAME)
-        fresh = all(pods[n]["metadata"]["uid"] != before[n]["metadata"]["uid"]
-                    for n in before if n in pods)  # fmt: skip
-        return (
-            fresh
-            and len(pods) == 2
-            and any(r.get("event") == "resume" for r in pod_records(cluster, namespace, 2))
-        )
+        return any(r.get("event") == "resume" for r in pod_records(cluster, namespace, 2))
 
     wait_for("the restarted cluster resumed", resumed, timeout=240, interval=1,
              details=logs.tail)  # fmt: skip
+    again = job_pods(cluster, namespace, NAME)
+    assert {n: p["metadata"]["uid"] for n, p in again.items()} == {
+        n: p["metadata"]["uid"] for n, p in before.items()
+    }, "restarted in place: the same pods"
+    for pod in again.values():
+        (main,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == "mindspore"]
+        assert main["restartCount"] == 1, main
+    resumed_at = time.time()
+    writes = operator_writes(cluster.audit_log, namespace, killed_at - 5, resumed_at)
+    assert not [k for k in writes if k.split()[1] == "pods"], writes
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=400, details=logs.tail)
 
@@ -159,7 +174,7 @@ def test_one_cluster_of_4_ranks_survives_a_killed_worker_and_a_scale_to_6(
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
     assert status["progress"]["percentComplete"] == 100, status.get("progress")
     said = {(e["reason"], e["message"]) for e in events(cluster, namespace, NAME)}
-    restarts = [m for r, m in said if r == "MSJobRestarting"]
+    restarts = [m for r, m in said if r == "MSJobRestartingInPlace"]
     assert len(restarts) == 1 and verdict in restarts[0], restarts
     resizes = [m for r, m in said if r == "MSJobResizing"]
     assert len(resizes) == 1 and "MS_WORKER_NUM 4 -> 6" in resizes[0], resizes
@@ -181,6 +196,10 @@ def test_an_oom_killed_worker_restarts_the_job(
     resumed = started(pod_records(cluster, namespace, 2))
     assert sorted(resumed) == [0, 1, 2, 3] and all(
         r["event"] == "resume" and r["epoch"] >= 1 for r in resumed.values()), resumed  # fmt: skip
+    assert restart["reason"] == "MSJobRestartingInPlace", restart
+    for pod in job_pods(cluster, namespace, NAME).values():
+        (main,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == "mindspore"]
+        assert main["restartCount"] == 1, main
 
 
 def test_a_script_error_in_one_worker_fails_the_job(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,10 @@ from tests.e2e.msjobs import (
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
+from tests.e2e.reliability import audit_events
 from tests.harness.examples import MINDSPORE_JOB as NAME
 from tests.harness.examples import mindspore_example
+from tests.harness.paths import CACHE
 from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
@@ -30,10 +33,18 @@ def apply(cluster: RealCluster, ns: str, *objs: JSON) -> None:
 
 
 def launch(
-    cluster: RealCluster, ns: str, images: NodeImages, checkpoints: Path, **env: str
+    cluster: RealCluster,
+    ns: str,
+    images: NodeImages,
+    checkpoints: Path,
+    spec: JSON | None = None,
+    **env: str,
 ) -> None:
-    """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica."""
-    apply(cluster, ns, *mindspore_example(cluster, images.mindspore.ref, checkpoints, **env))
+    """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica (and
+    ``spec`` merged into the MSJob's spec)."""
+    config_map, job = mindspore_example(cluster, images.mindspore.ref, checkpoints, **env)
+    job["spec"].update(spec or {})
+    apply(cluster, ns, config_map, job)
 
 
 def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> list[JSON]:
@@ -108,3 +119,46 @@ def real_job(base: JSON, image: str, commands: dict[str, str], workers: int) -> 
 def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(job))
     return str(job["metadata"]["name"])
+
+
+# --- what a restart costs (docs/performance.md: restarts in place vs recreation) ----------
+
+RESTART_REPORT = CACHE / "e2e-logs" / "restart-report.json"
+
+
+def training_again(cluster: RealCluster, ns: str, pods: list[str], after: float) -> float | None:
+    """When every one of ``pods`` logged a training step again after ``after`` (epoch
+    seconds): the latest of their first such steps; None until all have."""
+    firsts = []
+    for pod in pods:
+        steps = [r["time"] for r in records(cluster, ns, pod)
+                 if r.get("event") == "step" and r.get("time", 0) > after]  # fmt: skip
+        if not steps:
+            return None
+        firsts.append(min(steps))
+    return max(firsts)
+
+
+def operator_writes(audit_log: Path, ns: str, since: float, until: float) -> dict[str, int]:
+    """The operator's writes in ``ns`` between two instants, by ``verb resource``."""
+    out: dict[str, int] = {}
+    for ev in audit_events(audit_log):
+        ref = ev.get("objectRef") or {}
+        if ref.get("namespace") != ns or not str(ev.get("userAgent", "")).startswith("msop/"):
+            continue
+        if ev.get("verb") not in ("create", "update", "patch", "delete"):
+            continue
+        at = datetime.fromisoformat(str(ev["requestReceivedTimestamp"]).replace("Z", "+00:00"))
+        if since <= at.timestamp() <= until:
+            what = ref["resource"] + (f"/{ref['subresource']}" if ref.get("subresource") else "")
+            key = f"{ev['verb']} {what}"
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def report_restart(mode: str, figures: JSON) -> None:
+    """Add one restart's figures to the tier's report (printed at the end of the run)."""
+    RESTART_REPORT.parent.mkdir(parents=True, exist_ok=True)
+    report = json.loads(RESTART_REPORT.read_text()) if RESTART_REPORT.is_file() else {}
+    report[mode] = figures
+    RESTART_REPORT.write_text(json.dumps(report, indent=1, sort_keys=True))

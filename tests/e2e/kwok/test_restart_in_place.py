@@ -1,0 +1,208 @@
+"""Restarts in place, on kwok nodes (docs/concepts/restart-scope.md#restart-in-place).
+
+kwok runs no containers, so the kubelet's part (restarting every container of a pod when
+a rule matches) is played by ``tests.harness.inplace.InPlaceKubelet``; the pods' agents
+are the real ones (``msop.integrations.agent``), on the pods' (loopback) IPs, reached by
+the operator over HTTP with its signed requests. The API server is real: it accepts the
+pods' restart rules with its default feature gates. The real node's tier restarts real
+MindSpore this way (tests/e2e/real/test_mindspore.py).
+
+- a killed Worker: the operator asks the other pods' agents to restart theirs, releases
+  the barrier once all have, and the job runs again: the same pods (UIDs), no pod created
+  or deleted by the operator (audit log), one restart counted, the Restarting condition
+  and Events saying "in place";
+- a pod deleted while the job restarts in place: every pod is recreated, and the
+  condition says why;
+- a restart that does not complete within --restart-in-place-timeout: the same;
+- nodes that do not declare the feature: no agent in the pods, and a restart recreates
+  them, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from msop.api import constants as c
+from tests.e2e.msjobs import apply, condition, events, get, job_pods, wait_condition, wait_for
+from tests.e2e.reliability import operator_calls
+from tests.e2e.sessions import OperatorFactory
+from tests.harness import LocalCluster
+from tests.harness.inplace import InPlaceKubelet
+
+FEATURE = "RestartAllContainersOnContainerExits"
+NAME = "inplace"
+EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
+
+
+def msjob(policy: str = "ExitCode") -> dict[str, object]:
+    def replica(n: int, restart: str) -> dict[str, object]:
+        return {
+            "replicas": n,
+            "restartPolicy": restart,
+            "template": {"spec": {"containers": [{"name": "mindspore", "image": "ms:kwok"}]}},
+        }
+
+    return {
+        "apiVersion": "mindspore.gitee.com/v1",
+        "kind": "MSJob",
+        "metadata": {"name": NAME},
+        "spec": {
+            "runPolicy": {"backoffLimit": 3},
+            "msReplicaSpecs": {"Scheduler": replica(1, "Never"), "Worker": replica(2, policy)},
+        },
+    }
+
+
+def _declare(cluster: LocalCluster, features: list[str] | None) -> None:
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    for node in nodes:
+        cluster.kubectl(
+            "patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"declaredFeatures": features}}),
+        )  # fmt: skip
+
+
+@pytest.fixture
+def declared(cluster: LocalCluster) -> Iterator[None]:
+    """Every node declares RestartAllContainersOnContainerExits, as 1.36 kubelets do."""
+    _declare(cluster, [FEATURE])
+    yield
+    _declare(cluster, None)
+
+
+@pytest.fixture
+def kubelet_in_place(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> Iterator[InPlaceKubelet]:
+    k = InPlaceKubelet(cluster, namespace, tmp_path)
+    yield k
+    k.stop()
+
+
+def start(cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet) -> dict[str, str]:
+    """Apply the job, wait until kwok runs its pods, adopt them; their UIDs by name."""
+    apply(cluster, namespace, msjob())
+    pods = wait_for(
+        "the job's three pods Running",
+        lambda: (p := job_pods(cluster, namespace, NAME)) and len(p) == 3
+        and all(x["status"].get("phase") == "Running" and x["status"].get("podIP")
+                for x in p.values()) and p,
+        timeout=60,
+    )  # fmt: skip
+    for pod in pods.values():
+        kubelet.adopt(pod)
+    wait_condition(cluster, namespace, NAME, "Running", timeout=30)
+    return {name: pod["metadata"]["uid"] for name, pod in pods.items()}
+
+
+def uids(cluster: LocalCluster, namespace: str) -> dict[str, str]:
+    return {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, NAME).items()}
+
+
+def test_a_killed_worker_restarts_every_pod_in_place(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    op = start_operator("--agent-image=msop:kwok")
+    before = start(cluster, namespace, kubelet_in_place)
+    pod = job_pods(cluster, namespace, NAME)[f"{NAME}-worker-0"]
+    agent = pod["spec"]["initContainers"][0]
+    assert agent["name"] == "msop-agent" and agent["image"] == "msop:kwok"
+    # The API server kept the rules (its default feature gates).
+    main = pod["spec"]["containers"][0]
+    assert main["restartPolicyRules"][0]["action"] == "RestartAllContainers"
+
+    kubelet_in_place.fail(f"{NAME}-worker-1", 137)
+    job = wait_condition(cluster, namespace, NAME, "Restarting", timeout=30)
+    restarting = condition(job, "Restarting")
+    assert restarting is not None and restarting["reason"] == "MSJobRestartingInPlace"
+    assert f"pod {namespace}/{NAME}-worker-1 exited with code 137" in restarting["message"]
+
+    def again() -> bool:
+        now = get(cluster, namespace, "msjob", NAME)
+        done = condition(now, "Restarting")
+        return bool(
+            done and done["status"] == "False" and condition(now, "Running")["status"] == "True"
+        )  # type: ignore[index]
+
+    wait_for("the job Running again", again, timeout=60,
+             details=lambda: op.log_tail() + kubelet_in_place.logs())  # fmt: skip
+    # The two healthy pods were restarted by their agents, at the operator's request.
+    assert sorted(kubelet_in_place.restarted_by_agent) == [
+        f"{NAME}-scheduler-0",
+        f"{NAME}-worker-0",
+    ]
+    assert uids(cluster, namespace) == before
+    for verb in ("create", "delete"):
+        assert not operator_calls(cluster.audit_log, namespace, verb, "pods"), verb
+    job = get(cluster, namespace, "msjob", NAME)
+    assert job is not None
+    assert sum(e.get("restarts", 0) for e in job["status"]["replicaStatuses"].values()) == 1
+    reasons = {(e["type"], e["reason"]) for e in events(cluster, namespace, NAME)}
+    assert ("Warning", "MSJobRestartingInPlace") in reasons
+
+    # A second failure is a second restart, in place again.
+    kubelet_in_place.fail(f"{NAME}-worker-0", 143)
+    wait_for("a second restart counted", lambda: sum(
+        e.get("restarts", 0) for e in (get(cluster, namespace, "msjob", NAME) or {})
+        .get("status", {}).get("replicaStatuses", {}).values()) == 2, timeout=30)  # fmt: skip
+    wait_for("the job Running again", again, timeout=60)
+    assert uids(cluster, namespace) == before
+
+
+def test_a_pod_deleted_during_the_restart_recreates_every_pod(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    start_operator("--agent-image=msop:kwok", "--restart-in-place-timeout=600s")
+    before = start(cluster, namespace, kubelet_in_place)
+    # The agents cannot be reached: stop them, so that the restart stays under way.
+    kubelet_in_place.stop()
+    kubelet_in_place.fail(f"{NAME}-worker-1", 137, restart=False)  # the status alone
+    wait_condition(cluster, namespace, NAME, "Restarting", timeout=30)
+    cluster.kubectl("delete", "pod", "-n", namespace, f"{NAME}-worker-0", "--wait=false")
+
+    def recreating() -> str | None:
+        r = condition(get(cluster, namespace, "msjob", NAME), "Restarting")
+        return r["message"] if r and r["reason"] == "MSJobRestarting" else None
+
+    message = wait_for("a recreation", recreating, timeout=30)
+    assert f"its restart in place failed because pod {NAME}-worker-0 is gone" in message
+    wait_for("every pod recreated", lambda: (now := uids(cluster, namespace)).keys() == EVERY_POD
+             and not set(now.values()) & set(before.values()), timeout=60)  # fmt: skip
+
+
+def test_a_restart_past_its_timeout_recreates_every_pod(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    start_operator("--agent-image=msop:kwok", "--restart-in-place-timeout=3s")
+    start(cluster, namespace, kubelet_in_place)
+    kubelet_in_place.stop()  # nobody restarts the healthy pods
+    kubelet_in_place.fail(f"{NAME}-worker-1", 137, restart=False)
+
+    def recreating() -> str | None:
+        r = condition(get(cluster, namespace, "msjob", NAME), "Restarting")
+        return r["message"] if r and r["reason"] == "MSJobRestarting" else None
+
+    message = wait_for("a recreation", recreating, timeout=30)
+    assert "did not complete within 3s (not restarted: " in message
+    assert f"{NAME}-scheduler-0" in message and f"{NAME}-worker-0" in message
+
+
+def test_nodes_without_the_feature_get_pods_without_the_agent(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory,
+) -> None:  # fmt: skip
+    op = start_operator("--agent-image=msop:kwok")
+    apply(cluster, namespace, msjob())
+    pods = wait_for("the job's pods", lambda: len(p := job_pods(cluster, namespace, NAME)) == 3
+                    and p, timeout=60)  # fmt: skip
+    for pod in pods.values():
+        assert "initContainers" not in pod["spec"]
+    assert f"do not declare {FEATURE}" in op.log_tail()
+    job = get(cluster, namespace, "msjob", NAME) or {}
+    assert job["spec"]["restartScope"] == c.RESTART_SCOPE_JOB
