@@ -1,0 +1,208 @@
+"""The operator's side of restarts in place (msop.msjob.agents): its signed requests to a
+real agent process, the signing key's Secret, and what it detects of the cluster (from
+an API server played by a small fake: these are units; the kwok and real tiers use the
+real one)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from msop.integrations import p256, wire
+from msop.kube.errors import ApiError
+from msop.msjob import agents
+from msop.msjob.plan import AgentRequest
+from tests.harness.paths import REPO
+from tests.harness.ports import free_port
+
+JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}}
+
+
+def pod(port: int, generation: int = 0) -> dict[str, Any]:
+    env = [
+        {"name": wire.ENV_AGENT_PORT, "value": str(port)},
+        {"name": wire.ENV_AGENT_GENERATION, "value": str(generation)},
+    ]
+    return {
+        "metadata": {"name": "j-worker-0"},
+        "spec": {"initContainers": [{"name": "msop-agent", "env": env}]},
+        "status": {"podIP": "127.0.0.1"},
+    }
+
+
+@pytest.fixture
+def running_agent(tmp_path: Path) -> Any:
+    """A real agent serving on loopback for the job, and the operator's key."""
+    key = p256.generate_private_key()
+    port = free_port()
+    env = {
+        **os.environ, "PYTHONPATH": str(REPO), wire.ENV_AGENT_PORT: str(port),
+        wire.ENV_AGENT_JOB: "job-uid", wire.ENV_AGENT_KEY: p256.public_key(key).hex(),
+        wire.ENV_AGENT_GENERATION: "0", wire.ENV_AGENT_DIR: str(tmp_path),
+    }  # fmt: skip
+    run = [sys.executable, "-m", "msop.integrations.agent"]
+    subprocess.run([*run, "barrier"], env=env, check=True, timeout=30)  # the first start
+    proc = subprocess.Popen([*run, "serve", "--host", "127.0.0.1"], env=env)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield key, port, proc
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+def test_a_signed_restart_makes_the_agent_restart_its_pod(running_agent: Any) -> None:
+    key, port, proc = running_agent
+    client = agents.AgentClient(key)
+
+    async def go() -> bool:
+        try:
+            return await client.send(JOB, [AgentRequest(pod(port), "restart", 1)])
+        finally:
+            await client.close()
+
+    assert asyncio.run(go())
+    assert proc.wait(timeout=20) == wire.AGENT_RESTART_EXIT_CODE
+
+
+def test_a_release_and_an_old_generation_are_answered(running_agent: Any) -> None:
+    key, port, proc = running_agent
+    client = agents.AgentClient(key)
+
+    async def go() -> list[bool]:
+        try:
+            return [
+                await client.send(JOB, [AgentRequest(pod(port), "release", 0)]),
+                await client.send(JOB, [AgentRequest(pod(port), "restart", 0)]),  # has it
+            ]
+        finally:
+            await client.close()
+
+    assert asyncio.run(go()) == [True, True]
+    assert proc.poll() is None  # nothing restarted
+
+
+def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
+    running_agent: Any,
+) -> None:
+    _, port, proc = running_agent
+    stranger = agents.AgentClient(p256.generate_private_key())
+
+    async def go() -> list[bool]:
+        try:
+            return [
+                await stranger.send(JOB, [AgentRequest(pod(port), "restart", 5)]),
+                await stranger.send(JOB, [AgentRequest(pod(free_port()), "restart", 5)]),
+                await stranger.send(JOB, [AgentRequest({**pod(port), "status": {}}, "restart", 5)]),
+            ]
+        finally:
+            await stranger.close()
+
+    assert asyncio.run(go()) == [False, False, False]
+    assert proc.poll() is None
+
+
+def test_one_signature_per_job_action_and_generation() -> None:
+    client = agents.AgentClient(p256.generate_private_key())
+    first = client.signature("u", "restart", 1)
+    assert client.signature("u", "restart", 1) == first
+    message = b"msop-agent/1 restart u 1"
+    assert p256.verify(bytes.fromhex(client.public_key), message, bytes.fromhex(first))
+
+
+# --- the key and the detection, against a fake API server -----------------------------------
+
+
+class FakeAPI:
+    def __init__(self, **answers: Any) -> None:
+        self.answers = answers
+        self.calls: list[tuple[str, Any]] = []
+
+    async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
+        self.calls.append(("get", name))
+        answer = self.answers["get"].pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def create(self, res: Any, body: Any, namespace: str | None = None) -> Any:
+        self.calls.append(("create", body["metadata"]["name"]))
+        answer = self.answers["create"].pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def request(self, method: str, path: str, **kw: Any) -> Any:
+        self.calls.append((method, path, kw.get("query")))
+        answer = self.answers["request"]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def list_all(self, res: Any) -> list[Any]:
+        nodes: list[Any] = self.answers["nodes"]
+        return nodes
+
+
+NOT_FOUND = ApiError(404, "NotFound", "not found")
+TAKEN = ApiError(409, "AlreadyExists", "exists")
+
+
+def test_the_key_is_made_once_and_then_read() -> None:
+    api = FakeAPI(get=[NOT_FOUND], create=[{}])
+    made = asyncio.run(agents.load_key(api, "msop-system"))
+    assert api.calls == [("get", "msop-agent-key"), ("create", "msop-agent-key")]
+    stored = {"data": {"key": base64.b64encode(f"{made:064x}".encode()).decode()}}
+    again = FakeAPI(get=[stored])
+    assert asyncio.run(agents.load_key(again, "msop-system")) == made
+
+
+def test_two_replicas_making_the_key_agree_on_the_first() -> None:
+    first = p256.generate_private_key()
+    stored = {"data": {"key": base64.b64encode(f"{first:064x}".encode()).decode()}}
+    api = FakeAPI(get=[NOT_FOUND, stored], create=[TAKEN])
+    assert asyncio.run(agents.load_key(api, "msop-system")) == first
+
+
+RULE = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}
+KEPT = {"spec": {"containers": [{"name": "probe", "restartPolicyRules": [RULE]}]}}
+
+
+def node(name: str, *features: str, unschedulable: bool = False) -> Any:
+    return {"metadata": {"name": name}, "spec": {"unschedulable": unschedulable},
+            "status": {"declaredFeatures": list(features)}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("answer", "nodes", "why"),
+    [
+        (KEPT, [node("a", agents.FEATURE), node("old", unschedulable=True)], ""),
+        ({"spec": {"containers": [{"name": "probe"}]}}, [],
+         "the API server does not keep RestartAllContainers rules"),
+        (ApiError(422, "Invalid", "Unsupported value: RestartAllContainers"), [],
+         "the API server refused a pod with a RestartAllContainers rule"),
+        (KEPT, [node("a", agents.FEATURE), *(node(f"n{i}") for i in range(5))],
+         "node(s) n0, n1, n2 and 2 more do not declare RestartAllContainersOnContainerExits"),
+    ],
+    ids=["supported", "dropped", "refused", "old-kubelets"],
+)  # fmt: skip
+def test_detection(answer: Any, nodes: list[Any], why: str) -> None:
+    api = FakeAPI(request=answer, nodes=nodes)
+    found = asyncio.run(agents.detect(api, "ns", "msop:1"))
+    assert found.startswith(why) if why else found == "", found
+    method, path, query = api.calls[0]
+    assert (method, path, query) == ("POST", "/api/v1/namespaces/ns/pods", {"dryRun": "All"})
