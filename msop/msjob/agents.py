@@ -36,7 +36,7 @@ from msop.integrations.agent import signed_message
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, Resource
-from msop.msjob.inplace import agent_of
+from msop.msjob.inplace import SECURITY_CONTEXT, agent_of
 from msop.msjob.plan import AgentRequest
 
 log = structlog.get_logger("msop.msjob.agents")
@@ -103,6 +103,9 @@ def _probe_pod(image: str) -> JSON:
                     "image": image,
                     "restartPolicy": "Never",
                     "restartPolicyRules": [rule],
+                    # Admitted where the "restricted" Pod Security Standard is enforced
+                    # (msop's own namespace).
+                    "securityContext": SECURITY_CONTEXT,
                 }
             ],
         },

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from msop.api import constants as c
 from msop.api.conditions import get_condition, is_true
+from msop.api.copying import copy_json
 from msop.api.types import MSJob
 from msop.integrations import wire
 from msop.kube.objects import JSON
@@ -47,6 +48,19 @@ RESTARTING_IN_PLACE = "MSJobRestartingInPlace"
 """``Restarting``'s reason while the job restarts in place."""
 
 _ALL_BUT_0_127 = list(range(128))
+
+SECURITY_CONTEXT: JSON = {
+    # The "restricted" Pod Security Standard, so that the agent never keeps a pod out of
+    # a namespace that enforces it; the user is the operator image's, whatever the
+    # pod's (both containers share their emptyDir's files).
+    "runAsNonRoot": True,
+    "runAsUser": 65532,
+    "runAsGroup": 65532,
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
 
 
 @dataclass(frozen=True)
@@ -157,7 +171,7 @@ def add_agent(
         "env": env,
         "resources": _resources(pod_spec),
         "volumeMounts": [{"name": VOLUME, "mountPath": MOUNT_PATH}],
-        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True},
+        "securityContext": copy_json(SECURITY_CONTEXT),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     agent: JSON = {

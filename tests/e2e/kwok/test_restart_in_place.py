@@ -38,12 +38,19 @@ NAME = "inplace"
 EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
 
 
+RESTRICTED = {
+    "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}  # fmt: skip
+
+
 def msjob(policy: str = "ExitCode") -> dict[str, object]:
     def replica(n: int, restart: str) -> dict[str, object]:
+        container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
         return {
             "replicas": n,
             "restartPolicy": restart,
-            "template": {"spec": {"containers": [{"name": "mindspore", "image": "ms:kwok"}]}},
+            "template": {"spec": {"containers": [container]}},
         }
 
     return {
@@ -107,6 +114,9 @@ def test_a_killed_worker_restarts_every_pod_in_place(
     cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
     kubelet_in_place: InPlaceKubelet,
 ) -> None:  # fmt: skip
+    # The namespace enforces the "restricted" Pod Security Standard: the agent meets it.
+    enforce = "pod-security.kubernetes.io/enforce=restricted"
+    cluster.kubectl("label", "namespace", namespace, enforce)
     op = start_operator("--agent-image=msop:kwok")
     before = start(cluster, namespace, kubelet_in_place)
     pod = job_pods(cluster, namespace, NAME)[f"{NAME}-worker-0"]
