@@ -106,7 +106,7 @@ bump: ## write VERSION into pyproject.toml, charts/msop/Chart.yaml and config/ma
 .PHONY: release
 release: venv helm $(if $(findstring --no-image,$(RELEASE_ARGS)),,realnode-deps) ## dist/: the image (OCI archive), install.yaml, the chart, wheel, sdist, SHA256SUMS (make release VERSION=vX.Y.Z [IMAGE=registry/msop]; root)
 	@test -n "$(VERSION)" || { echo "usage: make release VERSION=vX.Y.Z [IMAGE=<registry>/msop]" >&2; exit 2; }
-	@$(BIN)/python -c 'import build' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,docs,release]'
+	@$(BIN)/python -P -c 'import build.__main__' 2>/dev/null || $(BIN)/pip install -q -e '.[dev,docs,release]'
 	$(BIN)/python hack/release.py build $(VERSION) --image $(IMAGE) $(RELEASE_ARGS)
 
 FRESH_GOALS ?= test
