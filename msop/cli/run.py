@@ -130,7 +130,12 @@ async def _restart_in_place(
             why = f"the agent's image is unknown (set --agent-image): {e}"
 
     async def check() -> str:
-        return why or await agents_mod.detect(client, probe_ns, image)
+        if why:
+            return why
+        try:
+            return await agents_mod.detect(client, probe_ns, image)
+        except ApiError as e:  # e.g. no right to list nodes: pods are recreated
+            return f"cannot tell whether the cluster restarts pods in place: {e}"
 
     unavailable = await check()
     log.info(

@@ -123,16 +123,26 @@ async def detect(client: Any, namespace: str, image: str) -> str:
     rules = (made.get("spec") or {}).get("containers", [{}])[0].get("restartPolicyRules") or []
     if not any(r.get("action") == "RestartAllContainers" for r in rules):
         return f"the API server does not keep RestartAllContainers rules (feature {FEATURE} off)"
-    lacking: list[str] = []
-    for node in await client.list_all(NODES):
-        if (node.get("spec") or {}).get("unschedulable"):
-            continue
-        if FEATURE not in ((node.get("status") or {}).get("declaredFeatures") or []):
-            lacking.append(str(node["metadata"]["name"]))
+    nodes = await client.list_all(NODES, transform=_node_features)
+    lacking = [
+        str(node["metadata"]["name"])
+        for node in nodes["items"]
+        if not node["spec"].get("unschedulable") and FEATURE not in node["features"]
+    ]
     if lacking:
         more = f" and {len(lacking) - 3} more" if len(lacking) > 3 else ""
         return f"node(s) {', '.join(lacking[:3])}{more} do not declare {FEATURE}"
     return ""
+
+
+def _node_features(node: JSON) -> JSON:
+    """What the detection keeps of a node while it lists them (a 1,000-node list is not
+    held whole)."""
+    return {
+        "metadata": {"name": node["metadata"]["name"]},
+        "spec": {"unschedulable": bool((node.get("spec") or {}).get("unschedulable"))},
+        "features": list((node.get("status") or {}).get("declaredFeatures") or []),
+    }
 
 
 class AgentClient:

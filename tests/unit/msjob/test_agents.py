@@ -153,9 +153,9 @@ class FakeAPI:
             raise answer
         return answer
 
-    async def list_all(self, res: Any) -> list[Any]:
-        nodes: list[Any] = self.answers["nodes"]
-        return nodes
+    async def list_all(self, res: Any, *, transform: Any = None) -> dict[str, Any]:
+        nodes: list[Any] = self.answers["nodes"]  # as KubeClient.list_all: one List dict
+        return {"kind": "NodeList", "items": [transform(n) if transform else n for n in nodes]}
 
 
 NOT_FOUND = ApiError(404, "NotFound", "not found")
