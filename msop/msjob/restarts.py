@@ -163,9 +163,29 @@ def restart_job_if_needed(p: Planner, counts: dict[str, JSON]) -> bool:
 ACTIVE = ("Pending", "Running")
 
 
+#: The reason of what the kubelet reports as the last state of a container that
+#: ``RestartAllContainers`` removed: a made-up exit code 137, whatever the process's own.
+REMOVED_BY_RESTART = "RestartingAllContainers"
+
+
 def _as_ended(pod: JSON, term: JSON) -> JSON:
     """The pod as if its training container's run that ended with ``term`` were its
-    current state: what the failure's description reads."""
+    current state: what the failure's description reads. When the kubelet removed the
+    container before it reported its exit (it then says 137 for any), the pod says it
+    failed without an exit code, and nothing is made up."""
+    if term.get("reason") in (REMOVED_BY_RESTART, "RestartedInPlace") or not isinstance(
+        term.get("exitCode"), int
+    ):
+        return {
+            "metadata": pod["metadata"],
+            "status": {
+                "phase": phase(pod),
+                "reason": "RestartedInPlace",
+                "message": "its containers were restarted in place by its restart rule; the "
+                "kubelet reports neither the exit code nor the last output of the run it "
+                "stopped",
+            },
+        }
     return {
         "metadata": pod["metadata"],
         "status": {

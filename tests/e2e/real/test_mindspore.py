@@ -147,7 +147,11 @@ def test_killed_worker_restarts_every_pod_in_place(
         details=logs.tail,
     )
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
-    assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
+    # The kubelet may remove the killed container before it reports its exit: then the
+    # job says so rather than make up a code (msop.msjob.restarts._as_ended).
+    reported = f"pod {namespace}/{victim} exited with code 137" in restarting["message"]
+    removed = f"pod {namespace}/{victim} failed without an exit code (RestartedInPlace"
+    assert reported or removed in restarting["message"], restarting
     figures = _time_the_restart(cluster, namespace, killed_at, logs)
     after = job_pods(cluster, namespace, NAME)
     assert figures["pod writes"] == 0, figures
@@ -170,10 +174,11 @@ def test_killed_worker_restarts_every_pod_in_place(
         assert lines[-1]["event"] == "done"
     evs = events(cluster, namespace, NAME)
     messages = {(e["reason"], e["message"]) for e in evs}
-    assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
     restarts = [m for r, m in messages if r == "MSJobRestartingInPlace"]
-    assert len(restarts) == 1 and victim in restarts[0] and "137" in restarts[0], restarts
-    assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
+    assert len(restarts) == 1 and victim in restarts[0], restarts
+    if reported:
+        assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
+        assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
     assert not {"MSJobFailed", "BackoffLimitExceeded", "MSJobRestarting"} & {r for r, _ in messages}
 
 

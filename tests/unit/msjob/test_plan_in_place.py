@@ -372,3 +372,15 @@ def test_the_cache_keeps_what_the_decision_reads() -> None:
     made = new_pods(cluster(), in_place=ON)["j-worker-0"]
     kept = pod_projection(made)
     assert inplace.agent_of(kept) == inplace.agent_of(made) == inplace.Agent(28090, 0)
+
+
+def test_a_container_the_kubelet_removed_before_reporting_has_no_made_up_code() -> None:
+    # RestartAllContainers removed it first: the kubelet says 137 for any such container.
+    killed = member("Worker", 1, restarts=1, state="waiting", last=137, barrier="running")
+    last = killed["status"]["containerStatuses"][0]["lastState"]["terminated"]
+    last.update(reason="RestartingAllContainers", message="The container is removed")
+    p = run(cluster(status=running_status()), members(killed), [service()], in_place=ON)
+    message = cond(p, "Restarting")["message"]  # type: ignore[index]
+    assert "pod ns/j-worker-1 failed without an exit code (RestartedInPlace" in message
+    assert "137" not in message and "ExitedWithCode" not in {e.reason for e in p.events}
+    assert restarts(p) == 1 and asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}
