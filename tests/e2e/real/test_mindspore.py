@@ -119,6 +119,31 @@ def test_trains_to_success(
     assert (checkpoints / "latest.json").is_file()
 
 
+VICTIM = f"{NAME}-worker-1"
+
+
+def _kill_a_worker(
+    cluster: RealCluster, ns: str, logs: JobLogs
+) -> tuple[dict[str, JSON], float, JSON]:
+    """SIGKILL :data:`VICTIM`'s training process past epoch 3: the pods before, when, and
+    the ``Restarting`` condition that follows."""
+    wait_training(cluster, ns, VICTIM, 3, logs)
+    before = job_pods(cluster, ns, NAME)
+    killed_at = time.time()
+    kill_training_process(cluster, ns, VICTIM)
+    restarting: JSON = wait_for(
+        "Restarting=True",
+        lambda: (
+            (c := condition(get(cluster, ns, "msjob", NAME), "Restarting"))
+            and c["status"] == "True"
+            and c
+        ),
+        timeout=60,
+        details=logs.tail,
+    )
+    return before, killed_at, restarting
+
+
 def test_killed_worker_restarts_every_pod_in_place(
     installed: RealCluster,
     namespace: str,
@@ -128,29 +153,14 @@ def test_killed_worker_restarts_every_pod_in_place(
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
-    victim = f"{NAME}-worker-1"
-    wait_training(cluster, namespace, victim, 3, logs)
-    before = job_pods(cluster, namespace, NAME)
+    before, killed_at, restarting = _kill_a_worker(cluster, namespace, logs)
     for pod in before.values():  # every member carries the agent
         assert pod["spec"]["initContainers"][0]["name"] == "msop-agent", pod["spec"]
-    killed_at = time.time()
-    kill_training_process(cluster, namespace, victim)
-
-    restarting = wait_for(
-        "Restarting=True",
-        lambda: (
-            (c := condition(get(cluster, namespace, "msjob", NAME), "Restarting"))
-            and c["status"] == "True"
-            and c
-        ),
-        timeout=60,
-        details=logs.tail,
-    )
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
     # The kubelet may remove the killed container before it reports its exit: then the
     # job says so rather than make up a code (msop.msjob.restarts._as_ended).
-    reported = f"pod {namespace}/{victim} exited with code 137" in restarting["message"]
-    removed = f"pod {namespace}/{victim} failed without an exit code (RestartedInPlace"
+    reported = f"pod {namespace}/{VICTIM} exited with code 137" in restarting["message"]
+    removed = f"pod {namespace}/{VICTIM} failed without an exit code (RestartedInPlace"
     assert reported or removed in restarting["message"], restarting
     figures = _time_the_restart(cluster, namespace, killed_at, logs)
     after = job_pods(cluster, namespace, NAME)
@@ -175,10 +185,10 @@ def test_killed_worker_restarts_every_pod_in_place(
     evs = events(cluster, namespace, NAME)
     messages = {(e["reason"], e["message"]) for e in evs}
     restarts = [m for r, m in messages if r == "MSJobRestartingInPlace"]
-    assert len(restarts) == 1 and victim in restarts[0], restarts
+    assert len(restarts) == 1 and VICTIM in restarts[0], restarts
     if reported:
-        assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
-        assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
+        assert ("ExitedWithCode", f"Pod {namespace}/{VICTIM} exited with code 137") in messages
+        assert f"The last output of pod {namespace}/{VICTIM}:\n" in restarts[0], restarts
     assert not {"MSJobFailed", "BackoffLimitExceeded", "MSJobRestarting"} & {r for r, _ in messages}
 
 
@@ -215,24 +225,9 @@ def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
     """spec.restartInPlace: false: the pods are recreated, as before in-place restarts."""
     cluster = installed
     launch(cluster, namespace, images, checkpoints, {"restartInPlace": False}, STEP_DELAY="0.1")
-    victim = f"{NAME}-worker-1"
-    wait_training(cluster, namespace, victim, 3, logs)
-    before = job_pods(cluster, namespace, NAME)
+    before, killed_at, restarting = _kill_a_worker(cluster, namespace, logs)
     assert not any("initContainers" in p["spec"] for p in before.values())
-    killed_at = time.time()
-    kill_training_process(cluster, namespace, victim)
-
-    restarting = wait_for(
-        "Restarting=True",
-        lambda: (
-            (c := condition(get(cluster, namespace, "msjob", NAME), "Restarting"))
-            and c["status"] == "True"
-            and c
-        ),
-        timeout=60,
-        details=logs.tail,
-    )
-    assert f"pod {namespace}/{victim} exited with code 137" in restarting["message"], restarting
+    assert f"pod {namespace}/{VICTIM} exited with code 137" in restarting["message"], restarting
     assert "they are recreated: its spec.restartInPlace is false" in restarting["message"]
     report_restart("recreation (Scheduler/Worker, 3 pods)",
                    _time_the_restart(cluster, namespace, killed_at, logs))  # fmt: skip
@@ -253,11 +248,11 @@ def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
         assert lines[-1]["event"] == "done"
     evs = events(cluster, namespace, NAME)
     messages = {(e["reason"], e["message"]) for e in evs}
-    assert ("ExitedWithCode", f"Pod {namespace}/{victim} exited with code 137") in messages
+    assert ("ExitedWithCode", f"Pod {namespace}/{VICTIM} exited with code 137") in messages
     restarts = [m for r, m in messages if r == "MSJobRestarting"]
-    assert len(restarts) == 1 and victim in restarts[0] and "137" in restarts[0], restarts
+    assert len(restarts) == 1 and VICTIM in restarts[0] and "137" in restarts[0], restarts
     # The killed run's last lines outlive its pod, in the Event (and the condition).
-    assert f"The last output of pod {namespace}/{victim}:\n" in restarts[0], restarts
+    assert f"The last output of pod {namespace}/{VICTIM}:\n" in restarts[0], restarts
     assert not {"MSJobFailed", "BackoffLimitExceeded"} & {r for r, _ in messages}
 
 
