@@ -207,7 +207,20 @@ def _time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: Job
     running = wait_for("Running again", running_again, timeout=240, interval=0.2,
                        details=logs.tail)  # fmt: skip
     writes = operator_writes(cluster.audit_log, ns, killed_at, running)
+    # Where the time went: the training processes started again (the container and
+    # Python's start), joined MindSpore's cluster and loaded the checkpoint (resume), and
+    # trained (the first step): the latest of the Workers' for each.
+    marks: dict[str, float] = {}
+    for pod in workers:
+        for r in records(cluster, ns, pod):
+            event = r.get("event")
+            if r.get("time", 0) > killed_at and event in ("start", "resume", "step"):
+                key = f"seconds to every {event}"
+                first = min(marks.get(f"{pod} {event}", r["time"]), r["time"])
+                marks[f"{pod} {event}"] = first
+                marks[key] = max(marks.get(key, 0.0), first)
     return {
+        **{k: round(v - killed_at, 1) for k, v in marks.items() if k.startswith("seconds")},
         "seconds to every rank training": round(trained - killed_at, 1),
         "seconds to Running": round(running - killed_at, 1),
         "pod writes": sum(n for k, n in writes.items() if k.split()[1] == "pods"),
