@@ -114,16 +114,15 @@ async def _restart_in_place(
 
     own = args.leader_election_namespace or _default_namespace()
     probe_ns = args.namespaces[0] if args.namespaces else own
+    image, why = args.agent_image, ""
     try:
         key = await agents_mod.load_key(client, own)
     except (ApiError, RuntimeError) as e:
-        raise StartupError(
-            f"--restart-in-place: cannot read or make the signing key Secret "
-            f"{own}/{agents_mod.KEY_SECRET}: {e} (or run with --restart-in-place=false)"
-        ) from None
-    client_ = agents_mod.AgentClient(key)
-    image, why = args.agent_image, ""
-    if not image:
+        # The operator runs all the same; its jobs' pods are recreated, saying why.
+        key = 0
+        why = f"msop cannot read or make its signing key Secret {own}/{agents_mod.KEY_SECRET}: {e}"
+    client_ = agents_mod.AgentClient(key) if key else None
+    if not image and not why:
         try:
             image = await agents_mod.own_image(client, own)
         except (ApiError, KeyError, IndexError) as e:
@@ -143,7 +142,7 @@ async def _restart_in_place(
         agent_image=image or None,
     )  # fmt: skip
     in_place = InPlace(
-        image=image, public_key=client_.public_key, port=args.agent_port,
+        image=image, public_key=client_.public_key if client_ else "", port=args.agent_port,
         timeout=args.restart_in_place_timeout, unavailable=unavailable,
     )  # fmt: skip
     return in_place, client_, check
@@ -220,5 +219,8 @@ async def run_operator(args: argparse.Namespace) -> int:
             return 1
         except OSError as e:
             raise StartupError(f"cannot serve: {e}") from None
+        finally:
+            if agents is not None:
+                await agents.close()
     log.info("msop stopped")
     return 0

@@ -177,12 +177,20 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
                  ns="ms-operator-system")  # fmt: skip
     assert not can_i(cluster, "get", "leases.coordination.k8s.io/other", ns="ms-operator-system")
     assert not can_i(cluster, "watch", "leases.coordination.k8s.io", ns="ms-operator-system")
+    # Restarts in place: the nodes' declared features, and the signing key in msop's
+    # namespace only (by name, but a create cannot be limited to one).
+    assert can_i(cluster, "list", "nodes")
+    assert can_i(cluster, "get", "secrets/msop-agent-key", ns=OPERATOR_NAMESPACE)
+    assert can_i(cluster, "create", "secrets", ns=OPERATOR_NAMESPACE)
+    assert not can_i(cluster, "get", "secrets/msop-agent-key", ns=namespace)
+    assert not can_i(cluster, "get", "secrets/other", ns=OPERATOR_NAMESPACE)
     # ... and nothing else.
     for verb, res, ns in [
         ("list", "secrets", namespace), ("get", "secrets", OPERATOR_NAMESPACE),
         ("list", "secrets", None), ("update", "pods", namespace), ("patch", "pods", namespace),
         ("get", "configmaps", namespace), ("create", "msjobs.mindspore.gitee.com", namespace),
-        ("update", "msjobs.mindspore.gitee.com", namespace), ("list", "nodes", None),
+        ("update", "msjobs.mindspore.gitee.com", namespace), ("get", "nodes", None),
+        ("watch", "nodes", None), ("create", "secrets", namespace),
         ("update", "leases.coordination.k8s.io", namespace), ("delete", "namespaces", None),
         ("create", "clusterrolebindings.rbac.authorization.k8s.io", None), ("*", "*", None),
     ]:  # fmt: skip
