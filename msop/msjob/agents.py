@@ -178,6 +178,11 @@ class AgentClient:
                 connector=aiohttp.TCPConnector(limit=CONCURRENCY, force_close=True),
             )
         uid = str(job["metadata"]["uid"])
+        # A signature is tens of milliseconds of pure Python: made off the event loop,
+        # once per (job, action, generation), then cached.
+        for action, generation in {(r.action, r.generation) for r in requests}:
+            if (uid, action, generation) not in self._signatures:
+                await asyncio.to_thread(self.signature, uid, action, generation)
         results = await asyncio.gather(*(self._one(uid, r) for r in requests))
         return all(results)
 
