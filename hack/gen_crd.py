@@ -542,6 +542,14 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "--restart-in-place allows it; each pod then runs msop's agent sidecar. "
                 "false: recreate every pod. Default true.",
             },
+            "managedBy": _str(
+                "The controller that reconciles this job: unset or "
+                f"{c.MANAGED_BY_MSOP} for msop; {c.MANAGED_BY_MULTIKUEUE} to have Kueue's "
+                "MultiKueue run it on a worker cluster (msop here only queues its Workload, "
+                "and the status is the worker's); msop ignores jobs managed by any other "
+                "controller. Immutable. The same as runPolicy.managedBy if both are set.",
+                pattern=f"^.{{0,{v.MANAGED_BY_MAX_LENGTH}}}$",
+            ),
             "msrun": msrun_schema(),
             "msReplicaSpecs": {
                 "type": "object",
@@ -566,6 +574,24 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
             _cel(
                 both(managed, "managedBy"),
                 v.MSG_MANAGED_BY_IMMUTABLE,
+                ".runPolicy.managedBy",
+            ),
+            _cel(
+                "has(self.managedBy) == has(oldSelf.managedBy) && "
+                "(!has(self.managedBy) || self.managedBy == oldSelf.managedBy)",
+                v.MSG_MANAGED_BY_IMMUTABLE,
+                ".managedBy",
+            ),
+            _cel(
+                "!has(self.managedBy) || !(" + managed.format(s="self") + ") || "
+                "self.managedBy == self.runPolicy.managedBy",
+                v.MSG_MANAGED_BY_DIFFERS,
+                ".managedBy",
+            ),
+            _cel(
+                "!(" + managed.format(s="self") + ") || "
+                f"self.runPolicy.managedBy != '{c.MANAGED_BY_MULTIKUEUE}'",
+                v.MSG_MULTIKUEUE_IN_RUN_POLICY,
                 ".runPolicy.managedBy",
             ),
             _cel(

@@ -108,6 +108,7 @@ OPERATOR_DEFAULTS = {
     "spec.runPolicy.schedulingPolicy.minAvailable": "all replicas",
     "spec.runPolicy.suspend": "`false`",
     "spec.runPolicy.managedBy": "unset: msop",
+    "spec.managedBy": "unset: msop",
     "spec.successPolicy": '`""`',
     "spec.enableDynamicWorker": "`false`",
     "spec.restartScope": "`Job` with a Scheduler (not elastic) or `msrun`, else `Pod`",

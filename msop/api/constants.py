@@ -16,6 +16,11 @@ VERSION: Final = "v1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 KIND: Final = "MSJob"
 PLURAL: Final = "msjobs"
+#: ``spec.managedBy`` (or ``spec.runPolicy.managedBy``) values: msop itself ("" or absent
+#: means msop too), and Kueue's MultiKueue, which dispatches the job to a worker cluster
+#: and mirrors its status back (msop on this cluster only queues its Workload).
+MANAGED_BY_MSOP: Final = "mindspore.gitee.com/msop"
+MANAGED_BY_MULTIKUEUE: Final = "kueue.x-k8s.io/multikueue"
 SINGULAR: Final = "msjob"
 SHORT_NAME: Final = "msj"
 CATEGORIES: Final[tuple[str, ...]] = ("kubeflow", "mindspore")

@@ -281,6 +281,14 @@ class MSJobSpec(_View):
         return self.raw.get("restartInPlace") is not False
 
     @property
+    def managed_by(self) -> str | None:
+        """The controller that reconciles the job: ``spec.managedBy`` (where Kueue's
+        MultiKueue and batch/v1 Jobs put it), else ``spec.runPolicy.managedBy`` (where
+        Kubeflow's training-operator v1 puts it); validation keeps the two equal when both
+        are set. None or "": msop."""
+        return _opt_str(self.raw.get("managedBy")) or self.run_policy.managed_by
+
+    @property
     def replica_specs(self) -> ReplicaSpecs:
         return ReplicaSpecs(self.raw.get("msReplicaSpecs"))
 

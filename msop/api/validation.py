@@ -100,6 +100,13 @@ MSG_LABEL_KEY: Final = (
 MSG_PORT_NAME_LENGTH: Final = f"must be at most {PORT_NAME_MAX_LENGTH} characters"
 MSG_INIT_CONTAINER_NAME: Final = "init container names must differ from the names of the containers"
 MSG_MANAGED_BY_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
+MSG_MANAGED_BY_DIFFERS: Final = (
+    "must equal spec.runPolicy.managedBy when both are set (set one of them)"
+)
+MSG_MULTIKUEUE_IN_RUN_POLICY: Final = (
+    f"{c.MANAGED_BY_MULTIKUEUE} belongs in spec.managedBy, where MultiKueue reads it "
+    "(and removes it from the worker cluster's copy)"
+)
 MSG_QUEUE_IMMUTABLE: Final = "is immutable (it cannot be added, changed or removed)"
 MSG_MSRUN_WORKERS_ONLY: Final = (
     "not allowed with spec.msrun: msrun starts the Scheduler in Worker 0's pod, and runs no "
@@ -149,6 +156,7 @@ _SPEC_FIELDS = frozenset(
         "enableDynamicWorker",
         "restartScope",
         "restartInPlace",
+        "managedBy",
         "msReplicaSpecs",
         "msrun",
     }
@@ -294,6 +302,7 @@ def _validate_spec(spec: Mapping[str, Any], strict: bool) -> list[FieldError]:
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
     _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
     _check_type(errors, spec, "restartInPlace", "spec", bool)
+    errors += _validate_managed_by(spec)
     errors += _validate_replica_specs(spec.get("msReplicaSpecs"), strict)
     if spec.get("msrun") is not None:
         errors += _validate_msrun(spec)
@@ -353,6 +362,25 @@ def _has_accelerator(specs: Any) -> bool:
         and (k in c.ACCELERATOR_RESOURCES or k.startswith(c.ACCELERATOR_RESOURCE_PREFIXES))
         for k in limits
     )
+
+
+def _validate_managed_by(spec: Mapping[str, Any]) -> list[FieldError]:
+    """``spec.managedBy``: a short string, the same as ``spec.runPolicy.managedBy`` when
+    both are set; MultiKueue's value only in ``spec.managedBy``."""
+    errors: list[FieldError] = []
+    _check_type(errors, spec, "managedBy", "spec", str)
+    top = spec.get("managedBy")
+    if isinstance(top, str) and len(top) > MANAGED_BY_MAX_LENGTH:
+        errors.append(
+            FieldError("spec.managedBy", f"must be at most {MANAGED_BY_MAX_LENGTH} characters")
+        )
+    run_policy = spec.get("runPolicy")
+    nested = run_policy.get("managedBy") if isinstance(run_policy, Mapping) else None
+    if nested == c.MANAGED_BY_MULTIKUEUE:
+        errors.append(FieldError("spec.runPolicy.managedBy", MSG_MULTIKUEUE_IN_RUN_POLICY))
+    elif isinstance(top, str) and isinstance(nested, str) and top != nested:
+        errors.append(FieldError("spec.managedBy", MSG_MANAGED_BY_DIFFERS))
+    return errors
 
 
 def _validate_run_policy(run_policy: Mapping[str, Any]) -> list[FieldError]:

@@ -253,7 +253,9 @@ class Volcano:
         self.pod_group = pod_group
         """The PodGroup named ``name`` in ``namespace`` (the informer cache's)."""
 
-    async def observe(self, job: JSON) -> Seen:
+    async def observe(self, job: JSON) -> Seen | None:
+        if MSJob(job).spec.managed_by == c.MANAGED_BY_MULTIKUEUE:
+            return None  # its pods run on a worker cluster, gang-scheduled there
         meta = job["metadata"]
         return Seen(self.pod_group(meta["name"], meta["namespace"]))
 

@@ -45,13 +45,23 @@ job finished                            marks it ``Finished`` (its quota is rele
 spec out of date (replicas or           not admitted: updated in place; admitted: the
 resources changed)                      pods are deleted and a new Workload queued
 ======================================  ==============================================
+
+**MultiKueue.** A job whose ``spec.managedBy`` is ``kueue.x-k8s.io/multikueue`` is
+*dispatched*: on this (the manager) cluster msop queues its Workload as above, but never
+creates its pods or Services; Kueue's MultiKueue admission check picks a worker cluster
+with free quota, creates a copy of the job there (without ``managedBy``, labelled with
+the name of the Workload it pre-built there) and copies the worker's status back. msop
+writes the status only while the job is not on a worker (its Workload has no
+``status.clusterName``): ``Created``, ``Queued``, ``Suspended``. On the worker, the copy's
+label names its *pre-built* Workload: msop adopts it (makes the job its controller, as
+Kueue's jobframework does) instead of creating one, and runs the job as usual.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from msop.api import constants as c
@@ -73,12 +83,20 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 PODSET_LABEL = "kueue.x-k8s.io/podset"
 FINALIZER = "kueue.x-k8s.io/resource-in-use"
+#: The label MultiKueue puts on a job's copy on a worker cluster: the name of the Workload
+#: it created there for it (the job adopts it rather than creating its own).
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+#: The label MultiKueue puts on what it creates on a worker cluster: which manager.
+ORIGIN_LABEL = "kueue.x-k8s.io/multikueue-origin"
 API_VERSION = "kueue.x-k8s.io/v1beta2"
 
 REASON_PENDING = "WorkloadPending"
 REASON_INACTIVE = "WorkloadInactive"
 REASON_EVICTED = "WorkloadEvicted"
 REASON_ADMITTED = "WorkloadAdmitted"
+REASON_DISPATCHED = "WorkloadDispatched"
+REASON_PREBUILT_MISSING = "PrebuiltWorkloadMissing"
+REASON_PREBUILT_MISMATCH = "PrebuiltWorkloadMismatch"
 
 #: Kueue's ``Evicted`` reason for a Workload made inactive (``spec.active: false``).
 EVICTED_DEACTIVATED = "Deactivated"
@@ -92,6 +110,46 @@ def queue_name(job: JSON) -> str:
     """The job's ``kueue.x-k8s.io/queue-name`` label; "" if it has none."""
     value = (job["metadata"].get("labels") or {}).get(QUEUE_LABEL)
     return value if isinstance(value, str) else ""
+
+
+def dispatched(job: JSON) -> bool:
+    """Whether MultiKueue runs the job on a worker cluster (``spec.managedBy``)."""
+    return MSJob(job).spec.managed_by == c.MANAGED_BY_MULTIKUEUE
+
+
+def prebuilt_name(job: JSON) -> str:
+    """The Workload MultiKueue pre-built for this copy of a job on a worker cluster; ""
+    for a job submitted here."""
+    value = (job["metadata"].get("labels") or {}).get(PREBUILT_LABEL)
+    return value if isinstance(value, str) else ""
+
+
+def worker_cluster(wl: JSON | None) -> str:
+    """The worker cluster MultiKueue placed the Workload's job on (its
+    ``status.clusterName``, cleared when the Workload is evicted); "" while none."""
+    return str(((wl or {}).get("status") or {}).get("clusterName") or "")
+
+
+def controller_uid(obj: JSON) -> str | None:
+    """The uid of the object's controller (ownerReference with ``controller: true``)."""
+    for ref in obj["metadata"].get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid") or "")
+    return None
+
+
+def adoption_patch(wl: JSON, job: JSON) -> JSON:
+    """The merge patch that makes ``job`` the controller of a pre-built Workload (and
+    labels it with the job's uid), as Kueue's jobframework does for its own kinds; carries
+    the resourceVersion."""
+    refs = [r for r in wl["metadata"].get("ownerReferences") or [] if not r.get("controller")]
+    return {
+        "metadata": {
+            "resourceVersion": wl["metadata"]["resourceVersion"],
+            "ownerReferences": [*refs, owner_reference(job)],
+            "labels": {JOB_UID_LABEL: job["metadata"]["uid"]},
+        }
+    }
 
 
 def workload_name(job_name: str, uid: str) -> str:
@@ -296,9 +354,14 @@ def why_waiting(job: JSON, wl: JSON | None, *, reactivating: bool = False) -> Wa
         detail = "Kueue has not looked at its Workload yet"
         qr = condition(wl, "QuotaReserved")
         if has_quota(wl):
+            checks = "; ".join(
+                f"{x.get('name')}: {x.get('message')}"
+                for x in (wl.get("status") or {}).get("admissionChecks") or []
+                if x.get("state") != "Ready" and x.get("message")
+            )
             detail = (
                 f"quota is reserved in ClusterQueue {cluster_queue(wl)!r}; "
-                "admission checks are pending"
+                "admission checks are pending" + (f" ({checks})" if checks else "")
             )
         elif qr is not None and qr.get("message"):
             detail = str(qr["message"])
@@ -501,18 +564,33 @@ class Kueue:
         self.in_namespace = in_namespace
         self.flavor = flavor
 
-    async def observe(self, job: JSON) -> Seen:
+    async def observe(self, job: JSON) -> Seen | None:
         """The job's Workload, the other Workloads it controls, the flavors of its
         admission and, while it has no Workload, its priority class."""
+        if dispatched(job) and not queue_name(job):
+            return None  # MultiKueue queues only jobs with a queue: nobody runs this one
         meta = job["metadata"]
-        name = workload_name(meta["name"], meta["uid"])
         mine = self.owned_by(meta["uid"])
-        wl = next((w for w in mine if w["metadata"]["name"] == name), None)
+        prebuilt = prebuilt_name(job)
+        if prebuilt:
+            # A worker cluster's copy: its Workload was made by MultiKueue, not owned yet.
+            name = prebuilt
+            candidates = self.in_namespace(meta["namespace"])
+        else:
+            name = workload_name(meta["name"], meta["uid"])
+            candidates = mine
+        wl = next((w for w in candidates if w["metadata"]["name"] == name), None)
+        others = [w for w in mine if w["metadata"]["name"] != name]
         flavors = {n: self.flavor(n) for n in flavor_names(wl)} if wl is not None else {}
         priority = None
-        if wl is None and queue_name(job) and not is_finished(job.get("status") or {}):
+        if (
+            wl is None
+            and not prebuilt
+            and queue_name(job)
+            and not is_finished(job.get("status") or {})
+        ):
             priority = await self._priority(job)
-        return Seen(wl, [w for w in mine if w is not wl], flavors, priority)
+        return Seen(wl, others, flavors, priority, dispatched=dispatched(job), prebuilt=prebuilt)
 
     async def _priority(self, job: JSON) -> JSON | MissingClass | None:
         """The priority fields of the class the job names; None: it names none."""
@@ -552,6 +630,10 @@ class Seen:
     priority: JSON | MissingClass | None = None
     """While the job has no Workload: the priority fields of the class it names
     (:func:`priority_ref`), or that class missing; None: it names none."""
+    dispatched: bool = False
+    """MultiKueue runs the job on a worker cluster (:func:`dispatched`)."""
+    prebuilt: str = ""
+    """This is a worker cluster's copy: the name of the Workload MultiKueue pre-built."""
 
     def decide(self) -> Decision:
         return Decision(self)
@@ -575,6 +657,8 @@ class Decision(Admitted):
         self.release_workloads: list[JSON] = []
         """Workloads whose Kueue finalizer is removed (finished, or going away)."""
         self.delete_workloads: list[JSON] = []
+        self.adopt_workload: JSON | None = None
+        """A merge patch that makes the job the controller of its pre-built Workload."""
 
     # --- decisions -----------------------------------------------------------------------
     def admit(self, p: Pass, resuming: bool) -> bool:
@@ -585,6 +669,8 @@ class Decision(Admitted):
         wl = self.seen.workload
         for old in self.seen.other_workloads:
             self._drop(old)
+        if self.seen.prebuilt:
+            return self._prebuilt(p, wl, resuming)
         if wl is not None and terminating(wl):
             # Deleted under the job: stop, let it go, and queue a new one.
             p.stop_pods()
@@ -596,6 +682,11 @@ class Decision(Admitted):
             self._reshape(p, wl)
             return False
         self._sync_spec(p, wl, resuming)
+        return self._admitted(p, wl)
+
+    def _admitted(self, p: Pass, wl: JSON) -> bool:
+        """The job's pods may run once its Workload is admitted (a dispatched job's run
+        on the worker cluster MultiKueue chose)."""
         if not admitted(wl):
             reactivating = ((self.patch_workload or {}).get("spec") or {}).get("active")
             wait = why_waiting(p.job, wl, reactivating=reactivating is True)
@@ -605,6 +696,8 @@ class Decision(Admitted):
             self._requeue_when_stopped(p, wl)
             self._wait(p, wait)
             return False
+        if self.seen.dispatched:
+            return self._dispatched(p, wl)
         admission = placements(wl, self.seen.flavors)
         if admission is None:
             p.requeue_at(1.0)  # a ResourceFlavor not in the cache yet
@@ -619,6 +712,61 @@ class Decision(Admitted):
                 f"ClusterQueue {cluster_queue(wl)!r}.",
             )
         return True
+
+    def _dispatched(self, p: Pass, wl: JSON) -> bool:
+        """Admitted through MultiKueue: the job runs on the worker cluster, whose status
+        MultiKueue copies here; nothing runs here, so nothing reports ``PodsReady``."""
+        queued = get_condition(p.status, c.QUEUED)
+        if queued is None or queued.get("reason") != REASON_DISPATCHED:
+            p.placed(
+                REASON_DISPATCHED,
+                f"MSJob {p.ref}: MultiKueue dispatched it to worker cluster "
+                f"{worker_cluster(wl) or '(unknown)'!r} (Workload {wl['metadata']['name']}, "
+                f"ClusterQueue {cluster_queue(wl)!r}); its status is that cluster's.",
+            )
+        return True
+
+    def _prebuilt(self, p: Pass, wl: JSON | None, resuming: bool) -> bool:
+        """A worker cluster's copy of a dispatched job: it runs under the Workload
+        MultiKueue pre-built for it, which it adopts; it never creates one."""
+        name = self.seen.prebuilt
+        if wl is None or terminating(wl):
+            p.stop_pods()
+            self._wait(p, Wait(
+                REASON_PREBUILT_MISSING,
+                f"MSJob {p.ref} waits for Workload {name}, which MultiKueue creates for "
+                f"it (label {PREBUILT_LABEL}).",
+            ))  # fmt: skip
+            p.requeue_at(5.0)  # its creation does not name the job: look again
+            return False
+        owner = controller_uid(wl)
+        if owner is not None and owner != p.stored["metadata"]["uid"]:
+            p.stop_pods()
+            self._wait(p, Wait(
+                REASON_PREBUILT_MISSING,
+                f"MSJob {p.ref}: Workload {name} (label {PREBUILT_LABEL}) is controlled by "
+                "another object; the job waits.",
+                event_type="Warning",
+            ))  # fmt: skip
+            return False
+        if owner is None:
+            self.adopt_workload = adoption_patch(wl, p.stored)
+        if not pod_sets_match(p.job, wl):
+            p.stop_pods()
+            self._wait(p, Wait(
+                REASON_PREBUILT_MISMATCH,
+                f"MSJob {p.ref}: its pre-built Workload {name} does not describe it (pod "
+                "sets, counts or resources differ): was the copy edited on this cluster? "
+                "The job waits.",
+                event_type="Warning",
+            ))  # fmt: skip
+            return False
+        self._sync_spec(p, wl, resuming)
+        return self._admitted(p, wl)
+
+    def mirrors_status(self, p: Pass) -> bool:
+        """A dispatched job on a worker cluster: MultiKueue owns its status here."""
+        return self.seen.dispatched and bool(worker_cluster(self.seen.workload))
 
     def _without_workload(self, p: Pass) -> bool:
         """No Workload (yet, or any more): once the pods are gone, create one, unless the
@@ -736,6 +884,16 @@ class Decision(Admitted):
         and deletes; False when a Workload write conflicted (plan again)."""
         if self.create_workload is not None:
             await self._create(w, self.create_workload)
+        if self.adopt_workload is not None and self.seen.workload is not None:
+            adopted = await _patch(w.client, self.seen.workload, self.adopt_workload)
+            if adopted is None:
+                return False
+            self.seen = replace(self.seen, workload=adopted)
+            w.recorder.event(
+                w.job, "Normal", "AdoptedWorkload",
+                f"Adopted Workload {w.namespace}/{adopted['metadata']['name']}, pre-built by "
+                "MultiKueue",
+            )  # fmt: skip
         written, latest = await self._update(w.client)
         return written and await self._release(w, latest)
 

@@ -16,8 +16,12 @@ was one (which status follows, and whether a change of pod counts alone waits).
 
 Rules, in the order they apply:
 
-1. A job being deleted, or with ``runPolicy.managedBy`` naming another controller, is
-   left alone (an empty Plan, status untouched).
+1. A job being deleted, or with ``managedBy`` (``spec.managedBy`` or
+   ``spec.runPolicy.managedBy``) naming another controller, is left alone (an empty Plan,
+   status untouched). A job managed by Kueue's MultiKueue (``kueue.x-k8s.io/multikueue``)
+   is *dispatched* (:meth:`Planner.dispatched`): only its queueing is done here (its
+   Workload), never a pod or Service; once it runs on a worker cluster, its status is
+   that cluster's, copied by MultiKueue, and the planner writes none.
 2. A job that fails validation (it bypassed admission) gets ``Failed`` with reason
    ``InvalidSpec`` naming the fields, and a Warning event. Nothing is created.
 3. ``Created`` is set on first sight; ``observedGeneration`` follows the spec.
@@ -82,8 +86,8 @@ from msop.msjob.podstate import (
 )
 from msop.msjob.scheduling import Decision, Seen, Wait
 
-#: ``runPolicy.managedBy`` values this operator acts on ("" / absent means us too).
-MANAGED_BY = "mindspore.gitee.com/msop"
+#: The ``managedBy`` value this operator acts on ("" / absent means us too).
+MANAGED_BY = c.MANAGED_BY_MSOP
 ACTIVE_PHASES = ("Pending", "Running")
 
 
@@ -297,13 +301,9 @@ class Planner:
     def run(self) -> Plan:
         if self.left_alone():
             return self.plan
-        if get_condition(self.status, c.CREATED) is None:
-            self.set_condition(
-                c.CREATED, c.CONDITION_TRUE, "MSJobCreated", f"MSJob {self.ref} is created."
-            )
-        generation = self.view.generation
-        if generation:
-            self.status["observedGeneration"] = generation
+        if self.view.spec.managed_by == c.MANAGED_BY_MULTIKUEUE:
+            return self.dispatched()
+        self.created()
 
         counts: dict[str, JSON] | None = None
         if is_finished(self.status):
@@ -317,12 +317,52 @@ class Planner:
         self.update_progress()
         return self.finish_status(counts)
 
+    def created(self) -> None:
+        """Rule 3: ``Created`` on first sight; ``observedGeneration``."""
+        if get_condition(self.status, c.CREATED) is None:
+            self.set_condition(
+                c.CREATED, c.CONDITION_TRUE, "MSJobCreated", f"MSJob {self.ref} is created."
+            )
+        generation = self.view.generation
+        if generation:
+            self.status["observedGeneration"] = generation
+
     def left_alone(self) -> bool:
-        """Rule 1: a job being deleted, or managed by another controller."""
+        """Rule 1: a job being deleted, managed by another controller, or dispatched by
+        MultiKueue without a queue (or without Kueue here: nobody would queue it)."""
         if self.view.deletion_timestamp:
             return True
-        managed_by = self.view.run_policy.managed_by
+        managed_by = self.view.spec.managed_by
+        if managed_by == c.MANAGED_BY_MULTIKUEUE:
+            return not self.systems  # Kueue observes it only with --enable-kueue and a queue
         return bool(managed_by) and managed_by != MANAGED_BY
+
+    def dispatched(self) -> Plan:
+        """Rule 1, a job MultiKueue dispatches to a worker cluster: its Workload is queued
+        here (the scheduling systems' ``admit``, ``suspend`` and ``finish``), no pod or
+        Service is ever made here, and the status is written only while no worker cluster
+        runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
+        ``Failed``); ``ttlSecondsAfterFinished`` deletes it here as well."""
+        self.created()
+        if is_finished(self.status):
+            self.finish(delete_all=False)
+        elif errors := validate(self.stored):
+            detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
+            self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
+            self.finish(delete_all=True)
+        elif self.view.run_policy.suspend:
+            self.suspend()
+        else:
+            resuming = self.resume()
+            for system in self.systems:
+                if not system.admit(self, resuming):
+                    break
+        if any(system.mirrors_status(self) for system in self.systems):
+            # The worker cluster's status is copied here: writing ours would fight it.
+            self.plan.events.clear()
+            self.plan.transitions.clear()
+            return self.plan
+        return self.finish_status(None)
 
     def update_progress(self) -> None:
         """``status.progress``: the newest of the stored one, the poller's live one and the

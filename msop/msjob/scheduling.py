@@ -23,6 +23,10 @@ objects:
   :meth:`Decision.running`      once every pod runs
   :meth:`Decision.suspend`      while the job is suspended
   :meth:`Decision.finish`       in every pass of a finished job
+  :meth:`Decision.mirrors_status`  at the end of a pass of a job dispatched elsewhere
+                                (``spec.managedBy: kueue.x-k8s.io/multikueue``): True
+                                while that system copies the job's status from where it
+                                runs; the planner then writes no status and no Events
   ============================  =========================================================
 
   The Decision keeps the writes it decided on; the Plan carries the Decisions
@@ -187,6 +191,9 @@ class Decision(Protocol):
     def finish(self, p: Pass) -> None:
         """The job has finished (this pass or earlier)."""
 
+    def mirrors_status(self, p: Pass) -> bool:
+        """The job runs on another cluster and this system copies its status from there."""
+
     async def apply(self, w: Writer) -> bool:
         """Write what was decided; False when a write conflicted (plan again)."""
 
@@ -228,6 +235,9 @@ class Admitted:
 
     def finish(self, p: Pass) -> None:
         return None
+
+    def mirrors_status(self, p: Pass) -> bool:
+        return False
 
 
 D = TypeVar("D")

@@ -1,0 +1,282 @@
+"""MultiKueue: a job dispatched from the manager cluster (``spec.managedBy:
+kueue.x-k8s.io/multikueue``) is only queued there, and its copy on a worker cluster runs
+under the Workload MultiKueue pre-built for it."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from msop.api import constants as c
+from msop.api.validation import validate
+from msop.msjob import gang, kueue
+from msop.msjob.plan import Observed, Plan, plan
+from tests.support.builders import NOW, T0, pod, queue, service
+from tests.unit.msjob.test_kueue import (
+    ADMISSION,
+    FLAVORS,
+    _Api,
+    _apply,
+    _kueue,
+    admitted,
+    evicted,
+    queued,
+    queued_job,
+    wl_of,
+)
+
+JSON = dict[str, Any]
+WORKER = "worker-2"
+
+
+def dispatched_job(**kw: Any) -> JSON:
+    j = queued_job(**kw)
+    j["spec"]["managedBy"] = c.MANAGED_BY_MULTIKUEUE
+    return j
+
+
+def on_worker(wl: JSON, cluster: str = WORKER) -> JSON:
+    wl["status"]["clusterName"] = cluster
+    return wl
+
+
+def run(j: JSON, wl: JSON | None = None, *, pods: list[JSON] | None = None) -> Plan:
+    seen = asyncio.run(
+        kueue.Kueue(
+            _Api(wl),  # type: ignore[arg-type]
+            owned_by=lambda uid: [wl] if wl is not None else [],
+            in_namespace=lambda ns: [wl] if wl is not None else [],
+            flavor=FLAVORS.get,
+        ).observe(j)
+    )
+    scheduling = [seen] if seen is not None else []
+    return plan(Observed(j, pods or [], [service()], NOW, scheduling=scheduling))
+
+
+# --- the API --------------------------------------------------------------------------------
+
+
+def test_managed_by_is_read_from_spec_then_from_run_policy() -> None:
+    from msop.api.types import MSJob
+
+    j = queued_job()
+    assert MSJob(j).spec.managed_by is None
+    j["spec"]["runPolicy"] = {"managedBy": "example.com/other"}
+    assert MSJob(j).spec.managed_by == "example.com/other"
+    j["spec"]["runPolicy"] = {}
+    j["spec"]["managedBy"] = c.MANAGED_BY_MULTIKUEUE
+    assert MSJob(j).spec.managed_by == c.MANAGED_BY_MULTIKUEUE
+
+
+def test_multikueue_in_run_policy_is_refused_and_names_the_field() -> None:
+    j = queued_job()
+    j["spec"]["runPolicy"] = {"managedBy": c.MANAGED_BY_MULTIKUEUE}
+    errors = validate(j)
+    assert [e.path for e in errors] == ["spec.runPolicy.managedBy"]
+    assert "spec.managedBy" in errors[0].message
+
+
+def test_the_two_managed_by_fields_must_agree() -> None:
+    j = dispatched_job()
+    j["spec"]["runPolicy"] = {"managedBy": c.MANAGED_BY_MSOP}
+    assert [e.path for e in validate(j)] == ["spec.managedBy"]
+    j["spec"]["runPolicy"] = {"managedBy": c.MANAGED_BY_MULTIKUEUE}
+    assert [e.path for e in validate(j)] == ["spec.runPolicy.managedBy"]
+    j = queued_job()
+    j["spec"]["managedBy"] = "x" * 64
+    assert [e.path for e in validate(j)] == ["spec.managedBy"]
+    j["spec"]["managedBy"] = 5
+    assert [e.path for e in validate(j)] == ["spec.managedBy"]
+
+
+# --- the manager cluster --------------------------------------------------------------------
+
+
+def test_a_dispatched_job_gets_a_workload_and_a_status_but_never_a_pod() -> None:
+    j = dispatched_job()
+    p = run(j)
+    assert queue(p).create_workload is not None
+    assert p.create_pods == [] and p.create_services == []
+    assert queued(p) is not None and queued(p)["reason"] == kueue.REASON_PENDING  # type: ignore[index]
+    created = next(x for x in p.status["conditions"] if x["type"] == c.CREATED)  # type: ignore[index]
+    assert created["status"] == "True"
+
+
+def test_a_dispatched_job_waits_with_the_admission_checks_message() -> None:
+    j = dispatched_job()
+    wl = wl_of(j, ("QuotaReserved", "True", "QuotaReserved"), admission=ADMISSION)
+    wl["status"]["admissionChecks"] = [
+        {"name": "multikueue", "state": "Pending", "message": "no worker has quota"},
+    ]
+    p = run(j, wl)
+    q = queued(p)
+    assert q is not None and q["status"] == "True"
+    assert "multikueue: no worker has quota" in q["message"]
+    assert p.create_pods == []
+
+
+def test_once_on_a_worker_the_status_is_the_workers_and_nothing_is_written_here() -> None:
+    j = dispatched_job()
+    j["status"] = {"conditions": [{"type": c.RUNNING, "status": "True", "reason": "MSJobRunning",
+                                   "message": "copied", "lastTransitionTime": T0}]}  # fmt: skip
+    p = run(j, on_worker(admitted(j)))
+    assert p.status is None and p.events == [] and p.transitions == []
+    assert p.create_pods == [] and p.create_services == [] and p.delete_pods == []
+    d = queue(p)
+    # Nothing runs here: PodsReady belongs to the worker's Workload.
+    assert d.workload_status is None and d.placements == {}
+
+
+def test_a_dispatched_job_that_finished_there_releases_its_workload_here() -> None:
+    j = dispatched_job()
+    j["status"] = {"conditions": [{"type": c.SUCCEEDED, "status": "True",
+                                   "reason": "MSJobSucceeded", "message": "done",
+                                   "lastTransitionTime": T0}],
+                   "completionTime": T0}  # fmt: skip
+    j["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 0}
+    wl = on_worker(admitted(j))
+    p = run(j, wl)
+    assert p.status is None
+    d = queue(p)
+    assert d.workload_status is not None  # marked Finished (MultiKueue may have done it too)
+    assert [w["metadata"]["name"] for w in d.release_workloads] == [wl["metadata"]["name"]]
+    assert p.delete_job  # the TTL applies on the manager as well
+
+
+def test_suspending_a_dispatched_job_deactivates_its_workload() -> None:
+    j = dispatched_job()
+    j["spec"]["runPolicy"] = {"suspend": True}
+    p = run(j, on_worker(admitted(j)))
+    assert queue(p).patch_workload == {"spec": {"active": False}}
+    assert p.status is None  # still on the worker until Kueue evicts it
+
+
+def test_an_evicted_dispatched_job_is_handed_back_to_kueue_and_says_so() -> None:
+    j = dispatched_job()
+    wl = evicted(j, "Deactivated")
+    wl["spec"]["active"] = False
+    j["spec"]["runPolicy"] = {"suspend": True}
+    p = run(j, wl)
+    assert queue(p).workload_status is not None  # requeued: no admission any more
+    assert p.status is not None
+    suspended = next(x for x in p.status["conditions"] if x["type"] == c.SUSPENDED)
+    assert suspended["status"] == "True"
+
+
+def test_a_dispatched_job_without_a_queue_or_kueue_is_left_alone() -> None:
+    j = dispatched_job()
+    j["metadata"]["labels"] = {}
+    assert asyncio.run(_kueue(_Api(None)).observe(j)) is None
+    p = plan(Observed(j, [], [], NOW))
+    assert p.status is None and p.create_pods == [] and p.create_services == []
+
+
+def test_volcano_leaves_a_dispatched_job_to_the_worker_cluster() -> None:
+    volcano = gang.Volcano(lambda name, ns: None)
+    assert asyncio.run(volcano.observe(dispatched_job())) is None
+    assert asyncio.run(volcano.observe(queued_job())) is not None
+
+
+def test_an_invalid_dispatched_job_fails_here_with_no_workload() -> None:
+    j = dispatched_job()
+    j["spec"]["runPolicy"] = {"managedBy": c.MANAGED_BY_MSOP}
+    p = run(j)
+    assert p.status is not None
+    failed = next(x for x in p.status["conditions"] if x["type"] == c.FAILED)
+    assert failed["reason"] == "InvalidSpec" and "spec.managedBy" in failed["message"]
+    assert queue(p).create_workload is None
+
+
+# --- the worker cluster ---------------------------------------------------------------------
+
+
+def worker_copy(wl_name: str) -> JSON:
+    """The job as MultiKueue creates it on a worker: no managedBy, its labels plus the
+    pre-built Workload's name and the origin; a uid of its own."""
+    j = queued_job()
+    j["metadata"]["uid"] = "worker-uid"
+    j["metadata"]["labels"].update({kueue.PREBUILT_LABEL: wl_name, kueue.ORIGIN_LABEL: "mk"})
+    return j
+
+
+def prebuilt(manager_job: JSON, *conditions: tuple[str, str, str], **status: Any) -> JSON:
+    """The Workload MultiKueue creates on a worker: the manager's, without owners or
+    finalizers."""
+    wl = wl_of(manager_job, *conditions, **status)
+    wl["metadata"].pop("ownerReferences")
+    wl["metadata"].pop("finalizers")
+    return wl
+
+
+def test_the_copy_adopts_its_prebuilt_workload_and_runs_when_admitted() -> None:
+    manager = dispatched_job()
+    wl = prebuilt(manager, ("QuotaReserved", "True", "QuotaReserved"),
+                  ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
+    j = worker_copy(wl["metadata"]["name"])
+    p = run(j, wl)
+    d = queue(p)
+    assert d.create_workload is None
+    assert d.adopt_workload is not None
+    meta = d.adopt_workload["metadata"]
+    assert meta["ownerReferences"][0]["uid"] == "worker-uid"
+    assert meta["labels"] == {kueue.JOB_UID_LABEL: "worker-uid"}
+    assert meta["resourceVersion"] == "7"
+    # The Scheduler Service is there: every pod goes out, on its flavor.
+    assert len(p.create_pods) == 3
+    assert all(x["spec"]["nodeSelector"].get("pool") in ("a", "b") for x in p.create_pods)
+
+
+def test_the_copy_never_creates_a_workload_of_its_own() -> None:
+    j = worker_copy("msjob-train-abcde")
+    p = run(j, None)
+    d = queue(p)
+    assert d.create_workload is None and p.create_pods == []
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PREBUILT_MISSING
+    assert "msjob-train-abcde" in q["message"]
+    assert p.requeue_after is not None
+
+
+def test_a_prebuilt_workload_controlled_by_another_object_is_not_taken() -> None:
+    manager = dispatched_job()
+    wl = prebuilt(manager)
+    wl["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
+    j = worker_copy(wl["metadata"]["name"])
+    p = run(j, wl)
+    assert queue(p).adopt_workload is None and p.create_pods == []
+    assert any(e.type == "Warning" for e in p.events)
+
+
+def test_a_prebuilt_workload_that_does_not_describe_the_copy_holds_it() -> None:
+    manager = dispatched_job()
+    wl = prebuilt(manager, ("QuotaReserved", "True", "QuotaReserved"),
+                  ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
+    j = worker_copy(wl["metadata"]["name"])
+    j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
+    p = run(j, wl, pods=[pod("Worker", 0, "Running")])
+    q = queued(p)
+    assert q is not None and q["reason"] == kueue.REASON_PREBUILT_MISMATCH
+    assert p.create_pods == [] and len(p.delete_pods) == 1
+    assert queue(p).delete_workloads == []  # the Workload is MultiKueue's to replace
+
+
+def test_the_adoption_patch_then_the_status_patch_on_the_adopted_version() -> None:
+    manager = dispatched_job()
+    wl = prebuilt(manager, ("QuotaReserved", "True", "QuotaReserved"),
+                  ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
+    j = worker_copy(wl["metadata"]["name"])
+    d = queue(run(j, wl))
+    d.workload_status = kueue.pods_ready_patch(wl, True, T0)
+    api = _Api(wl)
+    assert _apply(api, d, j)
+    assert [x[:2] for x in api.calls] == [("patch", "Workload/"), ("patch", "Workload/status")]
+    assert api.calls[1][2]["metadata"]["resourceVersion"] == "8"
+
+
+def test_the_adoption_that_conflicts_is_planned_again() -> None:
+    manager = dispatched_job()
+    wl = prebuilt(manager)
+    j = worker_copy(wl["metadata"]["name"])
+    d = queue(run(j, wl))
+    assert d.adopt_workload is not None
+    assert not _apply(_Api(wl, conflict=True), d, j)
