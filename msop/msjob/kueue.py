@@ -97,6 +97,8 @@ REASON_ADMITTED = "WorkloadAdmitted"
 REASON_DISPATCHED = "WorkloadDispatched"
 REASON_PREBUILT_MISSING = "PrebuiltWorkloadMissing"
 REASON_PREBUILT_MISMATCH = "PrebuiltWorkloadMismatch"
+#: The ``Queued`` reasons msop writes on a manager cluster while a dispatched job waits.
+_MANAGER_WAITS = (REASON_PENDING, REASON_INACTIVE, REASON_EVICTED)
 
 #: Kueue's ``Evicted`` reason for a Workload made inactive (``spec.active: false``).
 EVICTED_DEACTIVATED = "Deactivated"
@@ -716,13 +718,16 @@ class Decision(Admitted):
     def _dispatched(self, p: Pass, wl: JSON) -> bool:
         """Admitted through MultiKueue: the job runs on the worker cluster, whose status
         MultiKueue copies here; nothing runs here, so nothing reports ``PodsReady``."""
-        queued = get_condition(p.status, c.QUEUED)
-        if queued is None or queued.get("reason") != REASON_DISPATCHED:
-            p.placed(
+        queued = get_condition(p.old_status, c.QUEUED) or {}
+        if queued.get("status") == c.CONDITION_TRUE and queued.get("reason") in _MANAGER_WAITS:
+            # The status is still this cluster's wait, not yet the worker's copy: announce
+            # where the job went (the status will not say: it becomes the worker's).
+            p.event(
+                "Normal",
                 REASON_DISPATCHED,
                 f"MSJob {p.ref}: MultiKueue dispatched it to worker cluster "
-                f"{worker_cluster(wl) or '(unknown)'!r} (Workload {wl['metadata']['name']}, "
-                f"ClusterQueue {cluster_queue(wl)!r}); its status is that cluster's.",
+                f"{worker_cluster(wl)!r} (Workload {wl['metadata']['name']}, ClusterQueue "
+                f"{cluster_queue(wl)!r}); its status here is copied from there.",
             )
         return True
 

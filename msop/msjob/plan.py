@@ -359,7 +359,6 @@ class Planner:
                     break
         if any(system.mirrors_status(self) for system in self.systems):
             # The worker cluster's status is copied here: writing ours would fight it.
-            self.plan.events.clear()
             self.plan.transitions.clear()
             return self.plan
         return self.finish_status(None)

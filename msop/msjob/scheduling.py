@@ -26,7 +26,7 @@ objects:
   :meth:`Decision.mirrors_status`  at the end of a pass of a job dispatched elsewhere
                                 (``spec.managedBy: kueue.x-k8s.io/multikueue``): True
                                 while that system copies the job's status from where it
-                                runs; the planner then writes no status and no Events
+                                runs; the planner then writes no status
   ============================  =========================================================
 
   The Decision keeps the writes it decided on; the Plan carries the Decisions

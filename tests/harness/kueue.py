@@ -92,6 +92,8 @@ class Kueue:
     pods_ready_timeout: str | None = None
     """Kueue's ``waitForPodsReady.timeout`` (e.g. ``"20s"``): an admitted Workload whose
     ``PodsReady`` is not True by then is evicted. None: off (Kueue's default)."""
+    extra_config: dict[str, Any] = field(default_factory=dict)
+    """More top-level fields of Kueue's Configuration (e.g. ``multiKueue``)."""
     spawn: Callable[[str, Sequence[str]], Any] | None = None
     """Start Kueue in the API server's network namespace: ``spawn(name, argv)`` returns an
     object with ``proc`` and ``log`` (``RealCluster.spawn``). None: a child process here."""
@@ -134,6 +136,7 @@ class Kueue:
                 if self.pods_ready_timeout
                 else {}
             ),
+            **self.extra_config,
         }
 
     def start(self, timeout: float = 90) -> None:

@@ -127,6 +127,22 @@ def test_once_on_a_worker_the_status_is_the_workers_and_nothing_is_written_here(
     assert d.workload_status is None and d.placements == {}
 
 
+def test_the_dispatch_is_announced_while_the_status_is_still_the_managers_wait() -> None:
+    j = dispatched_job()
+    waiting = run(j)  # the status msop writes here while the job waits
+    assert waiting.status is not None
+    j["status"] = waiting.status
+    p = run(j, on_worker(admitted(j)))
+    assert p.status is None
+    [event] = p.events
+    assert event.reason == kueue.REASON_DISPATCHED and f"'{WORKER}'" in event.message
+    # Once the worker's status is copied here, nothing more is said.
+    j["status"] = {"conditions": [{"type": c.QUEUED, "status": "False",
+                                   "reason": kueue.REASON_ADMITTED, "message": "there",
+                                   "lastTransitionTime": T0}]}  # fmt: skip
+    assert run(j, on_worker(admitted(j))).events == []
+
+
 def test_a_dispatched_job_that_finished_there_releases_its_workload_here() -> None:
     j = dispatched_job()
     j["status"] = {"conditions": [{"type": c.SUCCEEDED, "status": "True",

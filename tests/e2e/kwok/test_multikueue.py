@@ -1,0 +1,321 @@
+"""MultiKueue: MSJobs submitted once to a manager cluster, run on worker clusters.
+
+Three local control planes: the session's cluster is the manager, two more are workers,
+each with a real Kueue (built from its Go module) and its own ``msop run --enable-kueue``.
+The manager's Kueue connects to each worker as a ServiceAccount bound to
+``config/multikueue/worker``'s role (the documented RBAC, so a missing permission fails
+here). Each worker's ClusterQueue holds one job (3 CPUs): a job dispatched from the
+manager lands on a worker with free quota, its status comes back to the manager, and msop
+on the manager creates no pod.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.e2e.msjobs import condition, get, is_true, items, wait_condition, wait_for
+from tests.e2e.sessions import (
+    build_binaries,
+    install_crds,
+    operator_factory,
+    run_addon,
+    run_session_cluster,
+)
+from tests.harness import KubeletStandIn, LocalCluster
+from tests.harness.kueue import EXTERNAL_FRAMEWORK, NAMESPACE, Kueue, build
+from tests.harness.paths import CACHE, REPO
+
+JSON = dict[str, Any]
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+ORIGIN = "msop-e2e"
+WORKER_SA = "multikueue"
+
+
+def create(cluster: LocalCluster, obj: JSON) -> None:
+    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+
+
+def kueue_obj(kind: str, name: str, spec: JSON, ns: str | None = None) -> JSON:
+    meta: JSON = {"name": name, **({"namespace": ns} if ns else {})}
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": kind, "metadata": meta, "spec": spec}
+
+
+def cluster_queue(
+    name: str, cpu: str, checks: list[str] | None = None, flavor: str = "default"
+) -> JSON:
+    spec: JSON = {
+        "namespaceSelector": {},
+        "resourceGroups": [{
+            "coveredResources": ["cpu", "memory"],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": cpu},
+                {"name": "memory", "nominalQuota": "64Gi"},
+            ]}],
+        }],
+    }  # fmt: skip
+    if checks:
+        spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": n} for n in checks]}
+    return kueue_obj("ClusterQueue", name, spec)
+
+
+def active(cluster: LocalCluster, kind: str, name: str) -> bool:
+    obj = get(cluster, "", kind, name) or {}
+    return bool((condition(obj, "Active") or {}).get("status") == "True")
+
+
+def sa_kubeconfig(cluster: LocalCluster) -> str:
+    """A self-contained kubeconfig for the worker's MultiKueue ServiceAccount: the CA as
+    data and a bound token, as MultiKueue requires (no file paths)."""
+    token = cluster.kubectl(
+        "create", "token", WORKER_SA, "-n", NAMESPACE, "--duration=2h"
+    ).stdout.strip()
+    raw = json.loads(
+        cluster.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout
+    )
+    server = raw["clusters"][0]["cluster"]
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "worker", "cluster": {
+            "server": server["server"],
+            "certificate-authority-data": server["certificate-authority-data"],
+        }}],
+        "users": [{"name": WORKER_SA, "user": {"token": token}}],
+        "contexts": [{"name": "worker", "context": {"cluster": "worker", "user": WORKER_SA}}],
+        "current-context": "worker",
+    }  # fmt: skip
+    return json.dumps(config)
+
+
+@dataclass
+class Clusters:
+    manager: LocalCluster
+    workers: dict[str, LocalCluster]
+
+
+@pytest.fixture(scope="module")
+def clusters(cluster: LocalCluster) -> Iterator[Clusters]:
+    """Two worker clusters with Kueue, connected to the manager's Kueue by MultiKueue."""
+    bin_dir = build_binaries()
+    workers: dict[str, LocalCluster] = {}
+    with contextlib.ExitStack() as stack:
+        for name in ("w1", "w2"):
+            w = LocalCluster(
+                name=f"msop-mk-{name}-{os.getpid()}", bin_dir=bin_dir,
+                workdir=CACHE / "kwok", nodes=2,
+            )  # fmt: skip
+            workers[name] = w
+            stack.enter_context(_session(w, install_crds))
+        for name, w in workers.items():
+            stack.enter_context(_addon(
+                f"Kueue on {name}", build,
+                lambda b, logs, w=w, name=name: Kueue(w, b, logs, name=f"kueue-mk-{name}"),
+            ))  # fmt: skip
+            w.kubectl("apply", "-k", str(REPO / "config/multikueue/worker"))
+            w.kubectl("create", "serviceaccount", WORKER_SA, "-n", NAMESPACE)
+            w.kubectl(
+                "create", "clusterrolebinding", "msop-multikueue-worker",
+                "--clusterrole=msop-multikueue-worker-role",
+                f"--serviceaccount={NAMESPACE}:{WORKER_SA}",
+            )  # fmt: skip
+            create(w, kueue_obj("ResourceFlavor", "default", {}))
+            create(w, cluster_queue("cq", "3"))
+        multikueue = {"multiKueue": {
+            "externalFrameworks": [{"name": EXTERNAL_FRAMEWORK}],
+            "origin": ORIGIN, "gcInterval": "30s",
+        }}  # fmt: skip
+        stack.enter_context(_addon(
+            "Kueue (MultiKueue manager)", build,
+            lambda b, logs: Kueue(cluster, b, logs, name="kueue-mk-manager",
+                                  extra_config=multikueue),
+        ))  # fmt: skip
+        # Before Kueue stops: it removes its finalizers from what goes.
+        stack.callback(_forget_multikueue, cluster)
+        cluster.kubectl("apply", "-k", str(REPO / "config/multikueue/manager"))
+        for name, w in workers.items():
+            secret = {
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": f"mk-{name}", "namespace": NAMESPACE},
+                "data": {"kubeconfig": base64.b64encode(sa_kubeconfig(w).encode()).decode()},
+            }  # fmt: skip
+            create(cluster, secret)
+            create(cluster, kueue_obj("MultiKueueCluster", name, {
+                "clusterSource": {"kubeConfig": {"locationType": "Secret",
+                                                 "location": f"mk-{name}"}},
+            }))  # fmt: skip
+        create(cluster, kueue_obj("MultiKueueConfig", "mk", {"clusters": list(workers)}))
+        create(cluster, kueue_obj("AdmissionCheck", "mk", {
+            "controllerName": MULTIKUEUE,
+            "parameters": {"apiGroup": "kueue.x-k8s.io", "kind": "MultiKueueConfig",
+                           "name": "mk"},
+        }))  # fmt: skip
+        create(cluster, kueue_obj("ResourceFlavor", "mk-default", {}))
+        create(cluster, cluster_queue("cq-mk", "12", checks=["mk"], flavor="mk-default"))
+        for name in workers:
+            wait_for(f"MultiKueueCluster {name} active",
+                     lambda name=name: active(cluster, "multikueuecluster", name), 60)  # fmt: skip
+        wait_for("AdmissionCheck mk active", lambda: active(cluster, "admissioncheck", "mk"), 60)
+        wait_for("ClusterQueue cq-mk active", lambda: active(cluster, "clusterqueue", "cq-mk"))
+        for w in workers.values():
+            wait_for("worker ClusterQueue active", lambda w=w: active(w, "clusterqueue", "cq"))
+        yield Clusters(cluster, workers)
+
+
+_session = contextlib.contextmanager(run_session_cluster)
+_addon = contextlib.contextmanager(run_addon)
+
+
+def _forget_multikueue(cluster: LocalCluster) -> None:
+    """The manager's MultiKueue objects go, so later tests see the cluster as it was."""
+    for obj in ("clusterqueue/cq-mk", "admissioncheck/mk", "multikueueconfig/mk",
+                "multikueuecluster/w1", "multikueuecluster/w2", "resourceflavor/mk-default",
+                "clusterrolebinding/msop-multikueue-manager-rolebinding",
+                "clusterrole/msop-multikueue-manager-role"):  # fmt: skip
+        cluster.kubectl("delete", obj, "--ignore-not-found", "--wait=false", check=False)
+    cluster.kubectl("delete", "secret", "mk-w1", "mk-w2", "-n", NAMESPACE,
+                    "--ignore-not-found", check=False)  # fmt: skip
+
+
+def msjob(name: str, ns: str, *, dispatched: bool) -> JSON:
+    """A Scheduler and two Workers of 1 CPU each (3 CPUs: one worker cluster's quota)."""
+    tmpl: JSON = {"containers": [{
+        "name": "mindspore", "image": "mindspore:e2e",
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+    }]}  # fmt: skip
+    replica = {"restartPolicy": "Never", "template": {"spec": tmpl}}
+    spec: JSON = {
+        "runPolicy": {"cleanPodPolicy": "None", "backoffLimit": 0},
+        "msReplicaSpecs": {"Scheduler": {"replicas": 1, **replica},
+                           "Worker": {"replicas": 2, **replica}},
+    }  # fmt: skip
+    if dispatched:
+        spec["managedBy"] = MULTIKUEUE
+    return {
+        "apiVersion": "mindspore.gitee.com/v1", "kind": "MSJob",
+        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_LABEL: "team"}},
+        "spec": spec,
+    }  # fmt: skip
+
+
+def where(workers: dict[str, LocalCluster], ns: str, job: str) -> list[str]:
+    """The worker clusters that hold a copy of ``job``."""
+    return [n for n, w in workers.items() if get(w, ns, "msjob", job) is not None]
+
+
+def audited_pod_creates(cluster: LocalCluster, ns: str) -> int:
+    n = 0
+    for line in cluster.audit_log.read_text().splitlines():
+        if f'"namespace":"{ns}"' not in line or '"resource":"pods"' not in line:
+            continue
+        entry = json.loads(line)
+        ref = entry.get("objectRef") or {}
+        if (
+            entry.get("verb") == "create"
+            and ref.get("resource") == "pods"
+            and not ref.get("subresource")
+        ):
+            n += 1
+    return n
+
+
+def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
+    clusters: Clusters, namespace: str
+) -> None:
+    manager, workers = clusters.manager, clusters.workers
+    w1, w2 = workers["w1"], workers["w2"]
+    create(manager, kueue_obj("LocalQueue", "team", {"clusterQueue": "cq-mk"}, namespace))
+    for w in workers.values():
+        w.kubectl("create", "namespace", namespace)
+        create(w, kueue_obj("LocalQueue", "team", {"clusterQueue": "cq"}, namespace))
+    with (
+        operator_factory(manager.kubeconfig, namespace) as on_manager,
+        operator_factory(w1.kubeconfig, namespace) as on_w1,
+        operator_factory(w2.kubeconfig, namespace) as on_w2,
+    ):
+        for start in (on_manager, on_w1, on_w2):
+            start("--enable-kueue")
+
+        # w1 is full: a job of its own holds its quota.
+        create(w1, msjob("filler", namespace, dispatched=False))
+        wait_condition(w1, namespace, "filler", "Running", timeout=60)
+
+        # The first dispatched job can only go to w2.
+        create(manager, msjob("first", namespace, dispatched=True))
+        wait_for("first copied to w2", lambda: where(workers, namespace, "first") == ["w2"], 90)
+        copy = get(w2, namespace, "msjob", "first") or {}
+        assert PREBUILT_LABEL in copy["metadata"]["labels"]
+        assert "managedBy" not in copy["spec"]
+        wait_condition(w2, namespace, "first", "Running", timeout=60)
+        # Its status on the manager is the worker's: conditions, replica counts.
+        wait_condition(manager, namespace, "first", "Running", timeout=60)
+        mirrored = get(manager, namespace, "msjob", "first") or {}
+        assert mirrored["status"]["replicaStatuses"]["Worker"]["active"] == 2
+        assert mirrored["status"].get("workers") == "2/2"
+        # msop on w2 adopted the Workload MultiKueue pre-built there.
+        wl_name = copy["metadata"]["labels"][PREBUILT_LABEL]
+        wl = get(w2, namespace, "workload", wl_name) or {}
+        owner = wl["metadata"]["ownerReferences"][0]
+        assert (owner["kind"], owner["uid"]) == ("MSJob", copy["metadata"]["uid"])
+
+        # Both workers full: the second waits on the manager, and says why.
+        create(manager, msjob("second", namespace, dispatched=True))
+        wait_for(
+            "second queued on the manager",
+            lambda: is_true(get(manager, namespace, "msjob", "second"), "Queued"),
+            60,
+        )
+        assert where(workers, namespace, "second") == []
+        # w1 frees its quota: the second spills there.
+        w1.kubectl("delete", "msjob", "filler", "-n", namespace, "--wait=true")
+        wait_for("second copied to w1", lambda: where(workers, namespace, "second") == ["w1"], 90)
+        wait_condition(manager, namespace, "second", "Running", timeout=90)
+
+        # The first succeeds on w2, and on the manager; MultiKueue then removes the copy.
+        kubelet = KubeletStandIn(w2)
+        for i in (1, 0):
+            kubelet.succeed(namespace, f"first-worker-{i}")
+        wait_condition(w2, namespace, "first", "Succeeded", timeout=60)
+        wait_condition(manager, namespace, "first", "Succeeded", timeout=90)
+        wait_for("first's copy removed from w2",
+                 lambda: where(workers, namespace, "first") == [], 90)  # fmt: skip
+        manager_wls = items(manager, namespace, "workloads")
+        finished = [w for w in manager_wls if w["metadata"]["labels"].get(
+            "training.kubeflow.org/job-name") == "first"]  # fmt: skip
+        assert finished and is_true(finished[0], "Finished")
+        assert "kueue.x-k8s.io/resource-in-use" not in (
+            finished[0]["metadata"].get("finalizers") or []
+        )
+
+        # Deleting the second on the manager removes it and its Workloads everywhere.
+        manager.kubectl("delete", "msjob", "second", "-n", namespace, "--wait=true")
+        wait_for("second gone from w1", lambda: where(workers, namespace, "second") == [], 90)
+        wait_for(
+            "no Workload of second left anywhere",
+            lambda: (
+                not any(
+                    w["metadata"]["labels"].get("training.kubeflow.org/job-name") == "second"
+                    for c_ in (manager, w1, w2)
+                    for w in items(c_, namespace, "workloads")
+                )
+            ),
+            90,
+        )
+        wait_for("second's pods gone from w1",
+                 lambda: not items(w1, namespace, "pods"), 60)  # fmt: skip
+
+        # msop on the manager never created a pod.
+        assert items(manager, namespace, "pods") == []
+        time.sleep(1)  # the audit log is written asynchronously
+        assert audited_pod_creates(manager, namespace) == 0
+        assert audited_pod_creates(w2, namespace) >= 3
