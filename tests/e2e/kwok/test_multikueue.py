@@ -281,6 +281,25 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         wait_for("second copied to w1", lambda: where(workers, namespace, "second") == ["w1"], 90)
         wait_condition(manager, namespace, "second", "Running", timeout=90)
 
+        # Suspended on the manager: its run on w1 ends (copy and pods gone), and the
+        # manager says Suspended; resumed, it is dispatched again.
+        suspend = '{"spec":{"runPolicy":{"suspend":%s}}}'
+        manager.kubectl("patch", "msjob", "second", "-n", namespace, "--type=merge",
+                        "-p", suspend % "true")  # fmt: skip
+        wait_condition(manager, namespace, "second", "Suspended", timeout=90)
+        wait_for("second's copy removed", lambda: where(workers, namespace, "second") == [], 90)
+        wait_for(
+            "second's pods gone",
+            lambda: not items(w1, namespace, "pods", "training.kubeflow.org/job-name=second"),
+            60,
+        )
+        manager.kubectl("patch", "msjob", "second", "-n", namespace, "--type=merge",
+                        "-p", suspend % "false")  # fmt: skip
+        wait_for(
+            "second dispatched again", lambda: where(workers, namespace, "second") == ["w1"], 90
+        )
+        wait_condition(manager, namespace, "second", "Running", timeout=90)
+
         # The first succeeds on w2, and on the manager; MultiKueue then removes the copy.
         kubelet = KubeletStandIn(w2)
         for i in (1, 0):
