@@ -284,7 +284,8 @@ def pod(
 
     ``placement`` is what the scheduling systems add (:class:`~.scheduling.Placement`):
     node labels (the template's own win on a conflict, which Kueue's flavor assignment
-    rules out), tolerations, labels, annotations and a scheduler (the template's wins).
+    rules out), tolerations, labels, annotations, scheduling gates (added to the
+    template's, each once) and a scheduler (the template's wins).
 
     ``in_place`` (when :func:`.inplace.wanted`) gives the pod what a restart in place
     needs (:func:`.inplace.add_agent`), at the job's restart ``generation``.
@@ -322,15 +323,7 @@ def pod(
         )
 
     if placement is not None:
-        if placement.scheduler_name:
-            pod_spec.setdefault("schedulerName", placement.scheduler_name)
-        if placement.node_selector:
-            pod_spec["nodeSelector"] = {
-                **placement.node_selector,
-                **(pod_spec.get("nodeSelector") or {}),
-            }
-        if placement.tolerations:
-            pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), *placement.tolerations]
+        _place(pod_spec, placement)
         labels = {**placement.labels, **labels}
         annotations.update(placement.annotations)
 
@@ -343,6 +336,24 @@ def pod(
     if annotations:
         metadata["annotations"] = annotations
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
+
+
+def _place(pod_spec: JSON, placement: Placement) -> None:
+    """Add what the scheduling systems give the pod to its spec (see :func:`pod`)."""
+    if placement.scheduler_name:
+        pod_spec.setdefault("schedulerName", placement.scheduler_name)
+    if placement.node_selector:
+        pod_spec["nodeSelector"] = {
+            **placement.node_selector,
+            **(pod_spec.get("nodeSelector") or {}),
+        }
+    if placement.tolerations:
+        pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), *placement.tolerations]
+    if placement.scheduling_gates:
+        gates = list(pod_spec.get("schedulingGates") or [])
+        have = {g.get("name") for g in gates if isinstance(g, dict)}
+        gates += [{"name": n} for n in placement.scheduling_gates if n not in have]
+        pod_spec["schedulingGates"] = gates
 
 
 #: The ``mindspore`` container's ``terminationMessagePolicy`` unless its template sets one.

@@ -27,6 +27,8 @@ Workload                                what msop does (``Queued`` condition)
 missing                                 creates it; no pod (True, ``WorkloadPending``)
 missing, its priority class missing     no pod, no Workload (True,
                                         ``PriorityClassNotFound``)
+missing, a template's topology          no pod, no Workload (True,
+annotations invalid                     ``InvalidTopologyRequest``, :mod:`.topology`)
 quota not reserved, or checks pending   no pod (True, ``WorkloadPending``, Kueue's
                                         message: which quota is short)
 inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
@@ -72,6 +74,7 @@ from msop.api.types import MSJob
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
 from msop.kube.objects import JSON, parse_time
 from msop.kube.resources import PRIORITYCLASSES, WORKLOADPRIORITYCLASSES, WORKLOADS
+from msop.msjob import topology
 from msop.msjob.scheduling import Admitted, Pass, Placement, Wait, Writer
 
 if TYPE_CHECKING:
@@ -168,7 +171,8 @@ def pod_set_name(replica_type: str) -> str:
 
 
 def pod_sets(job: JSON) -> list[JSON]:
-    """One pod set per replica type with replicas, in the job's order (Scheduler first)."""
+    """One pod set per replica type with replicas, in the job's order (Scheduler first),
+    with the topology request of its template's annotations, if any (:mod:`.topology`)."""
     view = MSJob(job)
     out = []
     for rtype in c.REPLICA_TYPES:
@@ -176,16 +180,18 @@ def pod_sets(job: JSON) -> list[JSON]:
         if spec is None or spec.replicas < 1:
             continue
         template = spec.template
-        out.append(
-            {
-                "name": pod_set_name(rtype),
-                "count": spec.replicas,
-                "template": {
-                    "metadata": dict(template.get("metadata") or {}),
-                    "spec": dict(template.get("spec") or {}),
-                },
-            }
-        )
+        ps: JSON = {
+            "name": pod_set_name(rtype),
+            "count": spec.replicas,
+            "template": {
+                "metadata": dict(template.get("metadata") or {}),
+                "spec": dict(template.get("spec") or {}),
+            },
+        }
+        request = topology.request(template)
+        if request is not None:
+            ps["topologyRequest"] = request
+        out.append(ps)
     return out
 
 
@@ -390,8 +396,9 @@ def waiting_for_class(job: JSON, missing: MissingClass) -> Wait:
 
 def placements(wl: JSON, flavors: dict[str, JSON | None]) -> dict[str, Placement] | None:
     """Per replica type, what its pods get from the admission: the node labels and
-    tolerations of the ResourceFlavors assigned to its pod set, then the admission
-    checks' pod set updates. None while a flavor is not in the cache yet."""
+    tolerations of the ResourceFlavors assigned to its pod set, Kueue's topology gate
+    where TAS places it (:func:`.topology.placement`), then the admission checks' pod set
+    updates. None while a flavor is not in the cache yet."""
     status = wl.get("status") or {}
     out: dict[str, Placement] = {}
     for assignment in (status.get("admission") or {}).get("podSetAssignments") or []:
@@ -419,9 +426,14 @@ def placements(wl: JSON, flavors: dict[str, JSON | None]) -> dict[str, Placement
                 tolerations.extend(update.get("tolerations") or [])
                 labels.update(update.get("labels") or {})
                 annotations.update(update.get("annotations") or {})
+        place = Placement(node_selector, tolerations, labels, annotations)
+        by_topology = topology.placement(wl, assignment)
+        if by_topology is not None:
+            # Kueue's own first: what an admission check's update says wins.
+            place = by_topology + place
         for rtype in c.REPLICA_TYPES:
             if pod_set_name(rtype) == name:
-                out[rtype] = Placement(node_selector, tolerations, labels, annotations)
+                out[rtype] = place
     return out
 
 
@@ -784,6 +796,11 @@ class Decision(Admitted):
             since = parse_time((get_condition(p.status, c.QUEUED) or {}).get(
                 "lastTransitionTime")) or p.now  # fmt: skip
             p.requeue_at(min(60.0, max(1.0, (p.now - since).total_seconds())))
+            return False
+        refused = topology.refusal(p.job)
+        if refused is not None:
+            p.stop_pods()
+            self._wait(p, refused)
             return False
         if p.stop_pods() and not self.seen.other_workloads:
             self.create_workload = workload(p.job, active=True, priority=priority)

@@ -19,7 +19,8 @@ objects:
   :meth:`Decision.release_pods`  once the Scheduler Service is in hand, before pods are
                                 created; False: the pods wait
   :meth:`Decision.placement`    for each replica type whose pods are created: what they
-                                carry (node labels, tolerations, scheduler, annotations)
+                                carry (node labels, tolerations, scheduler, annotations,
+                                scheduling gates)
   :meth:`Decision.running`      once every pod runs
   :meth:`Decision.suspend`      while the job is suspended
   :meth:`Decision.finish`       in every pass of a finished job
@@ -71,15 +72,18 @@ class Wait:
 @dataclass(frozen=True)
 class Placement:
     """What scheduling systems add to a replica's pods: node labels and tolerations
-    (Kueue's admitted flavors), the scheduler that places them (Volcano), labels and
-    annotations. The template's own node labels and scheduler win; the operator's labels
-    win over these."""
+    (Kueue's admitted flavors), the scheduler that places them (Volcano), labels,
+    annotations and scheduling gates (Kueue's topology gate). The template's own node
+    labels and scheduler win; the operator's labels win over these."""
 
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[JSON] = field(default_factory=list)
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)
     scheduler_name: str | None = None
+    scheduling_gates: list[str] = field(default_factory=list)
+    """Names of ``spec.schedulingGates`` the pods are created with (each once): the pod
+    is not scheduled until whoever owns a gate removes it."""
 
     def __add__(self, other: Placement) -> Placement:
         return Placement(
@@ -88,6 +92,7 @@ class Placement:
             labels={**self.labels, **other.labels},
             annotations={**self.annotations, **other.annotations},
             scheduler_name=other.scheduler_name or self.scheduler_name,
+            scheduling_gates=list(dict.fromkeys([*self.scheduling_gates, *other.scheduling_gates])),
         )
 
 
