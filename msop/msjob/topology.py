@@ -26,15 +26,18 @@ and ``kueue.x-k8s.io/podset-slice-size: N``        ``podSetSliceSize``: every N 
 Every request names ``podIndexLabel: training.kubeflow.org/replica-index`` (as Kueue's
 Kubeflow integration does): the pod's index within its replica type, 0..n-1, by which
 Kueue's ungater gives pod *i* the *i*-th place of the assignment. A template without any
-of these annotations gets no request, and its pod set is as without TAS.
+of these annotations gets no request, and its pod set is as without TAS (Kueue's Kubeflow
+integration sends the ``podIndexLabel`` alone then; msop leaves such Workloads as they
+were).
 
 The rules are Kueue's job webhook's (``jobframework.ValidateTASPodSetRequest``): at most
-one of required, preferred and unconstrained; levels that are label names; unconstrained
-a boolean; a slice level and a slice size together, the size an integer from 1 to the
-replica count. Kueue has no webhook for MSJobs, so msop checks them before it creates the
-Workload (:func:`refusal`): a job that breaks one gets no Workload and waits, ``Queued``
-with reason :data:`REASON_INVALID` and a Warning Event, until its template is fixed.
-PodSet groups (``kueue.x-k8s.io/podset-group-name``) and multi-level slices
+one of required, preferred and unconstrained; levels that are label names (of at most 63
+characters, the Workload's own limit); unconstrained a boolean; a slice level and a slice
+size together, the size an integer from 1 to the replica count. Kueue has no webhook for
+MSJobs, so msop checks them before it creates the Workload (:func:`refusal`): a job that
+breaks one gets no Workload and waits, ``Queued`` with reason :data:`REASON_INVALID` and
+a Warning Event, until its template is fixed. PodSet groups
+(``kueue.x-k8s.io/podset-group-name``) and multi-level slices
 (``kueue.x-k8s.io/podset-slice-required-topology-constraints``, alpha) are refused the
 same way: msop does not implement them.
 
@@ -85,6 +88,9 @@ WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
 REASON_INVALID: Final = "InvalidTopologyRequest"
 
 _LEVEL = re.compile(QUALIFIED_NAME_PATTERN.removesuffix("$") + r"\Z")
+#: The longest level a Workload's topologyRequest holds (Kueue's CRD: a longer one is
+#: refused when the Workload is created).
+_LEVEL_MAX = 63
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _INT32_MAX = 2**31 - 1
 #: Go's strconv.ParseBool, which Kueue reads the unconstrained annotation with.
@@ -153,6 +159,11 @@ def problems(job: JSON) -> list[str]:
         for key in (REQUIRED, PREFERRED, SLICE_REQUIRED):
             if key in notes and not _LEVEL.match(notes[key]):
                 out.append(f"{where} {key}: {notes[key]!r} is not a node label name")
+            elif key in notes and len(notes[key]) > _LEVEL_MAX:
+                out.append(
+                    f"{where} {key}: {notes[key]!r} is longer than the {_LEVEL_MAX} "
+                    "characters a Workload holds"
+                )
         if UNCONSTRAINED in notes and notes[UNCONSTRAINED] not in _BOOLS:
             out.append(f"{where} {UNCONSTRAINED}: {notes[UNCONSTRAINED]!r} is not a boolean")
         if SLICE_SIZE in notes:

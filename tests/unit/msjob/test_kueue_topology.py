@@ -118,6 +118,7 @@ def test_the_pod_set_asks_what_its_template_says_and_names_the_replica_index(
         ({topology.REQUIRED: "rack", topology.PREFERRED: "rack"}, "at most one of"),
         ({topology.PREFERRED: "rack", topology.UNCONSTRAINED: "true"}, "at most one of"),
         ({topology.REQUIRED: "not a label!"}, "'not a label!' is not a node label name"),
+        ({topology.PREFERRED: "example.com/" + "r" * 60}, "longer than the 63 characters"),
         ({topology.UNCONSTRAINED: "yes"}, "'yes' is not a boolean"),
         (
             {
