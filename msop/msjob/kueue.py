@@ -787,7 +787,8 @@ class Decision(Admitted):
 
     def _without_workload(self, p: Pass) -> bool:
         """No Workload (yet, or any more): once the pods are gone, create one, unless the
-        priority class it would name is missing."""
+        priority class it would name is missing or a template's topology annotations
+        break Kueue's rules."""
         priority = self.seen.priority
         if isinstance(priority, MissingClass):
             p.stop_pods()
