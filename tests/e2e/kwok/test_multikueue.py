@@ -13,8 +13,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import ipaddress
+import itertools
 import json
 import os
+import socketserver
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -22,7 +26,17 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.msjobs import condition, get, is_true, items, wait_condition, wait_for
+from bench.reporters import report_body, response_for
+from tests.e2e.msjobs import (
+    condition,
+    env_of,
+    get,
+    is_true,
+    items,
+    job_pods,
+    wait_condition,
+    wait_for,
+)
 from tests.e2e.sessions import (
     build_binaries,
     install_crds,
@@ -213,6 +227,32 @@ def where(workers: dict[str, LocalCluster], ns: str, job: str) -> list[str]:
     return [n for n, w in workers.items() if get(w, ns, "msjob", job) is not None]
 
 
+@contextlib.contextmanager
+def progress_reporter(pod: JSON) -> Iterator[None]:
+    """Answer ``GET /progress`` on the (loopback) pod IP and progress port of ``pod``, as
+    its reporter would, with a report one step further each time."""
+    ip = pod["status"]["podIP"]
+    assert ipaddress.ip_address(ip).is_loopback, ip  # nothing listens outside loopback
+    port = int(env_of(pod)["MSOP_PROGRESS_PORT"])
+    meta = pod["metadata"]
+    seq = itertools.count(1)
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            request = self.rfile.readline() + b"\r\n"
+            body = report_body(meta["name"], meta["uid"], next(seq), 1.0)
+            self.wfile.write(response_for(request, body))
+
+    server = socketserver.ThreadingTCPServer((ip, port), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 def audited_pod_creates(cluster: LocalCluster, ns: str) -> int:
     n = 0
     for line in cluster.audit_log.read_text().splitlines():
@@ -244,7 +284,7 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         operator_factory(w2.kubeconfig, namespace) as on_w2,
     ):
         for start in (on_manager, on_w1, on_w2):
-            start("--enable-kueue")
+            start("--enable-kueue", "--progress-interval", "1")
 
         # w1 is full: a job of its own holds its quota.
         create(w1, msjob("filler", namespace, dispatched=False))
@@ -262,6 +302,20 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         mirrored = get(manager, namespace, "msjob", "first") or {}
         assert mirrored["status"]["replicaStatuses"]["Worker"]["active"] == 2
         assert mirrored["status"].get("workers") == "2/2"
+        # Its progress too: Worker 0's reporter (simulated on its loopback pod IP) is
+        # polled by msop on w2, and the report reaches the manager.
+        worker0 = job_pods(w2, namespace, "first")["first-worker-0"]
+        with progress_reporter(worker0):
+            wait_for(
+                "first's progress on the manager",
+                lambda: (
+                    ((get(manager, namespace, "msjob", "first") or {}).get("status", {}))
+                    .get("progress", {})
+                    .get("step", 0)
+                    > 0
+                ),
+                60,
+            )
         # msop on w2 adopted the Workload MultiKueue pre-built there.
         wl_name = copy["metadata"]["labels"][PREBUILT_LABEL]
         wl = get(w2, namespace, "workload", wl_name) or {}
