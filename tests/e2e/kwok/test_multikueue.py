@@ -37,6 +37,9 @@ from tests.e2e.msjobs import (
     wait_condition,
     wait_for,
 )
+from tests.e2e.msjobs import (
+    queued as queued_condition,
+)
 from tests.e2e.sessions import (
     build_binaries,
     install_crds,
@@ -54,6 +57,7 @@ PREBUILT_LABEL = "kueue.x-k8s.io/prebuilt-workload-name"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 ORIGIN = "msop-e2e"
 WORKER_SA = "multikueue"
+JOB_NAME = "training.kubeflow.org/job-name"
 
 
 def create(cluster: LocalCluster, obj: JSON) -> None:
@@ -325,8 +329,11 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         # Both workers full: the second waits on the manager, and says why.
         create(manager, msjob("second", namespace, dispatched=True))
         wait_for(
-            "second queued on the manager",
-            lambda: is_true(get(manager, namespace, "msjob", "second"), "Queued"),
+            "second waits on the manager for a worker",
+            lambda: (
+                "admission checks are pending"
+                in ((queued_condition(manager, namespace, "second") or {}).get("message") or "")
+            ),
             60,
         )
         assert where(workers, namespace, "second") == []
@@ -362,13 +369,20 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         wait_condition(manager, namespace, "first", "Succeeded", timeout=90)
         wait_for("first's copy removed from w2",
                  lambda: where(workers, namespace, "first") == [], 90)  # fmt: skip
-        manager_wls = items(manager, namespace, "workloads")
-        finished = [w for w in manager_wls if w["metadata"]["labels"].get(
-            "training.kubeflow.org/job-name") == "first"]  # fmt: skip
-        assert finished and is_true(finished[0], "Finished")
-        assert "kueue.x-k8s.io/resource-in-use" not in (
-            finished[0]["metadata"].get("finalizers") or []
-        )
+
+        def finished_here() -> bool:
+            wls = [w for w in items(manager, namespace, "workloads")
+                   if w["metadata"]["labels"].get(JOB_NAME) == "first"]  # fmt: skip
+            return (
+                bool(wls)
+                and is_true(wls[0], "Finished")
+                and (
+                    "kueue.x-k8s.io/resource-in-use"
+                    not in (wls[0]["metadata"].get("finalizers") or [])
+                )
+            )
+
+        wait_for("first's Workload Finished and released on the manager", finished_here, 30)
 
         # Deleting the second on the manager removes it and its Workloads everywhere.
         manager.kubectl("delete", "msjob", "second", "-n", namespace, "--wait=true")
@@ -377,7 +391,7 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
             "no Workload of second left anywhere",
             lambda: (
                 not any(
-                    w["metadata"]["labels"].get("training.kubeflow.org/job-name") == "second"
+                    w["metadata"]["labels"].get(JOB_NAME) == "second"
                     for c_ in (manager, w1, w2)
                     for w in items(c_, namespace, "workloads")
                 )
