@@ -306,16 +306,22 @@ class Planner:
         self.created()
 
         counts: dict[str, JSON] | None = None
-        if is_finished(self.status):
-            self.finish(delete_all=False)
-        elif errors := validate(self.stored):
-            detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
-            self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
-            self.finish(delete_all=True)
-        else:
+        if not self.finished_or_invalid():
             counts = self.active_job()
         self.update_progress()
         return self.finish_status(counts)
+
+    def finished_or_invalid(self) -> bool:
+        """Rules 2 and 4: a finished job only cleans up; an invalid one fails (True)."""
+        if is_finished(self.status):
+            self.finish(delete_all=False)
+            return True
+        if errors := validate(self.stored):
+            detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
+            self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
+            self.finish(delete_all=True)
+            return True
+        return False
 
     def created(self) -> None:
         """Rule 3: ``Created`` on first sight; ``observedGeneration``."""
@@ -344,12 +350,8 @@ class Planner:
         runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
         ``Failed``); ``ttlSecondsAfterFinished`` deletes it here as well."""
         self.created()
-        if is_finished(self.status):
-            self.finish(delete_all=False)
-        elif errors := validate(self.stored):
-            detail = "; ".join(f"{e.path}: {e.message}" for e in errors[:10])
-            self.fail("InvalidSpec", f"MSJob {self.ref} is invalid: {detail}")
-            self.finish(delete_all=True)
+        if self.finished_or_invalid():
+            pass
         elif self.view.run_policy.suspend:
             self.suspend()
         else:
