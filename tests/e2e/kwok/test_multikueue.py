@@ -84,6 +84,8 @@ def cluster_queue(
     }  # fmt: skip
     if checks:
         spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": n} for n in checks]}
+    else:
+        spec["preemption"] = {"withinClusterQueue": "LowerPriority"}
     return kueue_obj("ClusterQueue", name, spec)
 
 
@@ -360,6 +362,36 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
             "second dispatched again", lambda: where(workers, namespace, "second") == ["w1"], 90
         )
         wait_condition(manager, namespace, "second", "Running", timeout=90)
+
+        # A preemption on w2 ends the first's run there: the manager queues it again (not
+        # failed, though its backoffLimit is 0), and once w2 has room it runs there again.
+        create(w2, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                    "metadata": {"name": "urgent"}, "value": 1000})  # fmt: skip
+        urgent = msjob("urgent", namespace, dispatched=False)
+        urgent["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
+        first_uid = (get(w2, namespace, "msjob", "first") or {})["metadata"]["uid"]
+        create(w2, urgent)
+        wait_condition(w2, namespace, "urgent", "Running", timeout=90)
+        wait_for(
+            "first queued again on the manager",
+            lambda: is_true(get(manager, namespace, "msjob", "first"), "Queued"),
+            90,
+        )
+        evicted = get(manager, namespace, "msjob", "first")
+        assert not is_true(evicted, "Failed") and not is_true(evicted, "Running"), evicted
+        w2.kubectl("delete", "msjob", "urgent", "-n", namespace, "--wait=true")
+        w2.kubectl("delete", "workloadpriorityclass", "urgent")
+
+        def first_runs_again() -> bool:
+            copy = get(w2, namespace, "msjob", "first")
+            return (
+                copy is not None
+                and copy["metadata"]["uid"] != first_uid
+                and is_true(copy, "Running")
+            )
+
+        wait_for("first dispatched to w2 again and running", first_runs_again, 120)
+        wait_condition(manager, namespace, "first", "Running", timeout=60)
 
         # The first succeeds on w2, and on the manager; MultiKueue then removes the copy.
         kubelet = KubeletStandIn(w2)
