@@ -249,7 +249,11 @@ def progress_reporter(pod: JSON) -> Iterator[None]:
             body = report_body(meta["name"], meta["uid"], next(seq), 1.0)
             self.wfile.write(response_for(request, body))
 
-    server = socketserver.ThreadingTCPServer((ip, port), Handler)
+    class Server(socketserver.ThreadingTCPServer):
+        allow_reuse_address = True  # an earlier run's connections may be in TIME_WAIT
+        daemon_threads = True
+
+    server = Server((ip, port), Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
