@@ -169,11 +169,13 @@ def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[Operato
         return op
 
     default_kubeconfig = kubeconfig
-    yield start
-    for op in started:
-        if op.alive():
-            code = op.stop()
-            assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"
+    try:
+        yield start
+    finally:
+        # Also when the test failed inside a `with`: no operator outlives its test.
+        codes = [(op, op.stop()) for op in started if op.alive()]
+    for op, code in codes:
+        assert code == 0, f"operator exited {code} on SIGTERM:\n{op.log_tail()}"
 
 
 #: A device resource the pool's nodes declare (jobs take one per Worker).
