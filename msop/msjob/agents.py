@@ -37,7 +37,7 @@ from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, Resource
 from msop.msjob.inplace import SECURITY_CONTEXT, agent_of
-from msop.msjob.plan import AgentRequest
+from msop.msjob.passes import AgentRequest
 
 log = structlog.get_logger("msop.msjob.agents")
 
@@ -146,7 +146,7 @@ def _node_features(node: JSON) -> JSON:
 
 
 class AgentClient:
-    """Sends a plan's :class:`~msop.msjob.plan.AgentRequest` s, signed."""
+    """Sends a plan's :class:`~msop.msjob.passes.AgentRequest` s, signed."""
 
     def __init__(self, key: int) -> None:
         self.key = key

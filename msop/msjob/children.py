@@ -1,7 +1,7 @@
 """The job's children: what the planner's rule 11 creates, deletes and corrects.
 
-Pure functions over the planning pass (:class:`msop.msjob.plan.Planner`), recording
-their decisions in its Plan. In order: pods out of range or unlabelled are deleted, pods
+Pure functions over the planning pass (:class:`msop.msjob.passes.PlanningPass`), acting
+through it. In order: pods out of range or unlabelled are deleted, pods
 stuck terminating past ``stuck_terminating_seconds`` are force-deleted, the Service in
 front of the rendezvous pod is created (or replaced, or its selector corrected), and,
 unless the cluster is still stopping (a whole-job restart waits for every old pod to go)
@@ -12,20 +12,16 @@ wait for the Service's ClusterIP: it is their ``MS_SCHED_HOST``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from msop.api import constants as c
 from msop.api import naming
 from msop.kube.objects import parse_time
 from msop.msjob import desired
+from msop.msjob.passes import PlanningPass
 from msop.msjob.podstate import service_port, terminating
 from msop.msjob.scheduling import Placement
 
-if TYPE_CHECKING:
-    from msop.msjob.plan import Planner
 
-
-def sync(p: Planner) -> None:
+def sync(p: PlanningPass) -> None:
     """Rule 11: delete what is out of range, then create what is missing, in order:
     the Scheduler Service, then what the scheduling systems need first (a PodGroup),
     then the pods (held while one of them is missing or not ready)."""
@@ -39,7 +35,7 @@ def sync(p: Planner) -> None:
     create_missing_pods(p, sched_host)
 
 
-def delete_unwanted_pods(p: Planner) -> None:
+def delete_unwanted_pods(p: PlanningPass) -> None:
     """Out of range or unlabelled: delete (scale-down, kubectl scale, changed types)."""
     for slot, pod in p.by_slot.items():
         if not p.wanted(slot):
@@ -48,16 +44,17 @@ def delete_unwanted_pods(p: Planner) -> None:
         p.delete_pod(pod)
 
 
-def sync_scheduler_service(p: Planner) -> str | None:
+def sync_scheduler_service(p: PlanningPass) -> str | None:
     """Create the Service in front of the rendezvous pod (Scheduler 0, or Worker 0 of an
     msrun job) if missing, replace it if its port is not the job's, correct its
     selector in place if it would not select the pod (a Service ms-operator made),
     and delete any other; return its ClusterIP once it has one (the other pods'
     ``MS_SCHED_HOST``)."""
-    services = p.obs.services
+    services = p.services
     slot = desired.rendezvous(p.job)
     if slot is None:
-        p.plan.delete_services.extend(s for s in services if not terminating(s))
+        for s in services:
+            p.delete_service(s)
         return None
     want = naming.object_name(p.view.name, *slot)
     svc = next((s for s in services if s["metadata"]["name"] == want), None)
@@ -67,27 +64,29 @@ def sync_scheduler_service(p: Planner) -> str | None:
         and service_port(svc) != (desired.rendezvous_port(p.job))
     ):
         svc = None  # deleted below; created anew once gone
-    p.plan.delete_services.extend(s for s in services if s is not svc and not terminating(s))
+    for s in services:
+        if s is not svc:
+            p.delete_service(s)
     if svc is not None and not terminating(svc):
         fix = desired.selector_fix(p.job, svc)
         if fix is not None:
-            p.plan.patch_services.append((svc, fix))
+            p.patch_service(svc, fix)
     if svc is None:
         if not any(s["metadata"]["name"] == want for s in services):
-            p.plan.create_services.append(desired.scheduler_service(p.job))
+            p.create_service(desired.scheduler_service(p.job))
         return None
     ip = (svc.get("spec") or {}).get("clusterIP")
     return ip if ip and ip != "None" and not terminating(svc) else None
 
 
-def cluster_still_stopping(p: Planner) -> bool:
+def cluster_still_stopping(p: PlanningPass) -> bool:
     """A cluster restarts as a whole: no new member while an old one lives."""
     return p.view.spec.restart_scope == c.RESTART_SCOPE_JOB and any(
-        terminating(pod) or pod in p.plan.delete_pods for pod in p.pods
+        terminating(pod) or p.deleting(pod) for pod in p.pods
     )
 
 
-def create_missing_pods(p: Planner, sched_host: str | None) -> None:
+def create_missing_pods(p: PlanningPass, sched_host: str | None) -> None:
     """Every wanted pod that does not exist; with a Scheduler, the others wait for
     its Service's ClusterIP (the Service's creation requeues the job)."""
     rendezvous = desired.rendezvous(p.job)
@@ -96,7 +95,7 @@ def create_missing_pods(p: Planner, sched_host: str | None) -> None:
     for rtype, index in desired.replica_slots(p.job):
         if (rtype, index) in p.by_slot or (waits_for_host and (rtype, index) != rendezvous):
             continue
-        p.plan.create_pods.append(
+        p.create_pod(
             desired.pod(
                 p.job, rtype, index, sched_host=sched_host,
                 progress_port=p.opts.progress_port, placement=placement(p, rtype),
@@ -114,7 +113,7 @@ def create_missing_pods(p: Planner, sched_host: str | None) -> None:
             )
 
 
-def placement(p: Planner, replica_type: str) -> Placement | None:
+def placement(p: PlanningPass, replica_type: str) -> Placement | None:
     """What the scheduling systems add to the replica type's pods."""
     out: Placement | None = None
     for system in p.systems:
@@ -124,7 +123,7 @@ def placement(p: Planner, replica_type: str) -> Placement | None:
     return out
 
 
-def reap_stuck_terminating(p: Planner) -> None:
+def reap_stuck_terminating(p: PlanningPass) -> None:
     for pod in p.pods:
         meta = pod["metadata"]
         deleted = parse_time(meta.get("deletionTimestamp"))
@@ -133,7 +132,7 @@ def reap_stuck_terminating(p: Planner) -> None:
         # deletionTimestamp already includes the grace period.
         overdue = (p.now - deleted).total_seconds()
         if overdue >= p.opts.stuck_terminating_seconds:
-            p.plan.force_delete_pods.append(pod)
+            p.force_delete_pod(pod)
             p.event(
                 "Warning",
                 "ForceDeletedStuckPod",

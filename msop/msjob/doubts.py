@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from msop.controller.events import EventRecorder
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists
 from msop.kube.objects import JSON
-from msop.msjob.plan import Event
+from msop.msjob.passes import Event
 
 #: Longest Event message written (the API server's limit for event notes is 1 KiB).
 EVENT_MESSAGE_LIMIT = 1024

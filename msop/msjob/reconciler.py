@@ -124,7 +124,8 @@ from msop.kube.resources import PODS, SERVICES, Resource
 from msop.kube.writer import Client
 from msop.msjob import metrics
 from msop.msjob.doubts import Doubts
-from msop.msjob.plan import Event, Observed, Options, Plan, plan
+from msop.msjob.passes import Event, Observed, Options, Plan
+from msop.msjob.plan import plan
 from msop.msjob.scheduling import System, Writer
 
 if TYPE_CHECKING:

@@ -1,8 +1,8 @@
 """Restart policies: what a failed, resized or broken MSJob does next (the planner's rule 7).
 
 Pure, like the rest of the planner: each function takes the planning pass
-(:class:`msop.msjob.plan.Planner`) and the replica counts it made, decides, and records its
-decision in the pass (pods to delete, conditions, events). Each returns True when the
+(:class:`msop.msjob.passes.PlanningPass`) and the replica counts it made, decides, and acts
+through the pass (pods to delete, conditions, events). Each returns True when the
 pass failed or restarted the job, so the planner stops there.
 
 ``restartScope: Job`` (:func:`restart_job_if_needed`; the default for a MindSpore cluster:
@@ -36,13 +36,13 @@ evidence (the failed pod) is gone.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from msop.api import constants as c
 from msop.api import naming
 from msop.api.conditions import get_condition, is_true
 from msop.kube.objects import JSON, parse_time
 from msop.msjob import desired, inplace
+from msop.msjob.passes import ACTIVE_PHASES as ACTIVE
+from msop.msjob.passes import PlanningPass
 from msop.msjob.podstate import (
     exit_code,
     finished_at,
@@ -53,13 +53,10 @@ from msop.msjob.podstate import (
     terminating,
 )
 
-if TYPE_CHECKING:
-    from msop.msjob.plan import Planner
-
 Slot = tuple[str, int]
 
 
-def restart_pods(p: Planner, counts: dict[str, JSON]) -> bool:
+def restart_pods(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     """``restartScope: Pod``: apply the restart policies and ``backoffLimit`` pod by pod;
     True if the job just failed."""
     kubelet_restarts = 0
@@ -105,7 +102,7 @@ def restart_pods(p: Planner, counts: dict[str, JSON]) -> bool:
 
 
 def _recreate_killed(
-    p: Planner, counts: dict[str, JSON], restarts: list[tuple[str, JSON, int | None]]
+    p: PlanningPass, counts: dict[str, JSON], restarts: list[tuple[str, JSON, int | None]]
 ) -> None:
     """Delete the pods killed by a signal (recreated in a later pass), counting each."""
     for rtype, pod, code in restarts:
@@ -116,7 +113,7 @@ def _recreate_killed(
         counts[rtype]["restarts"] = int(counts[rtype].get("restarts", 0)) + 1
         counts[rtype]["failed"] = max(0, counts[rtype]["failed"] - 1)
         p.delete_pod(pod)
-        p.plan.status_first = True
+        p.write_status_first()
     if restarts:
         types = sorted({rt for rt, _, _ in restarts})
         msg = (
@@ -127,7 +124,7 @@ def _recreate_killed(
         p.event("Warning", "MSJobRestarting", msg)
 
 
-def restart_job_if_needed(p: Planner, counts: dict[str, JSON]) -> bool:
+def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     """``restartScope: Job`` (see the module docstring); True if this pass failed or
     restarts the job."""
     if inplace.in_progress(p.status):
@@ -158,9 +155,6 @@ def restart_job_if_needed(p: Planner, counts: dict[str, JSON]) -> bool:
         )
         return _job_failure(p, counts, slot, shown, pod, failed)
     return _resize_cluster(p) or _replace_lost_member(p)
-
-
-ACTIVE = ("Pending", "Running")
 
 
 #: The reason of what the kubelet reports as the last state of a container that
@@ -197,7 +191,7 @@ def _as_ended(pod: JSON, term: JSON) -> JSON:
     }
 
 
-def retryable(p: Planner, slot: Slot, pod: JSON) -> bool:
+def retryable(p: PlanningPass, slot: Slot, pod: JSON) -> bool:
     """Whether the replica's restart policy retries this failed pod."""
     policy = p.specs[slot[0]].restart_policy
     if policy == c.NEVER:
@@ -209,7 +203,7 @@ def retryable(p: Planner, slot: Slot, pod: JSON) -> bool:
 
 
 def _job_failure(
-    p: Planner,
+    p: PlanningPass,
     counts: dict[str, JSON],
     slot: Slot,
     shown: JSON,
@@ -263,7 +257,7 @@ def _job_failure(
     return True
 
 
-def _why_not_in_place(p: Planner, failed: list[tuple[Slot, JSON]]) -> str:
+def _why_not_in_place(p: PlanningPass, failed: list[tuple[Slot, JSON]]) -> str:
     """Why this restart recreates the pods ("" if it can restart them in place)."""
     why = inplace.why_not(p.job, p.opts.in_place)
     if why:
@@ -281,10 +275,10 @@ def _why_not_in_place(p: Planner, failed: list[tuple[Slot, JSON]]) -> str:
     return ""
 
 
-def _restart_in_place(p: Planner, message: str) -> None:
+def _restart_in_place(p: PlanningPass, message: str) -> None:
     """Start a restart in place: counted (the status goes first), then every pod's agent
     is asked to restart its pod for the new generation (:func:`_continue_in_place`)."""
-    p.plan.status_first = True
+    p.write_status_first()
     p.set_condition(c.RESTARTING, c.CONDITION_TRUE, inplace.RESTARTING_IN_PLACE, message)
     p.event("Warning", inplace.RESTARTING_IN_PLACE, message)
     generation = p.generation()
@@ -301,7 +295,7 @@ AGENT_RETRY_SECONDS = 1.0
 that did not answer)."""
 
 
-def _continue_in_place(p: Planner) -> bool:
+def _continue_in_place(p: PlanningPass) -> bool:
     """A restart in place under way: ask the agents that have not restarted their pods,
     release the barrier once every pod has, and end it (False: the pass goes on to set
     ``Running``) once every training container runs again. Recreate every pod instead
@@ -345,7 +339,7 @@ def _continue_in_place(p: Planner) -> bool:
     return True
 
 
-def _broken(p: Planner, pods: dict[Slot, JSON | None]) -> str:
+def _broken(p: PlanningPass, pods: dict[Slot, JSON | None]) -> str:
     """Why the pods cannot finish restarting in place ("" if they can)."""
     for slot, pod in pods.items():
         name = naming.object_name(p.view.name, *slot)
@@ -358,7 +352,7 @@ def _broken(p: Planner, pods: dict[Slot, JSON | None]) -> str:
     return ""
 
 
-def _resize_cluster(p: Planner) -> bool:
+def _resize_cluster(p: PlanningPass) -> bool:
     """Pods made for another cluster size: replace them (nothing started yet), or restart
     the whole cluster; True if it restarts."""
     want = desired.wanted_cluster_size_env(p.job)
@@ -380,7 +374,7 @@ def _resize_cluster(p: Planner) -> bool:
     return True
 
 
-def _replace_lost_member(p: Planner) -> bool:
+def _replace_lost_member(p: PlanningPass) -> bool:
     """A member of a Running cluster is gone: restart the whole cluster; True if so."""
     if not is_true(p.status, c.RUNNING):
         return False
@@ -396,12 +390,12 @@ def _replace_lost_member(p: Planner) -> bool:
     return True
 
 
-def restart_all(p: Planner, type_: str, reason: str, message: str) -> None:
+def restart_all(p: PlanningPass, type_: str, reason: str, message: str) -> None:
     """Delete every pod of the job; they are recreated together once all are gone (the
     planner creates nothing while one terminates). The Service stays, so
     ``MS_SCHED_HOST`` does not change."""
     for pod in p.pods:
         p.delete_pod(pod)
-    p.plan.status_first = True
+    p.write_status_first()
     p.set_condition(c.RESTARTING, c.CONDITION_TRUE, reason, message)
     p.event(type_, reason, message)

@@ -39,7 +39,7 @@ from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, Transform, make_transform
 from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS, Resource
 from msop.msjob import gang, kueue, metrics
-from msop.msjob.plan import Options
+from msop.msjob.passes import Options
 from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler

@@ -15,7 +15,7 @@ from msop.api import constants as c
 from msop.api.conditions import get_condition, set_condition
 from msop.kube.errors import ApiError, is_invalid
 from msop.kube.objects import JSON, format_time
-from msop.msjob.plan import Observed, Plan
+from msop.msjob.passes import Observed, Plan
 
 #: Longest condition message taken from an API error.
 API_MESSAGE_LIMIT = 1024

@@ -34,7 +34,8 @@ from msop.api.validation import beyond_admission
 from msop.kube.objects import JSON
 from msop.msjob import gang
 from msop.msjob import kueue as queue
-from msop.msjob.plan import Observed, Plan, plan
+from msop.msjob.passes import Observed, Plan
+from msop.msjob.plan import plan
 from msop.msjob.scheduling import Seen, decision
 
 UID_PLACEHOLDER = "<msjob-uid>"

@@ -104,6 +104,7 @@ def test_the_pure_rooms_load_no_runtime() -> None:
     # protocol needs no HTTP client.
     mods = _loaded_by(
         "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer,"
+        " msop.msjob.passes, msop.msjob.replicastatus, msop.msjob.restarts,"
         " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue"
     )
     assert _runtime(mods) == []
@@ -112,7 +113,15 @@ def test_the_pure_rooms_load_no_runtime() -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["msop/msjob/reconciler.py", "msop/msjob/plan.py", "msop/msjob/children.py"]
+    "path",
+    [
+        "msop/msjob/reconciler.py",
+        "msop/msjob/plan.py",
+        "msop/msjob/passes.py",
+        "msop/msjob/children.py",
+        "msop/msjob/restarts.py",
+        "msop/msjob/replicastatus.py",
+    ],
 )
 def test_the_core_knows_no_scheduling_system(path: str) -> None:
     # Kueue and Volcano live behind msop.msjob.scheduling: the reconciler and the planner
@@ -170,24 +179,56 @@ def _rank(module: str) -> int:
     return 0
 
 
-def test_each_layer_imports_only_the_layers_before_it() -> None:
-    # Static, so it also sees imports inside functions and under TYPE_CHECKING.
-    wrong = []
-    for path in sorted((REPO / "msop").rglob("*.py")):
-        module = ".".join(path.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__")
+def _static_imports() -> dict[str, set[str]]:
+    """Each msop module's msop imports, read from its source: also those inside functions
+    and under TYPE_CHECKING (``from a import b`` names ``a.b`` when that is a module)."""
+    paths = sorted((REPO / "msop").rglob("*.py"))
+    names = {
+        ".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+        for p in paths
+    }
+    imports: dict[str, set[str]] = {}
+    for module, path in names.items():
+        found: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module]
+                found |= {
+                    f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                    for a in node.names
+                }
             elif isinstance(node, ast.Import):
-                names = [alias.name for alias in node.names]
-            else:
-                continue
-            wrong += [
-                f"{module} imports {n}"
-                for n in names
-                if n.startswith("msop.") and _rank(n) > _rank(module)
-            ]
+                found |= {alias.name for alias in node.names}
+        imports[module] = {m for m in found if m.startswith("msop.") and m != module}
+    return imports
+
+
+def test_each_layer_imports_only_the_layers_before_it() -> None:
+    wrong = [
+        f"{module} imports {n}"
+        for module, names in _static_imports().items()
+        for n in sorted(names)
+        if _rank(n) > _rank(module)
+    ]
     assert wrong == []
+
+
+def test_no_module_imports_one_that_imports_it_back() -> None:
+    # The planner's rules act through the planning pass (msop.msjob.passes) and the pass
+    # imports no rule: a circle would make each module's meaning depend on the other's.
+    imports = _static_imports()
+    circles = []
+    for start in sorted(imports):
+        seen: set[str] = set()
+        todo = [(start, (start,))]
+        while todo:
+            module, path = todo.pop()
+            for n in sorted(imports.get(module, ())):
+                if n == start:
+                    circles.append(" -> ".join((*path, n)))
+                elif n not in seen:
+                    seen.add(n)
+                    todo.append((n, (*path, n)))
+    assert circles == []
 
 
 def test_the_operator_does_not_load_aiohttp_web() -> None:
