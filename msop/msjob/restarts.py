@@ -12,8 +12,9 @@ a job with a Scheduler, not elastic) restarts the job as a whole:
   killed worker exit 1 about 30 s after it, and those follow-on exits say nothing about
   the job. Retryable by the failed replica's policy (``ExitCode``: a code >= 128, or no
   code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
-  none) means every pod is deleted and recreated with the same ``MS_*`` values, counted
-  once toward ``backoffLimit``. Otherwise the job fails, naming the pod, its exit code and
+  none) means every pod is restarted, counted once toward ``backoffLimit``: in place where
+  every pod carries the msop agent (:mod:`.inplacerestart` decides the steps), else
+  deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming the pod, its exit code and
   the container's reason; the failed run's last output stays in the condition's message.
 - Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
   ``kubectl scale``) cannot join the others: if the cluster has started, every pod is
@@ -38,9 +39,9 @@ from __future__ import annotations
 
 from msop.api import constants as c
 from msop.api import naming
-from msop.api.conditions import get_condition, is_true
-from msop.kube.objects import JSON, parse_time
-from msop.msjob import desired, inplace
+from msop.api.conditions import is_true
+from msop.kube.objects import JSON
+from msop.msjob import desired, inplace, inplacerestart
 from msop.msjob.passes import ACTIVE_PHASES as ACTIVE
 from msop.msjob.passes import PlanningPass
 from msop.msjob.podstate import (
@@ -128,7 +129,10 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     """``restartScope: Job`` (see the module docstring); True if this pass failed or
     restarts the job."""
     if inplace.in_progress(p.status):
-        return _continue_in_place(p)
+        step = inplacerestart.advance(p)
+        if step.recreate:
+            restart_all(p, "Warning", "MSJobRestarting", step.recreate)
+        return not step.done
     live = [
         (slot, pod) for slot, pod in p.by_slot.items() if p.wanted(slot) and not terminating(pod)
     ]
@@ -143,7 +147,7 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     ended: list[tuple[Slot, JSON, JSON]] = [(slot, pod, pod) for slot, pod in failed]
     for slot, pod in live:
         if phase(pod) in ACTIVE and (term := inplace.failed_in_place(pod, generation)):
-            ended.append((slot, _as_ended(pod, term), pod))
+            ended.append((slot, inplacerestart.as_ended(pod, term), pod))
     if ended:
         slot, shown, pod = min(
             ended,
@@ -155,40 +159,6 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
         )
         return _job_failure(p, counts, slot, shown, pod, failed)
     return _resize_cluster(p) or _replace_lost_member(p)
-
-
-#: The reason of what the kubelet reports as the last state of a container that
-#: ``RestartAllContainers`` removed: a made-up exit code 137, whatever the process's own.
-REMOVED_BY_RESTART = "RestartingAllContainers"
-
-
-def _as_ended(pod: JSON, term: JSON) -> JSON:
-    """The pod as if its training container's run that ended with ``term`` were its
-    current state: what the failure's description reads. When the kubelet removed the
-    container before it reported its exit (it then says 137 for any), the pod says it
-    failed without an exit code, and nothing is made up."""
-    if term.get("reason") in (REMOVED_BY_RESTART, "RestartedInPlace") or not isinstance(
-        term.get("exitCode"), int
-    ):
-        return {
-            "metadata": pod["metadata"],
-            "status": {
-                "phase": phase(pod),
-                "reason": "RestartedInPlace",
-                "message": "its containers were restarted in place by its restart rule; the "
-                "kubelet reports neither the exit code nor the last output of the run it "
-                "stopped",
-            },
-        }
-    return {
-        "metadata": pod["metadata"],
-        "status": {
-            "phase": phase(pod),
-            "containerStatuses": [
-                {"name": c.DEFAULT_CONTAINER_NAME, "state": {"terminated": dict(term)}}
-            ],
-        },
-    }
 
 
 def retryable(p: PlanningPass, slot: Slot, pod: JSON) -> bool:
@@ -242,9 +212,9 @@ def _job_failure(
         return True
     counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
     count = f"restart {restarts + 1}{f' of {limit}' if limit is not None else ''}"
-    why_not = _why_not_in_place(p, failed)
+    why_not = inplacerestart.why_not(p, failed)
     if not why_not:
-        _restart_in_place(
+        inplacerestart.start(
             p, f"MSJob {p.ref} is restarting all its pods in place because {what} ({count})."
             f"{said}",
         )  # fmt: skip
@@ -255,101 +225,6 @@ def _job_failure(
         f"recreated: {why_not}.{said}",
     )  # fmt: skip
     return True
-
-
-def _why_not_in_place(p: PlanningPass, failed: list[tuple[Slot, JSON]]) -> str:
-    """Why this restart recreates the pods ("" if it can restart them in place)."""
-    why = inplace.why_not(p.job, p.opts.in_place)
-    if why:
-        return why
-    for slot in desired.replica_slots(p.job):
-        pod = p.by_slot.get(slot)
-        name = naming.object_name(p.view.name, *slot)
-        if pod is None or terminating(pod):
-            return f"pod {name} is gone"
-        if inplace.agent_of(pod) is None:
-            return f"pod {name} was created without the msop agent that restarts it in place"
-    if failed:
-        names = ", ".join(pod["metadata"]["name"] for _, pod in failed)
-        return f"pod(s) {names} failed as a whole, which a restart in place cannot undo"
-    return ""
-
-
-def _restart_in_place(p: PlanningPass, message: str) -> None:
-    """Start a restart in place: counted (the status goes first), then every pod's agent
-    is asked to restart its pod for the new generation (:func:`_continue_in_place`)."""
-    p.write_status_first()
-    p.set_condition(c.RESTARTING, c.CONDITION_TRUE, inplace.RESTARTING_IN_PLACE, message)
-    p.event("Warning", inplace.RESTARTING_IN_PLACE, message)
-    generation = p.generation()
-    p.ask_agents(
-        [pod for pod in p.pods if not inplace.restarted_for(pod, generation)],
-        "restart",
-        generation,
-    )
-    p.requeue_at(AGENT_RETRY_SECONDS)
-
-
-AGENT_RETRY_SECONDS = 1.0
-"""How soon a pass of a job restarting in place looks again (and asks again the agents
-that did not answer)."""
-
-
-def _continue_in_place(p: PlanningPass) -> bool:
-    """A restart in place under way: ask the agents that have not restarted their pods,
-    release the barrier once every pod has, and end it (False: the pass goes on to set
-    ``Running``) once every training container runs again. Recreate every pod instead
-    when one is gone or failed, or after ``InPlace.timeout``."""
-    generation = p.generation()
-    slots = desired.replica_slots(p.job)
-    pods = {slot: p.by_slot.get(slot) for slot in slots}
-    if all(pod is not None and inplace.started_again(pod, generation) for pod in pods.values()):
-        return False
-    broken = _broken(p, pods)
-    cond = get_condition(p.status, c.RESTARTING) or {}
-    since = parse_time(str(cond.get("lastTransitionTime") or "")) or p.now
-    timeout = p.opts.in_place.timeout if p.opts.in_place is not None else 0.0
-    remaining = timeout - (p.now - since).total_seconds()
-    if not broken and remaining <= 0:
-        late = [
-            pod["metadata"]["name"]
-            for pod in pods.values()
-            if pod is not None and not inplace.restarted_for(pod, generation)
-        ]
-        waiting = f" (not restarted: {', '.join(late)})" if late else ""
-        broken = f"it did not complete within {timeout:g}s{waiting}"
-    if broken:
-        first = str(cond.get("message") or "").split("\n", 1)[0]
-        restart_all(
-            p, "Warning", "MSJobRestarting",
-            f"MSJob {p.ref} is recreating all its pods: its restart in place failed "
-            f"because {broken}. {first}",
-        )  # fmt: skip
-        return True
-    live = [pod for pod in pods.values() if pod is not None]
-    if all(inplace.restarted_for(pod, generation) for pod in live):
-        p.ask_agents([pod for pod in live if inplace.at_barrier(pod)], "release", generation)
-    else:
-        p.ask_agents(
-            [pod for pod in live if not inplace.restarted_for(pod, generation)],
-            "restart",
-            generation,
-        )
-    p.requeue_at(min(AGENT_RETRY_SECONDS, max(remaining, 0.0)))
-    return True
-
-
-def _broken(p: PlanningPass, pods: dict[Slot, JSON | None]) -> str:
-    """Why the pods cannot finish restarting in place ("" if they can)."""
-    for slot, pod in pods.items():
-        name = naming.object_name(p.view.name, *slot)
-        if pod is None or terminating(pod):
-            return f"pod {name} is gone"
-        if phase(pod) not in ACTIVE:
-            return f"pod {name} {how_it_ended(pod)}"
-        if inplace.agent_of(pod) is None:
-            return f"pod {name} has no msop agent"
-    return ""
 
 
 def _resize_cluster(p: PlanningPass) -> bool:

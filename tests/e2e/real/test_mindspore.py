@@ -158,7 +158,7 @@ def test_killed_worker_restarts_every_pod_in_place(
         assert pod["spec"]["initContainers"][0]["name"] == "msop-agent", pod["spec"]
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
     # The kubelet may remove the killed container before it reports its exit: then the
-    # job says so rather than make up a code (msop.msjob.restarts._as_ended).
+    # job says so rather than make up a code (msop.msjob.inplacerestart.as_ended).
     reported = f"pod {namespace}/{VICTIM} exited with code 137" in restarting["message"]
     removed = f"pod {namespace}/{VICTIM} failed without an exit code (RestartedInPlace"
     assert reported or removed in restarting["message"], restarting
