@@ -18,7 +18,7 @@ import contextlib
 import json
 import os
 import sys
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -38,6 +38,7 @@ from msop.sdk import (
     MSJobTimeoutError,
     format_progress,
 )
+from msop.sdk.kubeconfig import kubeconfig_path, namespace_of_context
 
 __all__ = [
     "Console",
@@ -55,7 +56,6 @@ NONE = "<none>"
 """What a table or summary shows for a value the job does not have (as kubectl does)."""
 RESOURCE = f"{c.PLURAL[:-1]}.{c.GROUP}"
 """``msjob.mindspore.gitee.com``: how kubectl names the resource in its messages."""
-SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 LAST_OUTPUT = "\nThe last output of pod "
 """What separates a failure condition's message from the failed run's last output."""
 EVENTS_SHOWN = 5
@@ -78,48 +78,6 @@ class Console:
 
 class CommandError(Exception):
     """A one-line reason a command failed; exit 1."""
-
-
-# --- kubeconfig and namespace, as kubectl finds them ------------------------------------------
-def kubeconfig_path(
-    flag: str | None, environ: Mapping[str, str] = os.environ, home: Path | None = None
-) -> str | None:
-    """``--kubeconfig``, else the first file of ``$KUBECONFIG``, else ``~/.kube/config``
-    if it exists; None means the in-cluster service account."""
-    if flag:
-        return flag
-    first = environ.get("KUBECONFIG", "").split(os.pathsep)[0]
-    if first:
-        return first
-    default = (home or Path.home()) / ".kube" / "config"
-    return str(default) if default.is_file() else None
-
-
-def namespace_of_context(
-    path: str | None,
-    context: str | None,
-    service_account_namespace: Path = SERVICE_ACCOUNT_NAMESPACE,
-) -> str:
-    """The namespace of the kubeconfig's context (``context``, else its current-context),
-    or in a pod (no kubeconfig) the service account's; else ``default``. An unreadable
-    kubeconfig gives ``default``: loading it for the client reports the problem."""
-    if path is None:
-        try:
-            return service_account_namespace.read_text().strip() or "default"
-        except OSError:
-            return "default"
-    try:
-        config = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):
-        return "default"
-    if not isinstance(config, dict):
-        return "default"
-    name = context or config.get("current-context")
-    for entry in config.get("contexts") or []:
-        if isinstance(entry, dict) and entry.get("name") == name:
-            ns = (entry.get("context") or {}).get("namespace")
-            return str(ns) if ns else "default"
-    return "default"
 
 
 # --- pure formatting ---------------------------------------------------------------------------

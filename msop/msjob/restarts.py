@@ -14,8 +14,9 @@ a job with a Scheduler, not elastic) restarts the job as a whole:
   code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
   none) means every pod is restarted, counted once toward ``backoffLimit``: in place where
   every pod carries the msop agent (:mod:`.inplacerestart` decides the steps), else
-  deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming the pod, its exit code and
-  the container's reason; the failed run's last output stays in the condition's message.
+  deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming
+  the pod, its exit code and the container's reason; the failed run's last output stays
+  in the condition's message.
 - Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
   ``kubectl scale``) cannot join the others: if the cluster has started, every pod is
   recreated (not counted toward ``backoffLimit``); if none runs yet, only the stale ones

@@ -36,6 +36,7 @@ from msop.sdk.errors import (
     MSJobTimeoutError,
     MSJobValidationError,
 )
+from msop.sdk.kubeconfig import kubeconfig_path, namespace_of_context
 from msop.sdk.logs import iter_lines, log_path, stream_log
 from msop.sdk.manifests import load_job
 from msop.sdk.status import Condition, JobStatus
@@ -108,9 +109,13 @@ def _event_time(event: JSON) -> str:
 class MSJobClient:
     """Submit and follow MSJobs (async). Use as ``async with MSJobClient(...) as client``.
 
-    Give either a ``kubeconfig`` path (None: ``$KUBECONFIG``, else the in-cluster service
-    account), loaded on entry, or a ready :class:`KubeClient` in ``kube`` (then the caller
-    keeps ownership and closes it). ``namespace`` is the default of every method.
+    Give either a ``kubeconfig`` path, loaded on entry, or a ready :class:`KubeClient` in
+    ``kube`` (then the caller keeps ownership and closes it). Without either, the
+    configuration is found as kubectl finds it (:mod:`msop.sdk.kubeconfig`): the first
+    file of ``$KUBECONFIG``, else ``~/.kube/config``, else the in-cluster service account.
+    ``namespace`` is the default of every method; None: the namespace of the kubeconfig's
+    context (``context``, else its current-context), in a pod the service account's,
+    else ``default``.
 
     Errors: :mod:`msop.sdk.errors` for what the SDK interprets (validation, failure,
     timeout, missing job, logs); :class:`msop.kube.errors.ApiError` for other refusals.
@@ -120,12 +125,15 @@ class MSJobClient:
         self,
         kubeconfig: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         context: str | None = None,
         kube: KubeClient | None = None,
     ) -> None:
-        self.namespace = namespace
-        self._kubeconfig = str(kubeconfig) if kubeconfig is not None else None
+        path = kubeconfig_path(str(kubeconfig) if kubeconfig else None) if kube is None else None
+        self.namespace = namespace or (
+            namespace_of_context(path, context) if kube is None else "default"
+        )
+        self._kubeconfig = path
         self._context = context
         self._kube = kube
         self._owns_kube = kube is None

@@ -34,7 +34,7 @@ class MSJobClientSync:
         self,
         kubeconfig: str | Path | None = None,
         *,
-        namespace: str = "default",
+        namespace: str | None = None,
         context: str | None = None,
     ) -> None:
         self._loop = asyncio.new_event_loop()
