@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from msop import __version__
 from msop.api import constants as c
 from msop.msjob.settings import Settings
 
@@ -429,6 +430,9 @@ def build_parser(prog: str = "msop") -> argparse.ArgumentParser:
         "MSJobs in a cluster",
         epilog=exit_codes_epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action="version", version=f"msop {__version__}", help="print the version"
     )
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser

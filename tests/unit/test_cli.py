@@ -22,6 +22,8 @@ def msop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
 def test_version() -> None:
     out = msop("version")
     assert out.returncode == 0 and out.stdout.strip() == f"msop {__version__}"
+    out = msop("--version")  # as every command line tool answers
+    assert out.returncode == 0 and out.stdout.strip() == f"msop {__version__}"
 
 
 @pytest.mark.parametrize(
