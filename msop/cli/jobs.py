@@ -368,14 +368,31 @@ async def cmd_scale(client: MSJobClient, args: argparse.Namespace, io: Console) 
 
 
 async def cmd_suspend(client: MSJobClient, args: argparse.Namespace, io: Console) -> int:
-    job = await client.suspend(args.name, args.namespace)
-    _print_changed(io, args, job, "suspended")
-    return 0
+    return await _set_suspend(client, args, io, True)
 
 
 async def cmd_resume(client: MSJobClient, args: argparse.Namespace, io: Console) -> int:
-    job = await client.resume(args.name, args.namespace)
-    _print_changed(io, args, job, "resumed")
+    return await _set_suspend(client, args, io, False)
+
+
+async def _set_suspend(
+    client: MSJobClient, args: argparse.Namespace, io: Console, suspend: bool
+) -> int:
+    """Suspend or resume; a job already so is left as it is, and the command says so
+    (as kubectl's ``patched (no change)``)."""
+    job = await client.get(args.name, args.namespace)
+    if bool(((job.get("spec") or {}).get("runPolicy") or {}).get("suspend")) == suspend:
+        state = "suspended" if suspend else "not suspended"
+        if args.output:
+            io.out.write(dump(_with_kind(job), args.output))
+        else:
+            io.out.write(f"{RESOURCE}/{args.name} is already {state} (no change)\n")
+        return 0
+    if suspend:
+        job = await client.suspend(args.name, args.namespace)
+    else:
+        job = await client.resume(args.name, args.namespace)
+    _print_changed(io, args, job, "suspended" if suspend else "resumed")
     return 0
 
 

@@ -444,11 +444,15 @@ class FakeClient:
 
     async def suspend(self, name: str, namespace: str | None = None) -> JSON:
         self._call("suspend", name, namespace)
-        return self._job(name, namespace)
+        job = self._job(name, namespace)
+        job["spec"].setdefault("runPolicy", {})["suspend"] = True
+        return job
 
     async def resume(self, name: str, namespace: str | None = None) -> JSON:
         self._call("resume", name, namespace)
-        return self._job(name, namespace)
+        job = self._job(name, namespace)
+        job["spec"].setdefault("runPolicy", {})["suspend"] = False
+        return job
 
     async def delete(self, name: str, namespace: str | None = None, **kw: Any) -> None:
         self._call("delete", name, namespace, **kw)
@@ -548,8 +552,19 @@ def test_scale_suspend_resume_say_what_they_did() -> None:
     assert client.calls[-1] == ("scale", ("j", 4, "ns"), {})
     assert command(["suspend", "j"], client)[1] == "msjob.mindspore.gitee.com/j suspended\n"
     assert command(["resume", "j"], client)[1] == "msjob.mindspore.gitee.com/j resumed\n"
-    assert [c[0] for c in client.calls[-2:]] == ["suspend", "resume"]
+    assert [c[0] for c in client.calls[-4:]] == ["get", "suspend", "get", "resume"]
     assert json.loads(command(["resume", "j", "-o", "json"], client)[1])["metadata"]["name"] == "j"
+
+
+def test_resume_of_a_job_that_is_not_suspended_changes_nothing_and_says_so() -> None:
+    client = FakeClient()
+    code, out, _ = command(["resume", "j"], client)
+    assert (code, out) == (0, "msjob.mindspore.gitee.com/j is already not suspended (no change)\n")
+    assert "resume" not in [c[0] for c in client.calls]
+    command(["suspend", "j"], client)
+    code, out, _ = command(["suspend", "j"], client)
+    assert (code, out) == (0, "msjob.mindspore.gitee.com/j is already suspended (no change)\n")
+    assert [c[0] for c in client.calls].count("suspend") == 1
 
 
 def test_delete_and_delete_wait(monkeypatch: pytest.MonkeyPatch) -> None:
