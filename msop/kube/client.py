@@ -63,7 +63,7 @@ import aiohttp
 import orjson
 
 from msop.kube import k8sconfig
-from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
+from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable, transport_reason
 from msop.kube.flowcontrol import TokenBucket, client_limit
 from msop.kube.metrics import (
     HELD_TOTAL,
@@ -353,7 +353,7 @@ class KubeClient:
             except TimeoutError as e:
                 raise ApiTimeout(f"{method} {path}: timed out") from e
             except _TRANSPORT_ERRORS as e:
-                raise ApiUnavailable(f"{method} {path}: {e!r}") from e
+                raise ApiUnavailable(f"{method} {path}: {transport_reason(e)}") from e
             self._observe(self._m_durations, REQUEST_DURATION, method, time.monotonic() - start)
             if 200 <= resp.status < 300:
                 return _decode(data)
@@ -402,7 +402,7 @@ class KubeClient:
             self._count_request("<error>", method)
             if server_unreachable(e) and gate.trip(headers):
                 UNREACHABLE_TOTAL.labels(self.host).inc()
-            raise ApiUnavailable(f"{method} {path}: {e!r}") from e
+            raise ApiUnavailable(f"{method} {path}: {transport_reason(e)}") from e
         self._count_request(str(resp.status), method)
         return resp
 
@@ -440,7 +440,7 @@ class KubeClient:
                 try:
                     chunk = await resp.content.readany()
                 except _TRANSPORT_ERRORS as e:
-                    raise ApiUnavailable(f"GET {path}: stream broken: {e!r}") from e
+                    raise ApiUnavailable(f"GET {path}: stream broken: {transport_reason(e)}") from e
                 if not chunk:
                     return
                 yield chunk
@@ -703,7 +703,7 @@ class KubeClient:
                 except TimeoutError as e:
                     raise ApiTimeout(f"watch {path}: no data for {read_timeout} s") from e
                 except _TRANSPORT_ERRORS as e:
-                    raise ApiUnavailable(f"watch {path}: {e!r}") from e
+                    raise ApiUnavailable(f"watch {path}: {transport_reason(e)}") from e
                 if not line:
                     return
                 if line.isspace():

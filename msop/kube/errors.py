@@ -112,6 +112,12 @@ class ApiTimeout(ApiUnavailable):
     """A client-side timeout elapsed (request deadline, or a silent watch stream)."""
 
 
+def transport_reason(e: BaseException) -> str:
+    """What a connection's failure says, for a person: the exception's own message
+    (aiohttp's "Cannot connect to host ...") rather than its repr, else its type."""
+    return str(e).strip() or type(e).__name__
+
+
 def _api(e: BaseException) -> ApiError | None:
     return e if isinstance(e, ApiError) and not isinstance(e, ApiUnavailable) else None
 

@@ -136,3 +136,21 @@ def test_a_bad_environment_value_is_a_one_line_usage_error() -> None:
     assert out.returncode == 2
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert "--kube-api-qps" in out.stderr
+
+
+def test_an_unreachable_api_server_is_one_readable_line(tmp_path: Path) -> None:
+    # Port 1 on loopback: nothing listens there; the connection is refused at once.
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: a\n"
+        "clusters: [{name: x, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: a, context: {cluster: x, user: u, namespace: ns}}]\n"
+    )
+    out = msop("list", "--kubeconfig", str(config))
+    assert out.returncode == 1
+    assert out.stderr.startswith(
+        "msop: error: cannot reach the API server: GET "
+        "/apis/mindspore.gitee.com/v1/namespaces/ns/msjobs: Cannot connect to host 127.0.0.1:1"
+    ), out.stderr
+    assert "Error(" not in out.stderr and out.stderr.count("\n") == 1  # no repr, one line
