@@ -498,8 +498,8 @@ class MSJobClient:
             job = last[-1] if last else None
             state = format_progress(job) if job else f"{ns}/{name} never seen"
             raise MSJobTimeoutError(
-                f"MSJob {ns}/{name}: none of {', '.join(conditions)} within {timeout}s; "
-                f"last state: {state}",
+                f"MSJob {ns}/{name}: timed out after {timeout:g}s waiting for "
+                f"{' or '.join(conditions)}; last state: {state}",
                 job,
             ) from None
         finally:

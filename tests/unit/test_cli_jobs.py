@@ -596,8 +596,8 @@ FAILED = a_job(status={"conditions": [{"type": "Failed", "status": "True"}]})
         ("get", MSJobNotFoundError("MSJob ns/j not found"), 3, "MSJob ns/j not found"),
         ("wait_for_job", MSJobNotFoundError("MSJob ns/j was deleted"), 3,
          "MSJob ns/j was deleted"),
-        ("wait_for_job", MSJobTimeoutError("MSJob ns/j: none of Succeeded within 600s", None), 4,
-         "MSJob ns/j: none of Succeeded within 600s"),
+        ("wait_for_job", MSJobTimeoutError("MSJob ns/j: timed out after 600s waiting for Succeeded", None), 4,
+         "MSJob ns/j: timed out after 600s waiting for Succeeded"),
         ("wait_for_job", MSJobFailedError(FAILED, "MSJobFailed", "it failed.\nThe last output"
          " of pod ns/j-worker-0:\nboom"), 1,
          "MSJob ns/j failed (MSJobFailed): it failed. (the whole message: msop status j)"),
