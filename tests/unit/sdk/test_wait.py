@@ -99,6 +99,5 @@ async def test_timeout_carries_the_last_state() -> None:
         await _client(kube).wait_for_job("j", timeout=0.1, progress=False)
     assert info.value.job is not None and info.value.job["metadata"]["resourceVersion"] == "1"
     assert str(info.value) == (
-        "MSJob ns/j: timed out after 0.1s waiting for Succeeded or Failed; "
-        "last state: ns/j Running"
+        "MSJob ns/j: timed out after 0.1s waiting for Succeeded or Failed; last state: ns/j Running"
     )
