@@ -74,7 +74,8 @@ class JobStatus:
     replicas: dict[str, ReplicaStatus] = field(default_factory=dict)
     """By replica type: ``Scheduler``, ``PS``, ``Worker``."""
     workers: str = ""
-    """Running Workers of the desired ones, ``"2/4"`` (the WORKERS column)."""
+    """Active Workers (their pods Pending or Running, not only Running) of the desired
+    ones, ``"2/4"`` (the WORKERS column)."""
     progress: dict[str, Any] | None = None
     """``status.progress`` as the training reported it (percentComplete, epoch, step,
     eta, metrics, lastReportTime ...), None without a report."""
