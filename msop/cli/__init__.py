@@ -19,13 +19,38 @@ from collections.abc import Sequence
 
 from msop.cli.flags import JOB_COMMANDS, PLUGIN_PROG, build_parser, parse_args
 
-__all__ = ["build_parser", "kubectl_plugin", "main", "parse_args"]
+__all__ = ["build_parser", "kubectl_complete_plugin", "kubectl_plugin", "main", "parse_args"]
 
 
 def kubectl_plugin(argv: Sequence[str] | None = None) -> int:
     """``kubectl-msjob``: the kubectl plugin (``kubectl msjob list``), the same commands
     as ``msop``, named ``kubectl msjob`` in help and errors."""
     return main(argv, prog=PLUGIN_PROG)
+
+
+def kubectl_complete_plugin(argv: Sequence[str] | None = None) -> int:
+    """``kubectl_complete-msjob``: what kubectl runs to complete ``kubectl msjob ...``
+    (``kubectl_complete-msjob __complete <args> <word being typed>``): one completion a
+    line, then ``:<directive>`` (cobra's protocol, which kubectl passes on)."""
+    from msop.cli.completion import complete
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["__complete"]:
+        args = args[1:]
+    words, directive = complete(build_parser(PLUGIN_PROG), args, _job_names)
+    print("\n".join([*words, f":{directive}"]))
+    return 0
+
+
+def _job_names(kube_flags: list[str]) -> list[str]:
+    """The names of the jobs ``list`` shows with those flags; none when it fails."""
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["list", "-o", "name", *kube_flags], prog=PLUGIN_PROG)
+    return out.getvalue().split() if code == 0 else []
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "msop") -> int:

@@ -1,4 +1,6 @@
-"""``msop completion bash|zsh``: a shell completion script, made from the parser.
+"""``msop completion bash|zsh``: a shell completion script, made from the parser; and
+:func:`complete`, the same completions for ``kubectl_complete-msjob``, the executable
+kubectl runs to complete a plugin (``kubectl msjob <TAB>``, krew's convention).
 
 It completes the commands, each command's flags, the values of flags with choices
 (``-o``, ``--replica-type``, ...), file names for ``--kubeconfig`` and ``-f``, and job
@@ -11,8 +13,9 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from collections.abc import Callable
 
-__all__ = ["completion_script"]
+__all__ = ["complete", "completion_script"]
 
 #: Flags whose value is a file name.
 _FILE_FLAGS = ("--kubeconfig", "-f", "--filename")
@@ -112,3 +115,63 @@ def completion_script(parser: argparse.ArgumentParser, shell: str) -> str:
         f"complete -F {func} {program}",
     ]
     return "\n".join(lines) + "\n"
+
+
+#: The directives that end kubectl's ``__complete`` answer (cobra's protocol).
+NO_FILE_COMPLETION = 4
+FILE_COMPLETION = 0
+
+
+def _scan(done: list[str]) -> tuple[str, list[str]]:
+    """The command among the words typed, and the kubeconfig, context and namespace flags."""
+    kube: list[str] = []
+    cmd = ""
+    for i, word in enumerate(done):
+        if word in _KUBE_FLAGS and i + 1 < len(done):
+            kube += [word, done[i + 1]]
+        elif word.startswith(("--kubeconfig=", "--context=", "--namespace=")):
+            kube.append(word)
+        elif not cmd and not word.startswith("-") and (i == 0 or done[i - 1] not in _KUBE_FLAGS):
+            cmd = word
+    return cmd, kube
+
+
+def _value_of(sub: argparse.ArgumentParser, flag: str, cur: str) -> tuple[list[str], int] | None:
+    """What to offer as the value of ``flag`` (None: ``flag`` takes no value)."""
+    for action in sub._actions:
+        if flag in action.option_strings and _takes_value(action):
+            if action.choices is not None:
+                return [str(x) for x in action.choices if str(x).startswith(cur)], (
+                    NO_FILE_COMPLETION
+                )
+            if any(o in _FILE_FLAGS for o in action.option_strings):
+                return [], FILE_COMPLETION
+            return [], NO_FILE_COMPLETION  # a free value: nothing to offer
+    return None
+
+
+def complete(
+    parser: argparse.ArgumentParser, words: list[str], jobs: Callable[[list[str]], list[str]]
+) -> tuple[list[str], int]:
+    """What to offer for the last of ``words`` (the plugin's arguments, the last one
+    being typed, maybe ""), and the directive: the same rules as the bash script.
+    ``jobs`` lists job names, given the kubeconfig, context and namespace flags typed."""
+    *done, cur = words or [""]
+    commands = _subcommands(parser)
+    cmd, kube = _scan(done)
+    if not cmd:
+        return [c for c in commands if c.startswith(cur)], NO_FILE_COMPLETION
+    sub = commands.get(cmd)
+    if sub is None:
+        return [], NO_FILE_COMPLETION
+    if done and (value := _value_of(sub, done[-1], cur)) is not None:
+        return value
+    flags = [o for action in sub._actions for o in action.option_strings]
+    candidates = flags
+    if not cur.startswith("-"):
+        positional = next((a for a in sub._actions if not a.option_strings), None)
+        if positional is not None and positional.choices is not None:
+            candidates = [str(x) for x in positional.choices]
+        elif positional is not None and positional.dest == "name":
+            candidates = jobs(kube)
+    return [c for c in candidates if c.startswith(cur)], NO_FILE_COMPLETION

@@ -422,8 +422,9 @@ def exit_codes_epilog() -> str:
 
 
 def build_parser(prog: str = "msop") -> argparse.ArgumentParser:
-    """The parser of ``msop``; ``prog`` names the program in help and errors
-    (:data:`PLUGIN_PROG` for the kubectl plugin)."""
+    """The parser of ``msop``; ``prog`` names the program in help and errors. The kubectl
+    plugin (:data:`PLUGIN_PROG`) has the job commands and ``version`` only: it never runs
+    the operator, and kubectl completes it through ``kubectl_complete-msjob``."""
     parser = _Parser(
         prog=prog,
         description="msop: the MindSpore MSJob operator, and the commands that follow "
@@ -437,10 +438,15 @@ def build_parser(prog: str = "msop") -> argparse.ArgumentParser:
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
-    _add_run(sub)
+    plugin = prog == PLUGIN_PROG
+    if not plugin:  # the kubectl plugin has the job commands only: no operator, no files
+        _add_run(sub)
     sub.add_parser("version", help="print the msop version")
-    _add_offline(sub)
+    if not plugin:
+        _add_offline(sub)
     _add_jobs(sub)
+    if plugin:  # kubectl completes a plugin through kubectl_complete-msjob (krew's way)
+        return parser
     sub.add_parser(
         "completion",
         help="print a bash or zsh completion script",

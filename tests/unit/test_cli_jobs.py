@@ -186,7 +186,48 @@ def test_pyproject_installs_the_plugin_executable() -> None:
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["kubectl-msjob"] == "msop.cli:kubectl_plugin"
+    assert scripts["kubectl_complete-msjob"] == "msop.cli:kubectl_complete_plugin"
     assert scripts["msop"] == "msop.cli:main"
+
+
+def test_the_plugin_has_the_job_commands_only(capsys: pytest.CaptureFixture[str]) -> None:
+    # It runs with the user's credentials: it must never start a second reconciler.
+    commands = set(build_parser(PLUGIN_PROG)._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    assert commands == {*JOB_COMMANDS, "version"}
+    for offline_or_operator in ("run", "render", "validate", "completion"):
+        with pytest.raises(SystemExit) as exc:
+            msop.cli.kubectl_plugin([offline_or_operator])
+        assert exc.value.code == 2
+        assert "invalid choice" in capsys.readouterr().err
+    assert {"run", "render", "validate", "completion"} <= set(
+        build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    )
+
+
+def test_kubectl_completes_the_plugin_through_kubectl_complete_msjob(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[list[str]] = []
+
+    def names(flags: list[str]) -> list[str]:
+        asked.append(flags)
+        return ["one", "two", "other"]
+
+    monkeypatch.setattr(msop.cli, "_job_names", names)
+
+    def complete(*words: str) -> list[str]:
+        assert msop.cli.kubectl_complete_plugin(["__complete", *words]) == 0
+        return capsys.readouterr().out.splitlines()
+
+    assert complete("s") == ["status", "scale", "suspend", ":4"]
+    assert complete("") == ["version", *JOB_COMMANDS, ":4"]
+    assert complete("list", "-o", "") == ["wide", "json", "yaml", "name", ":4"]
+    assert complete("logs", "j", "--replica-type", "W") == ["Worker", ":4"]
+    assert complete("-n", "ns", "status", "o") == ["one", "other", ":4"]
+    assert asked == [["-n", "ns"]]  # the namespace typed before the command counts
+    assert complete("status", "--kubeconfig", "") == [":0"]  # a file: the shell's own
+    assert complete("logs", "j", "--tail", "") == [":4"]  # a number: nothing to offer
+    assert "--all-namespaces" in complete("list", "--")
 
 
 # --- what the commands print -------------------------------------------------------------------
@@ -596,7 +637,8 @@ FAILED = a_job(status={"conditions": [{"type": "Failed", "status": "True"}]})
         ("get", MSJobNotFoundError("MSJob ns/j not found"), 3, "MSJob ns/j not found"),
         ("wait_for_job", MSJobNotFoundError("MSJob ns/j was deleted"), 3,
          "MSJob ns/j was deleted"),
-        ("wait_for_job", MSJobTimeoutError("MSJob ns/j: timed out after 600s waiting for Succeeded", None), 4,
+        ("wait_for_job",
+         MSJobTimeoutError("MSJob ns/j: timed out after 600s waiting for Succeeded", None), 4,
          "MSJob ns/j: timed out after 600s waiting for Succeeded"),
         ("wait_for_job", MSJobFailedError(FAILED, "MSJobFailed", "it failed.\nThe last output"
          " of pod ns/j-worker-0:\nboom"), 1,
