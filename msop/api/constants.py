@@ -113,6 +113,10 @@ CONDITION_TYPES: Final[tuple[str, ...]] = (
 CONDITION_TRUE: Final = "True"
 CONDITION_FALSE: Final = "False"
 CONDITION_UNKNOWN: Final = "Unknown"
+#: ``Restarting``'s reason while a running cluster restarts with its new size (a scale),
+#: and once that restart is over (status False): neither is a failure.
+REASON_RESIZING: Final = "MSJobResizing"
+REASON_RESIZED: Final = "MSJobResized"
 
 # --- replica restart policies --------------------------------------------------------------------
 ALWAYS: Final = "Always"

@@ -229,9 +229,13 @@ class PlanningPass:
             # Set here, before the new condition, so that the new one stays the last (the
             # State column) and Restarting=False does not keep "is restarting" as message.
             # Why it restarted (and the failed run's last output) stays in the message.
-            why = (get_condition(self.status, c.RESTARTING) or {}).get("message") or ""
+            restarting = get_condition(self.status, c.RESTARTING) or {}
+            why = restarting.get("message") or ""
+            # A resize is no failure: its end keeps saying what it was.
+            resized = restarting.get("reason") == c.REASON_RESIZING
             conditions.set_condition(
-                self.status, c.RESTARTING, c.CONDITION_FALSE, "MSJobRestarted",
+                self.status, c.RESTARTING, c.CONDITION_FALSE,
+                c.REASON_RESIZED if resized else "MSJobRestarted",
                 f"MSJob {self.ref} is no longer restarting: it is {type_.lower()}."
                 + (f" The last restart: {why}" if why else ""),
                 self.now_s,

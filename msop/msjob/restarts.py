@@ -243,7 +243,7 @@ def _resize_cluster(p: PlanningPass) -> bool:
     was = desired.cluster_size_env(stale[0])
     change = ", ".join(f"{k} {was.get(k, '?')} -> {v}" for k, v in want.items() if was.get(k) != v)
     restart_all(
-        p, "Normal", "MSJobResizing",
+        p, "Normal", c.REASON_RESIZING,
         f"MSJob {p.ref} is restarting all its pods so that every one has the new "
         f"cluster size ({change}); training resumes from its last checkpoint.",
     )  # fmt: skip

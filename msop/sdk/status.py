@@ -145,9 +145,14 @@ class JobStatus:
     @property
     def last_failure(self) -> Condition | None:
         """The newest ``Restarting`` or ``Failed`` condition, True or not: what last went
-        wrong (its message ends with the failed run's last output, when it left some)."""
+        wrong (its message ends with the failed run's last output, when it left some). A
+        restart for a new cluster size (``MSJobResizing``, ``MSJobResized``) is no failure."""
         failures = [x for x in self.conditions if x.type in (c.RESTARTING, c.FAILED)]
-        failures = [x for x in failures if x.message]
+        failures = [
+            x
+            for x in failures
+            if x.message and x.reason not in (c.REASON_RESIZING, c.REASON_RESIZED)
+        ]
         return max(failures, key=lambda x: x.last_transition_time, default=None)
 
     @property

@@ -208,6 +208,24 @@ def test_recovery_closes_restarting_with_a_true_message_and_running_stays_last()
         "The last restart: MSJob ns/j is restarting all its pods because ..."
     )
     assert restarts(p) == 1
+    assert restarting["reason"] == "MSJobRestarted"
+
+
+def test_the_end_of_a_resize_says_it_was_a_resize() -> None:
+    # A scale is no failure: msop status must not show it as the job's last failure.
+    status = running_status()
+    status["conditions"][1]["status"] = "False"
+    status["conditions"].append(
+        {"type": "Restarting", "status": "True", "reason": "MSJobResizing",
+         "message": "MSJob ns/j is restarting all its pods so that every one has the new "
+                    "cluster size (MS_WORKER_NUM 2 -> 3)",
+         "lastUpdateTime": T0, "lastTransitionTime": T0}
+    )  # fmt: skip
+    p = run(cluster(status=status), members(), [service()])
+    restarting = cond(p, "Restarting")
+    assert restarting is not None and restarting["status"] == "False"
+    assert restarting["reason"] == "MSJobResized"
+    assert "new cluster size" in restarting["message"]
 
 
 # --- the failed run's last words ---------------------------------------------------------

@@ -197,6 +197,18 @@ def test_the_typed_status_of_a_job() -> None:
     assert empty.state is None and empty.replicas == {} and empty.last_failure is None
 
 
+def test_a_resize_is_not_the_last_failure() -> None:
+    status = builders.running_status()
+    status["conditions"].insert(1,
+        {"type": "Restarting", "status": "False", "reason": "MSJobResized",
+         "message": "no longer restarting. The last restart: ... the new cluster size",
+         "lastTransitionTime": builders.T0}
+    )  # fmt: skip
+    assert JobStatus.of(builders.job(status=status)).last_failure is None
+    status["conditions"][1]["reason"] = "MSJobRestarted"
+    assert JobStatus.of(builders.job(status=status)).last_failure is not None
+
+
 async def test_the_wait_calls_back_with_each_status(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[JobStatus] = []
     running = builders.job(status=builders.running_status())
