@@ -104,7 +104,7 @@ def test_the_pure_rooms_load_no_runtime() -> None:
     # protocol needs no HTTP client.
     mods = _loaded_by(
         "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer,"
-        " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue"
+        " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue_workload"
     )
     assert _runtime(mods) == []
     assert "msop.kube.client" not in mods and "aiohttp" not in mods
