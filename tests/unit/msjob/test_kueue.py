@@ -158,7 +158,9 @@ def test_an_admitted_workload_runs_the_pods_on_their_flavors() -> None:
     assert worker["spec"]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "b"}]
     assert worker["metadata"]["labels"][kueue_workload.PODSET_LABEL] == "worker"
     q = queued(p)
-    assert q is not None and q["status"] == "False" and q["reason"] == kueue_workload.REASON_ADMITTED
+    assert (
+        q is not None and q["status"] == "False" and q["reason"] == kueue_workload.REASON_ADMITTED
+    )
     assert "'cq'" in q["message"]
     assert p.status is not None and p.status["startTime"]
 
@@ -194,7 +196,11 @@ def test_an_evicted_job_stops_its_pods_then_hands_the_workload_back() -> None:
     assert len(p.delete_pods) == 3 and p.create_pods == []
     assert queue(p).workload_status is None  # the pods still hold what the quota counted
     q = queued(p)
-    assert q is not None and q["reason"] == kueue_workload.REASON_EVICTED and "Preempted" in q["message"]
+    assert (
+        q is not None
+        and q["reason"] == kueue_workload.REASON_EVICTED
+        and "Preempted" in q["message"]
+    )
     assert "startTime" not in (p.status or {})
 
     p = run(j, wl, [])
@@ -290,7 +296,9 @@ def test_the_pass_that_resumes_a_job_says_it_waits_not_that_it_was_evicted() -> 
     assert queue(p).patch_workload == {"spec": {"active": True}}
     q = queued(p)
     assert q is not None and q["reason"] == kueue_workload.REASON_PENDING, q
-    assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [kueue_workload.REASON_PENDING]
+    assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [
+        kueue_workload.REASON_PENDING
+    ]
     # Active again before Kueue wrote its Requeued: the deactivation no longer explains it.
     wl["spec"]["active"] = True
     q = queued(run(queued_job(), wl))
@@ -301,7 +309,11 @@ def test_a_preempted_job_handed_back_still_says_it_was_evicted() -> None:
     j = queued_job()
     p = run(j, _handed_back(j, "Preempted", ("Requeued", "True", "Preempted"), LATER))
     q = queued(p)
-    assert q is not None and q["reason"] == kueue_workload.REASON_EVICTED and "Preempted" in q["message"]
+    assert (
+        q is not None
+        and q["reason"] == kueue_workload.REASON_EVICTED
+        and "Preempted" in q["message"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -354,7 +366,9 @@ def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
     )
     assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
     assert queue(p).release_workloads == [wl]
-    assert kueue_workload.finalizer_patch(wl) == {"metadata": {"resourceVersion": "7", "finalizers": []}}
+    assert kueue_workload.finalizer_patch(wl) == {
+        "metadata": {"resourceVersion": "7", "finalizers": []}
+    }
 
 
 def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() -> None:
@@ -425,8 +439,8 @@ def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
 
 def test_a_running_job_keeps_the_admitted_reason_without_gang_scheduling() -> None:
     j = queued_job(status={"conditions": [
-        {"type": c.QUEUED, "status": "False", "reason": kueue_workload.REASON_ADMITTED, "message": "m",
-         "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
+        {"type": c.QUEUED, "status": "False", "reason": kueue_workload.REASON_ADMITTED,
+         "message": "m", "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
     pods = [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)]
     p = run(j, admitted(j), pods)
     assert p.status is not None

@@ -211,7 +211,9 @@ def worker_copy(wl_name: str) -> JSON:
     pre-built Workload's name and the origin; a uid of its own."""
     j = queued_job()
     j["metadata"]["uid"] = "worker-uid"
-    j["metadata"]["labels"].update({kueue_workload.PREBUILT_LABEL: wl_name, kueue_workload.ORIGIN_LABEL: "mk"})
+    j["metadata"]["labels"].update(
+        {kueue_workload.PREBUILT_LABEL: wl_name, kueue_workload.ORIGIN_LABEL: "mk"}
+    )
     return j
 
 
