@@ -72,7 +72,12 @@ from msop.api.conditions import get_condition, is_finished
 from msop.api.conditions import is_true as is_true_condition
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
 from msop.kube.objects import JSON, parse_time
-from msop.kube.resources import PRIORITYCLASSES, WORKLOADPRIORITYCLASSES, WORKLOADS
+from msop.kube.resources import (
+    PRIORITYCLASSES,
+    RESOURCEFLAVORS,
+    WORKLOADPRIORITYCLASSES,
+    WORKLOADS,
+)
 from msop.msjob import topology
 from msop.msjob.kueue_workload import (
     PREBUILT_LABEL,
@@ -88,6 +93,7 @@ from msop.msjob.kueue_workload import (
     active,
     admitted,
     adoption_patch,
+    as_admitted,
     cluster_queue,
     controller_uid,
     dispatched,
@@ -113,13 +119,30 @@ from msop.msjob.kueue_workload import (
     workload,
     workload_name,
 )
-from msop.msjob.scheduling import Admitted, Pass, Placement, Wait, Writer
+from msop.msjob.scheduling import (
+    Admitted,
+    Caches,
+    Granted,
+    Integration,
+    Pass,
+    Placement,
+    Wait,
+    Writer,
+)
 
 if TYPE_CHECKING:
     from msop.controller.reconcile import Request
     from msop.kube.writer import Client
 
 log = structlog.get_logger("msop.msjob")
+
+#: ``msop render``: the ClusterQueue its Workload is seen admitted to, and what it says.
+CLUSTER_QUEUE_PLACEHOLDER = "<cluster-queue>"
+RENDER_NOTE = (
+    "the pods are created once Kueue admits the Workload, with the node labels and "
+    "tolerations of the ResourceFlavors it assigns; its priority is read from the "
+    "class the job names when it is created"
+)
 
 #: The ``Queued`` reasons msop writes on a manager cluster while a dispatched job waits.
 _MANAGER_WAITS = (REASON_PENDING, REASON_INACTIVE, REASON_EVICTED)
@@ -143,6 +166,19 @@ class Kueue:
         """The Workloads whose controller has this uid."""
         self.in_namespace = in_namespace
         self.flavor = flavor
+
+    @classmethod
+    def start(cls, client: Client, caches: Caches) -> Kueue:
+        """Kueue in the operator, with its caches: the Workloads msop made (their events
+        enqueue the job) and every ResourceFlavor (cluster-scoped, few: an admitted
+        Workload's flavors give its pods their node labels and tolerations)."""
+        workloads = caches.children(WORKLOADS)
+        return cls(
+            client,
+            owned_by=workloads.owned_by,
+            in_namespace=workloads.in_namespace,
+            flavor=caches.cluster(RESOURCEFLAVORS),
+        )
 
     async def observe(self, job: JSON) -> Seen | None:
         """The job's Workload, the other Workloads it controls, the flavors of its
@@ -219,14 +255,12 @@ class Seen:
         return Decision(self)
 
 
-class Decision(Admitted):
-    """Kueue's decisions for a job in one pass (see the module docstring's table), and
-    the Workload writes they make."""
+class WorkloadWrites:
+    """The Workload writes a pass decided on (its Decision fills them in) and how they are
+    made, after the job's own children: nothing here decides."""
 
     def __init__(self, seen: Seen) -> None:
         self.seen = seen
-        self.placements: dict[str, Placement] = {}
-        """Per replica type, what Kueue's admission adds to its pods."""
         self.create_workload: JSON | None = None
         """A Workload to create, with its priority (:attr:`Seen.priority`)."""
         self.patch_workload: JSON | None = None
@@ -240,7 +274,80 @@ class Decision(Admitted):
         self.adopt_workload: JSON | None = None
         """A merge patch that makes the job the controller of its pre-built Workload."""
 
-    # --- decisions -----------------------------------------------------------------------
+    async def apply(self, w: Writer) -> bool:
+        """Create, then the job's Workload (spec patch, status patch), then finalizers off
+        and deletes; False when a Workload write conflicted (plan again)."""
+        if self.create_workload is not None:
+            await self._create(w, self.create_workload)
+        if self.adopt_workload is not None and self.seen.workload is not None:
+            adopted = await _patch(w.client, self.seen.workload, self.adopt_workload)
+            if adopted is None:
+                return False
+            self.seen = replace(self.seen, workload=adopted)
+            w.recorder.event(
+                w.job, "Normal", "AdoptedWorkload",
+                f"Adopted Workload {w.namespace}/{adopted['metadata']['name']}, pre-built by "
+                "MultiKueue",
+            )  # fmt: skip
+        written, latest = await self._update(w.client)
+        return written and await self._release(w, latest)
+
+    async def _create(self, w: Writer, wl: JSON) -> None:
+        """AlreadyExists counts as created (and is not announced again)."""
+        try:
+            await w.client.create(WORKLOADS, wl, w.namespace)
+        except ApiError as e:
+            if not is_already_exists(e):
+                raise
+            return
+        message = f"Created Workload: {w.namespace}/{wl['metadata']['name']}"
+        w.recorder.event(w.job, "Normal", "CreatedWorkload", message)
+
+    async def _update(self, client: Client) -> tuple[bool, JSON | None]:
+        """The spec patch, then the status patch; False if one conflicted, and the
+        Workload as last written (or cached)."""
+        latest = self.seen.workload
+        if latest is None:
+            return True, None
+        if self.patch_workload is not None:
+            latest = await _patch(client, latest, self.patch_workload)
+        if latest is not None and self.workload_status is not None:
+            # The status patch was planned from the cached Workload; a spec patch of this
+            # pass moved only the spec, so it applies to the newer resourceVersion.
+            rv = latest["metadata"]["resourceVersion"]
+            patch = {**self.workload_status, "metadata": {"resourceVersion": rv}}
+            latest = await _patch(client, latest, patch, "status")
+        return latest is not None, latest
+
+    async def _release(self, w: Writer, latest: JSON | None) -> bool:
+        """Kueue's finalizer off (the job's own Workload as just written), then deletes."""
+        for wl in self.release_workloads:
+            if latest is not None and wl["metadata"]["name"] == latest["metadata"]["name"]:
+                wl = latest
+            if await _patch(w.client, wl, finalizer_patch(wl)) is None:
+                return False
+        for wl in self.delete_workloads:
+            meta = wl["metadata"]
+            try:
+                await w.client.delete(
+                    WORKLOADS, meta["name"], w.namespace, uid_precondition=meta["uid"]
+                )
+            except ApiError as e:
+                if not (is_not_found(e) or is_conflict(e)):
+                    raise
+        return True
+
+
+class Decision(WorkloadWrites, Admitted):
+    """Kueue's decisions for a job in one pass (see the module docstring's table): they
+    fill in the Workload writes (:class:`WorkloadWrites`) and read only the Seen and
+    the pass."""
+
+    def __init__(self, seen: Seen) -> None:
+        super().__init__(seen)
+        self.placements: dict[str, Placement] = {}
+        """Per replica type, what Kueue's admission adds to its pods."""
+
     def admit(self, p: Pass, resuming: bool) -> bool:
         """A job labelled with a queue: keep its Workload in step with it and let its pods
         run only while the Workload is admitted; ``Queued`` says where it waits."""
@@ -347,9 +454,23 @@ class Decision(Admitted):
         self._sync_spec(p, wl, resuming)
         return self._admitted(p, wl)
 
+    def runs_elsewhere(self, p: Pass) -> bool:
+        """A dispatched job (``spec.managedBy: kueue.x-k8s.io/multikueue``): MultiKueue
+        runs it on a worker cluster; here it is only queued."""
+        return dispatched(p.job)
+
     def mirrors_status(self, p: Pass) -> bool:
         """A dispatched job on a worker cluster: MultiKueue owns its status here."""
         return self.seen.dispatched and bool(worker_cluster(self.seen.workload))
+
+    def granted(self) -> Granted | None:
+        """Offline: the Workload this pass creates, seen admitted to
+        :data:`CLUSTER_QUEUE_PLACEHOLDER` with no flavor."""
+        wl = self.create_workload
+        if wl is None:
+            return None
+        admitted_wl = as_admitted(wl, CLUSTER_QUEUE_PLACEHOLDER)
+        return Granted([wl], replace(self.seen, workload=admitted_wl), RENDER_NOTE)
 
     def _without_workload(self, p: Pass) -> bool:
         """No Workload (yet, or any more): once the pods are gone, create one, unless the
@@ -467,70 +588,6 @@ class Decision(Admitted):
         if spec:
             self.patch_workload = {"spec": spec}
 
-    # --- writes ----------------------------------------------------------------------------
-    async def apply(self, w: Writer) -> bool:
-        """Create, then the job's Workload (spec patch, status patch), then finalizers off
-        and deletes; False when a Workload write conflicted (plan again)."""
-        if self.create_workload is not None:
-            await self._create(w, self.create_workload)
-        if self.adopt_workload is not None and self.seen.workload is not None:
-            adopted = await _patch(w.client, self.seen.workload, self.adopt_workload)
-            if adopted is None:
-                return False
-            self.seen = replace(self.seen, workload=adopted)
-            w.recorder.event(
-                w.job, "Normal", "AdoptedWorkload",
-                f"Adopted Workload {w.namespace}/{adopted['metadata']['name']}, pre-built by "
-                "MultiKueue",
-            )  # fmt: skip
-        written, latest = await self._update(w.client)
-        return written and await self._release(w, latest)
-
-    async def _create(self, w: Writer, wl: JSON) -> None:
-        """AlreadyExists counts as created (and is not announced again)."""
-        try:
-            await w.client.create(WORKLOADS, wl, w.namespace)
-        except ApiError as e:
-            if not is_already_exists(e):
-                raise
-            return
-        message = f"Created Workload: {w.namespace}/{wl['metadata']['name']}"
-        w.recorder.event(w.job, "Normal", "CreatedWorkload", message)
-
-    async def _update(self, client: Client) -> tuple[bool, JSON | None]:
-        """The spec patch, then the status patch; False if one conflicted, and the
-        Workload as last written (or cached)."""
-        latest = self.seen.workload
-        if latest is None:
-            return True, None
-        if self.patch_workload is not None:
-            latest = await _patch(client, latest, self.patch_workload)
-        if latest is not None and self.workload_status is not None:
-            # The status patch was planned from the cached Workload; a spec patch of this
-            # pass moved only the spec, so it applies to the newer resourceVersion.
-            rv = latest["metadata"]["resourceVersion"]
-            patch = {**self.workload_status, "metadata": {"resourceVersion": rv}}
-            latest = await _patch(client, latest, patch, "status")
-        return latest is not None, latest
-
-    async def _release(self, w: Writer, latest: JSON | None) -> bool:
-        """Kueue's finalizer off (the job's own Workload as just written), then deletes."""
-        for wl in self.release_workloads:
-            if latest is not None and wl["metadata"]["name"] == latest["metadata"]["name"]:
-                wl = latest
-            if await _patch(w.client, wl, finalizer_patch(wl)) is None:
-                return False
-        for wl in self.delete_workloads:
-            meta = wl["metadata"]
-            try:
-                await w.client.delete(
-                    WORKLOADS, meta["name"], w.namespace, uid_precondition=meta["uid"]
-                )
-            except ApiError as e:
-                if not (is_not_found(e) or is_conflict(e)):
-                    raise
-        return True
-
 
 async def _patch(
     client: Client, wl: JSON, patch: JSON, subresource: str | None = None
@@ -547,3 +604,7 @@ async def _patch(
             log.info("workload write conflicted; requeueing", workload=meta["name"])
             return None
         raise
+
+
+#: Kueue among the scheduling systems (:mod:`.systems`).
+INTEGRATION = Integration("kueue", Kueue.start, Seen)

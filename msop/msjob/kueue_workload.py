@@ -8,6 +8,7 @@ No I/O and no logging: the decisions of :mod:`.kueue` are built from these, and 
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from dataclasses import dataclass
 from typing import Any
@@ -370,6 +371,27 @@ def placements(wl: JSON, flavors: dict[str, JSON | None]) -> dict[str, Placement
             if pod_set_name(rtype) == name:
                 out[rtype] = place
     return out
+
+
+def as_admitted(wl: JSON, cluster_queue: str) -> JSON:
+    """A copy of a new ``wl`` as Kueue leaves it once admitted to ``cluster_queue`` with
+    no flavor assigned (``msop render``)."""
+    seen = copy.deepcopy(wl)
+    seen["metadata"]["resourceVersion"] = "1"
+    seen["status"] = {
+        "conditions": [
+            {"type": t, "status": "True", "reason": t, "message": ""}
+            for t in ("QuotaReserved", "Admitted")
+        ],
+        "admission": {
+            "clusterQueue": cluster_queue,
+            "podSetAssignments": [
+                {"name": ps["name"], "flavors": {}, "count": ps["count"]}
+                for ps in wl["spec"]["podSets"]
+            ],
+        },
+    }
+    return seen
 
 
 def flavor_names(wl: JSON) -> list[str]:

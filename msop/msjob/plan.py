@@ -301,7 +301,7 @@ class Planner:
     def run(self) -> Plan:
         if self.left_alone():
             return self.plan
-        if self.view.spec.managed_by == c.MANAGED_BY_MULTIKUEUE:
+        if any(system.runs_elsewhere(self) for system in self.systems):
             return self.dispatched()
         self.created()
 
@@ -334,20 +334,21 @@ class Planner:
             self.status["observedGeneration"] = generation
 
     def left_alone(self) -> bool:
-        """Rule 1: a job being deleted, managed by another controller, or dispatched by
-        MultiKueue without a queue (or without Kueue here: nobody would queue it)."""
+        """Rule 1: a job being deleted, or managed by another controller, unless a
+        scheduling system runs it elsewhere (:meth:`dispatched`): a job MultiKueue would
+        dispatch but nobody queues here (no Kueue, no queue) is left alone."""
         if self.view.deletion_timestamp:
             return True
+        if any(system.runs_elsewhere(self) for system in self.systems):
+            return False
         managed_by = self.view.spec.managed_by
-        if managed_by == c.MANAGED_BY_MULTIKUEUE:
-            return not self.systems  # Kueue observes it only with --enable-kueue and a queue
         return bool(managed_by) and managed_by != MANAGED_BY
 
     def dispatched(self) -> Plan:
-        """Rule 1, a job MultiKueue dispatches to a worker cluster: its Workload is queued
-        here (the scheduling systems' ``admit``, ``suspend`` and ``finish``), no pod or
-        Service is ever made here, and the status is written only while no worker cluster
-        runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
+        """Rule 1, a job a scheduling system runs on another cluster (MultiKueue's worker
+        cluster): it is queued here (the systems' ``admit``, ``suspend`` and ``finish``),
+        no pod or Service is ever made here, and the status is written only while no other
+        cluster runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
         ``Failed``); ``ttlSecondsAfterFinished`` deletes it here as well."""
         self.created()
         if self.finished_or_invalid():
