@@ -4,8 +4,10 @@ Kueue manages job kinds it does not know (``integrations.externalFrameworks`` in
 configuration, ``MSJob.v1.mindspore.gitee.com``) through their own controller, which does
 for them what Kueue's ``jobframework`` does for its built-in kinds. With
 ``--enable-kueue`` msop does it for every MSJob labelled ``kueue.x-k8s.io/queue-name``;
-jobs without the label are untouched. Pure functions over the MSJob and its Workload as
-the informer caches hold them; the planner decides with them and the reconciler writes.
+jobs without the label are untouched. This module is Kueue's side of the scheduling seam
+(:mod:`.scheduling`): :class:`Kueue` reads the caches, :class:`Decision` decides (pure,
+from the pure Workload functions of :mod:`.kueue_workload`) and fills in the
+:class:`WorkloadWrites` that the reconciler applies.
 
 One difference from Kueue's built-in integrations, on purpose: msop never rewrites the
 user's MSJob. Kueue's jobframework suspends a job through its spec, injects the admitted
