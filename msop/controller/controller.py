@@ -127,7 +127,9 @@ class Controller:
 
     ``name`` labels every metric and log line (and names the queue); it should be unique per
     process. ``rate_limiter`` defaults to max(exponential 5 ms..1000 s, bucket 10 qps/100).
-    ``expected_errors`` separates errors from panics (see the module docstring).
+    ``expected_errors`` separates errors from panics (see the module docstring). ``queue``:
+    the queue the watches fill, made by the caller so that what the controller drives can
+    read its length (made here, with ``rate_limiter`` and ``clock``, when None).
     """
 
     def __init__(
@@ -140,6 +142,7 @@ class Controller:
         log: Any = None,
         clock: Clock | None = None,
         expected_errors: tuple[type[BaseException], ...] = DEFAULT_EXPECTED_ERRORS,
+        queue: WorkQueue[Request] | None = None,
     ) -> None:
         if max_concurrent_reconciles < 1:
             raise ValueError("max_concurrent_reconciles must be >= 1")
@@ -150,7 +153,9 @@ class Controller:
         self.max_concurrent_reconciles = max_concurrent_reconciles
         self.expected_errors = expected_errors
         self._clock: Clock = clock or MonotonicClock()
-        self.queue: WorkQueue[Request] = WorkQueue(
+        if queue is not None and rate_limiter is not None:
+            raise ValueError("a given queue comes with its own rate limiter")
+        self.queue: WorkQueue[Request] = queue or WorkQueue(
             name, rate_limiter=rate_limiter, clock=self._clock
         )
         self.log: Any = (log or structlog.get_logger("msop.controller")).bind(controller=name)

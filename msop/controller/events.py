@@ -214,6 +214,7 @@ class EventRecorder:
         max_tries: int = 12,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], float] = time.time,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.client = client
         self.component = component
@@ -226,7 +227,7 @@ class EventRecorder:
         self._shards: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
         # Deferrable events wait in maps of their own, behind the shard's other events.
         self._deferred: list[dict[EventKey, _Pending]] = [{} for _ in range(self.writers)]
-        self.busy: Callable[[], bool] | None = None
+        self.busy = busy
         """While it returns True, deferrable events wait (``max_defer`` s at most)."""
         self.max_defer = max_defer
         self._wakes = [asyncio.Event() for _ in range(self.writers)]

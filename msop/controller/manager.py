@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -198,11 +198,17 @@ class Manager:
         self._guards.append(guard)
         self.readyz.add(guard.name, guard.clear)
 
-    def event_recorder(self, component: str) -> EventRecorder:
-        """The EventRecorder for ``component`` (one per component), drained by the manager."""
+    def event_recorder(
+        self, component: str, *, busy: Callable[[], bool] | None = None
+    ) -> EventRecorder:
+        """The EventRecorder for ``component`` (one per component, made by the first call),
+        drained by the manager. ``busy`` (:class:`EventRecorder`) is given to the first
+        call only: ValueError for a recorder that exists."""
         recorder = self._recorders.get(component)
+        if recorder is not None and busy is not None:
+            raise ValueError(f"the event recorder of {component} exists already")
         if recorder is None:
-            recorder = EventRecorder(self.client, component)
+            recorder = EventRecorder(self.client, component, busy=busy)
             self._recorders[component] = recorder
             self.add(recorder, needs_leader_election=False)
         return recorder

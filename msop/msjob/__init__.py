@@ -4,7 +4,8 @@
 - :mod:`.plan`: every decision, a pure function of what was observed (``Observed``),
   with :mod:`.restarts` (the restart policies) and :mod:`.children` (pods and Services);
 - :mod:`.scheduling`: the seam of the systems that queue or gang-schedule a job, and its
-  two implementations, :mod:`.kueue` (Kueue's Workload) and :mod:`.gang` (Volcano);
+  two implementations, :mod:`.kueue` (Kueue, with the pure Workload functions in
+  :mod:`.kueue_workload`) and :mod:`.gang` (Volcano), listed in :mod:`.systems`;
 - :mod:`.reconciler`: reads the caches, asks the planner, applies the Plan;
 - :mod:`.doubts`: the reconciler's writes in doubt, announced once they prove stored;
 - :mod:`.settings`: how the controller runs (the defaults of ``msop run``'s flags);

@@ -32,6 +32,7 @@ This module is Volcano's implementation of the scheduling seam (:mod:`.schedulin
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -46,12 +47,22 @@ from msop.kube.objects import JSON
 from msop.kube.resources import PODGROUPS
 from msop.msjob import desired
 from msop.msjob.podstate import terminating
-from msop.msjob.scheduling import Admitted, Pass, Placement, Wait, Writer
+from msop.msjob.scheduling import (
+    Admitted,
+    Caches,
+    Granted,
+    Integration,
+    Pass,
+    Placement,
+    Wait,
+    Writer,
+)
 
 if TYPE_CHECKING:
     from fractions import Fraction  # imported where used: see msop.api.quantity
 
     from msop.controller.reconcile import Request
+    from msop.kube.writer import Client
 
 #: The scheduler that places the pods, and the annotations that tie them to the PodGroup.
 SCHEDULER_NAME = "volcano"
@@ -253,9 +264,18 @@ class Volcano:
         self.pod_group = pod_group
         """The PodGroup named ``name`` in ``namespace`` (the informer cache's)."""
 
+    @classmethod
+    def start(cls, client: Client, caches: Caches) -> Volcano:
+        """Volcano in the operator, with its cache: the PodGroups msop made (their events
+        enqueue the job)."""
+        return cls(caches.children(PODGROUPS).get)
+
     async def observe(self, job: JSON) -> Seen | None:
-        if MSJob(job).spec.managed_by == c.MANAGED_BY_MULTIKUEUE:
-            return None  # its pods run on a worker cluster, gang-scheduled there
+        managed_by = MSJob(job).spec.managed_by
+        if managed_by and managed_by != c.MANAGED_BY_MSOP:
+            # msop makes no pod of it here (another controller does, or another cluster
+            # runs it): nothing to gang-schedule.
+            return None
         meta = job["metadata"]
         return Seen(self.pod_group(meta["name"], meta["namespace"]))
 
@@ -318,6 +338,14 @@ class Decision(Admitted):
     def finish(self, p: Pass) -> None:
         self.delete = self.pod_group is not None
 
+    def granted(self) -> Granted | None:
+        """Offline: the PodGroup this pass creates, seen ``Inqueue`` (admitted)."""
+        if self.create is None:
+            return None
+        return Granted(
+            [self.create], Seen({**copy.deepcopy(self.create), "status": {"phase": INQUEUE}})
+        )
+
     async def apply(self, w: Writer) -> bool:
         if self.create is not None:
             try:
@@ -338,3 +366,7 @@ class Decision(Admitted):
                 if not is_not_found(e):
                     raise
         return True
+
+
+#: Volcano among the scheduling systems (:mod:`.systems`).
+INTEGRATION = Integration("volcano", Volcano.start, Seen)

@@ -90,7 +90,7 @@ def plan(observed: Observed, options: Options | None = None) -> Plan:
     p = PlanningPass(observed, options or Options())
     if left_alone(p):
         return p.result(None)
-    if p.view.spec.managed_by == c.MANAGED_BY_MULTIKUEUE:
+    if any(system.runs_elsewhere(p) for system in p.systems):
         return dispatched(p)
     created(p)
     counts: dict[str, JSON] | None = None
@@ -101,21 +101,22 @@ def plan(observed: Observed, options: Options | None = None) -> Plan:
 
 
 def left_alone(p: PlanningPass) -> bool:
-    """Rule 1: a job being deleted, managed by another controller, or dispatched by
-    MultiKueue without a queue (or without Kueue here: nobody would queue it)."""
+    """Rule 1: a job being deleted, or managed by another controller, unless a
+    scheduling system runs it elsewhere (:func:`dispatched`): a job MultiKueue would
+    dispatch but nobody queues here (no Kueue, no queue) is left alone."""
     if p.view.deletion_timestamp:
         return True
+    if any(system.runs_elsewhere(p) for system in p.systems):
+        return False
     managed_by = p.view.spec.managed_by
-    if managed_by == c.MANAGED_BY_MULTIKUEUE:
-        return not p.systems  # Kueue observes it only with --enable-kueue and a queue
     return bool(managed_by) and managed_by != MANAGED_BY
 
 
 def dispatched(p: PlanningPass) -> Plan:
-    """Rule 1, a job MultiKueue dispatches to a worker cluster: its Workload is queued
-    here (the scheduling systems' ``admit``, ``suspend`` and ``finish``), no pod or
-    Service is ever made here, and the status is written only while no worker cluster
-    runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
+    """Rule 1, a job a scheduling system runs on another cluster (MultiKueue's worker
+    cluster): it is queued here (the systems' ``admit``, ``suspend`` and ``finish``),
+    no pod or Service is ever made here, and the status is written only while no other
+    cluster runs the job (``Created``, ``Queued``, ``Suspended``, an invalid spec's
     ``Failed``); ``ttlSecondsAfterFinished`` deletes it here as well."""
     created(p)
     if finished_or_invalid(p):

@@ -24,8 +24,10 @@ objects:
   :meth:`Decision.running`      once every pod runs
   :meth:`Decision.suspend`      while the job is suspended
   :meth:`Decision.finish`       in every pass of a finished job
-  :meth:`Decision.mirrors_status`  at the end of a pass of a job dispatched elsewhere
-                                (``spec.managedBy: kueue.x-k8s.io/multikueue``): True
+  :meth:`Decision.runs_elsewhere`  first: True when the system runs the job on another
+                                cluster and only queues it here (Kueue's MultiKueue); the
+                                planner then makes no pod or Service
+  :meth:`Decision.mirrors_status`  at the end of a pass of a job that runs elsewhere: True
                                 while that system copies the job's status from where it
                                 runs; the planner then writes no status
   ============================  =========================================================
@@ -38,14 +40,17 @@ objects:
 - **forget** (:meth:`System.forget`): the job is gone; let go of whatever of its objects
   only msop would release.
 
-Systems run in a fixed order, the order the reconciler is given them (Kueue, then Volcano:
-a job queued by Kueue and placed as a gang by Volcano waits for Kueue first). There is no
-registry: a new scheduling feature is a new implementation of these two protocols.
+Each system declares the caches it reads (:class:`Caches`, given by ``setup.py``) when
+it starts (:attr:`Integration.start`), and says what ``msop render`` shows of it, offline
+(:attr:`Integration.unseen`, :meth:`Decision.granted`). :mod:`.systems` lists them in
+the order they decide (Kueue, then Volcano: a job queued by Kueue and placed as a gang by
+Volcano waits for Kueue first). A new scheduling feature is a new implementation of these
+protocols and one more entry there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
@@ -55,6 +60,7 @@ from msop.kube.objects import JSON
 if TYPE_CHECKING:
     from msop.controller.events import EventRecorder
     from msop.controller.reconcile import Request
+    from msop.kube.resources import Resource
     from msop.kube.writer import Client
 
 
@@ -196,11 +202,30 @@ class Decision(Protocol):
     def finish(self, p: Pass) -> None:
         """The job has finished (this pass or earlier)."""
 
+    def runs_elsewhere(self, p: Pass) -> bool:
+        """The system runs the job on another cluster: here it is only queued."""
+
     def mirrors_status(self, p: Pass) -> bool:
         """The job runs on another cluster and this system copies its status from there."""
 
+    def granted(self) -> Granted | None:
+        """Offline (``msop render``): what this pass creates of the system's objects, and
+        what the system would see once it lets the job go ahead; None: it creates
+        nothing."""
+
     async def apply(self, w: Writer) -> bool:
         """Write what was decided; False when a write conflicted (plan again)."""
+
+
+@dataclass(frozen=True)
+class Granted:
+    """A system's part of ``msop render``: the objects a pass creates, the system's view
+    of them once it lets the job go ahead (admitted, in queue), and a note for the
+    reader about what a cluster would add."""
+
+    objects: list[JSON]
+    seen: Seen
+    note: str = ""
 
 
 class Seen(Protocol):
@@ -218,6 +243,42 @@ class System(Protocol):
 
     async def forget(self, request: Request) -> None:
         """``request``'s job is gone from the cache."""
+
+
+class Children(Protocol):
+    """A cache of the operator's own objects of one resource (labelled as its children)."""
+
+    def get(self, name: str, namespace: str) -> JSON | None:
+        """The object ``namespace/name``, or None."""
+
+    def owned_by(self, uid: str) -> list[JSON]:
+        """The objects whose controller has this uid."""
+
+    def in_namespace(self, namespace: str) -> list[JSON]:
+        """The objects in ``namespace``."""
+
+
+class Caches(Protocol):
+    """The caches a system asks for when it starts (``setup.py`` makes them)."""
+
+    def children(self, resource: Resource) -> Children:
+        """The operator's own objects of ``resource`` in the watched namespaces; an event
+        of one enqueues the MSJob that controls it."""
+
+    def cluster(self, resource: Resource) -> Callable[[str], JSON | None]:
+        """Every object of the cluster-scoped ``resource``, by name; its events wake no
+        job."""
+
+
+@dataclass(frozen=True)
+class Integration:
+    """A scheduling system msop integrates with (:mod:`.systems` lists them)."""
+
+    name: str
+    start: Callable[[Client, Caches], System]
+    """The system in the operator: it asks for the caches it reads (its watches)."""
+    unseen: Callable[[], Seen]
+    """What it sees of a job before anything of it exists (``msop render``)."""
 
 
 class Admitted:
@@ -241,8 +302,14 @@ class Admitted:
     def finish(self, p: Pass) -> None:
         return None
 
+    def runs_elsewhere(self, p: Pass) -> bool:
+        return False
+
     def mirrors_status(self, p: Pass) -> bool:
         return False
+
+    def granted(self) -> Granted | None:
+        return None
 
 
 D = TypeVar("D")

@@ -1,12 +1,14 @@
 """Wiring of the MSJob controller: which caches it reads and which events wake it.
 
 - MSJobs: all of them in the watched namespaces; any event enqueues the job.
-- Pods, Services (and PodGroups with gang scheduling, Workloads with Kueue): only those labelled
+- Pods and Services: only those labelled
   ``training.kubeflow.org/operator-name=msjob-controller``, so the caches hold the
   operator's own objects and not every pod in the cluster; an event enqueues the
   controller owner (an MSJob). The same events lower the reconciler's expectations.
-- With Kueue, every ResourceFlavor (cluster-scoped, few): an admitted Workload's flavors
-  give its pods their node labels and tolerations. Their events wake no job.
+- The enabled scheduling systems (:mod:`.systems`), each with the caches it asks for
+  (:class:`.scheduling.Caches`): its own objects, labelled the same way, whose events
+  enqueue the owning MSJob (Kueue's Workloads, Volcano's PodGroups), and cluster-scoped
+  objects whose events wake no job (Kueue's ResourceFlavors).
 - Worker 0 pods that run also feed the progress poller (``poller.py``, leader only),
   which enqueues a job when its reporter has something new.
 """
@@ -17,6 +19,7 @@ import asyncio
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import structlog
 
@@ -34,16 +37,18 @@ from msop.controller.handler import (
 from msop.controller.manager import Manager
 from msop.controller.ratelimiter import default_controller_rate_limiter
 from msop.controller.reconcile import Request
+from msop.controller.workqueue import WorkQueue
+from msop.informers.factory import InformerFactory
 from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
 from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, Transform, make_transform
-from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS, Resource
-from msop.msjob import gang, kueue, metrics
+from msop.kube.objects import JSON
+from msop.kube.resources import PODS, SERVICES, Resource
+from msop.msjob import metrics, systems
 from msop.msjob.passes import Options
 from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
-from msop.msjob.scheduling import System
 from msop.msjob.settings import Settings
 
 log = structlog.get_logger("msop.msjob.setup")
@@ -105,6 +110,48 @@ def _reader(informers: list[SharedInformer]) -> Reader:
     return MultiNamespaceLister(informers)
 
 
+@dataclass(frozen=True)
+class _Children:
+    """A cache of the operator's own objects of one resource, as a scheduling system
+    reads it (:class:`.scheduling.Children`)."""
+
+    reader: Reader
+
+    def get(self, name: str, namespace: str) -> JSON | None:
+        found: JSON | None = self.reader.get(name, namespace)
+        return found
+
+    def owned_by(self, uid: str) -> list[JSON]:
+        return self.reader.by_index(BY_CONTROLLER_UID, uid)
+
+    def in_namespace(self, namespace: str) -> list[JSON]:
+        return self.reader.by_index(BY_NAMESPACE, namespace)
+
+
+class _Caches:
+    """The caches the scheduling systems ask for (:class:`.scheduling.Caches`); the
+    informers of their own objects are ``watched``: each event enqueues the owning job."""
+
+    def __init__(
+        self,
+        factory: InformerFactory,
+        informers: Callable[[Resource, str | None, Transform | None], list[SharedInformer]],
+        transform: Transform,
+    ) -> None:
+        self.factory = factory
+        self.informers = informers
+        self.transform = transform
+        self.watched: list[SharedInformer] = []
+
+    def children(self, resource: Resource) -> _Children:
+        found = self.informers(resource, CHILD_SELECTOR, self.transform)
+        self.watched += found
+        return _Children(_reader(found))
+
+    def cluster(self, resource: Resource) -> Callable[[str], JSON | None]:
+        return Lister(self.factory.informer_for(resource)).get
+
+
 RECHECK_IN_PLACE_SECONDS = 300.0
 
 
@@ -157,28 +204,13 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # ~25 KB per full pod in the cache.
     pods = informers(PODS, CHILD_SELECTOR, pod_projection)
     services = informers(SERVICES, CHILD_SELECTOR, service_projection)
-    # The scheduling systems, in the order they decide (Kueue, then Volcano), and the
-    # caches of their objects, whose events enqueue the owning job.
-    scheduling: list[System] = []
-    watched: list[SharedInformer] = []
-    if settings.kueue:
-        workloads = informers(WORKLOADS, CHILD_SELECTOR, lean)
-        # Cluster-scoped and few: the node labels and tolerations of admitted flavors.
-        flavors = Lister(factory.informer_for(RESOURCEFLAVORS))
-        wl_reader = _reader(workloads)
-        scheduling.append(
-            kueue.Kueue(
-                manager.client,
-                owned_by=functools.partial(wl_reader.by_index, BY_CONTROLLER_UID),
-                in_namespace=functools.partial(wl_reader.by_index, BY_NAMESPACE),
-                flavor=flavors.get,
-            )
-        )
-        watched += workloads
-    if settings.gang_scheduling:
-        pod_groups = informers(PODGROUPS, CHILD_SELECTOR, lean)
-        scheduling.append(gang.Volcano(_reader(pod_groups).get))
-        watched += pod_groups
+    # The scheduling systems, in the order they decide (Kueue, then Volcano), each with
+    # the caches it asks for.
+    caches = _Caches(factory, informers, lean)
+    enabled = systems.enabled(
+        kueue_enabled=settings.kueue, gang_scheduling=settings.gang_scheduling
+    )
+    scheduling = [integration.start(manager.client, caches) for integration in enabled]
 
     expectations: Expectations[ChildKey] = Expectations()
     poller: ProgressPoller | None = None
@@ -187,27 +219,36 @@ def setup(manager: Manager, settings: Settings) -> Controller:
             interval=settings.progress_interval,
             max_reports_per_second=settings.progress_writes_per_second,
         )
+    # The controller's queue comes first: the reconciler and the Event recorder read its
+    # length.
+    queue: WorkQueue[Request] = WorkQueue(
+        CONTROLLER_NAME,
+        # A refused create (quota, admission) is retried with backoff; nothing we watch
+        # says when the cluster changes its mind, so cap the backoff at a minute as the
+        # Kubernetes Job controller does (MaxJobApiBackOff), not controller-runtime's
+        # 1000 s: a raised quota is picked up within a minute, still one call a minute.
+        rate_limiter=default_controller_rate_limiter(max_delay=RETRY_MAX_DELAY),
+    )
+    workers = settings.max_concurrent_reconciles
     reconciler = MSJobReconciler(
         manager.client,
         jobs=_reader(jobs),
         pods=_reader(pods),
         services=_reader(services),
         scheduling=scheduling,
-        recorder=manager.event_recorder(EVENT_COMPONENT),
+        # A burst's creates before their announcements (SuccessfulCreate* are
+        # deferrable): a burst is more reconciles ready than workers to take them, not
+        # any one waiting (in a busy cluster some usually are, and every announcement
+        # would wait its 30 s).
+        recorder=manager.event_recorder(EVENT_COMPONENT, busy=lambda: len(queue) >= workers),
         expectations=expectations,
         options=Options(progress_port=settings.progress_port, in_place=settings.in_place),
         progress=poller.get if poller is not None else None,
+        backlog=lambda: len(queue),
         agents=settings.agents,
     )
     controller = Controller(
-        CONTROLLER_NAME,
-        reconciler,
-        max_concurrent_reconciles=settings.max_concurrent_reconciles,
-        # A refused create (quota, admission) is retried with backoff; nothing we watch
-        # says when the cluster changes its mind, so cap the backoff at a minute as the
-        # Kubernetes Job controller does (MaxJobApiBackOff), not controller-runtime's
-        # 1000 s: a raised quota is picked up within a minute, still one call a minute.
-        rate_limiter=default_controller_rate_limiter(max_delay=RETRY_MAX_DELAY),
+        CONTROLLER_NAME, reconciler, max_concurrent_reconciles=workers, queue=queue
     )
     for ns in settings.namespaces:
         metrics.touch(ns)
@@ -233,13 +274,8 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in services:
         controller.watch(inf, OWNER, batch_window=SERVICE_BATCH_WINDOW)
         _observe(inf, expectations, SERVICES)
-    for inf in watched:
+    for inf in caches.watched:
         controller.watch(inf, OWNER)
-    reconciler.backlog = lambda: len(controller.queue)
-    # A burst's creates before their announcements (SuccessfulCreate* are deferrable): a
-    # burst is more reconciles ready than workers to take them, not any one waiting (in
-    # a busy cluster some usually are, and every announcement would wait its 30 s).
-    reconciler.recorder.busy = lambda: len(controller.queue) >= controller.max_concurrent_reconciles
     manager.add(controller)
     if settings.recheck_in_place is not None:
         manager.add(_InPlaceRecheck(reconciler, settings.recheck_in_place))

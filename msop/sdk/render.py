@@ -12,15 +12,13 @@ Two facts only a cluster knows are shown as placeholders:
   ``MS_SCHED_HOST``: :data:`CLUSTER_IP_PLACEHOLDER`.
 
 The planner creates the Scheduler Service first and holds the other pods until the
-Service has a ClusterIP (and, with gang scheduling, holds every pod until the PodGroup
-is Inqueue). ``render`` therefore plans twice: once with nothing observed, then again
-observing exactly the planned Service (with the placeholder ClusterIP) and PodGroup
-(Inqueue), and no pods. The second plan holds every pod.
-
-With Kueue (``kueue=True``, for a job labelled ``kueue.x-k8s.io/queue-name``) the first
-plan creates only the Workload; it is then observed admitted to
-:data:`CLUSTER_QUEUE_PLACEHOLDER` with no flavor (a cluster's ResourceFlavors would add
-their node labels and tolerations to the pods), and the two plans above follow.
+Service has a ClusterIP; a scheduling system may hold the job or its pods until it lets
+them go ahead. ``render`` therefore plans again and again, each time observing what the
+previous plan created: the Services (with the placeholder ClusterIP), and each enabled
+scheduling system's objects as that system says it would see them once it lets the job
+go ahead (:meth:`msop.msjob.scheduling.Decision.granted`: Kueue's Workload admitted to a
+placeholder ClusterQueue with no flavor, Volcano's PodGroup ``Inqueue``), and no pods,
+until a plan creates nothing new. The last plan holds every pod.
 """
 
 from __future__ import annotations
@@ -32,52 +30,42 @@ from datetime import UTC, datetime
 from msop.api import FieldError, validate_admission
 from msop.api.validation import beyond_admission
 from msop.kube.objects import JSON
-from msop.msjob import gang
-from msop.msjob import kueue as queue
+from msop.msjob import systems
 from msop.msjob.passes import Observed, Plan
 from msop.msjob.plan import plan
-from msop.msjob.scheduling import Seen, decision
 
 UID_PLACEHOLDER = "<msjob-uid>"
 CLUSTER_IP_PLACEHOLDER = "<scheduler-service-cluster-ip>"
-CLUSTER_QUEUE_PLACEHOLDER = "<cluster-queue>"
 
 
 @dataclass
 class Rendered:
     """What the operator creates for one job, in creation order."""
 
-    pod_group: JSON | None
+    scheduling: list[JSON]
+    """The scheduling systems' objects (Kueue's Workload, Volcano's PodGroup), created
+    before anything else."""
     services: list[JSON]
     pods: list[JSON]
     notes: list[str]
-    """Why something expected is missing (suspended, managed elsewhere)."""
-    workload: JSON | None = None
-    """Kueue's Workload, created before anything else."""
+    """Why something expected is missing (suspended, managed elsewhere), and what a
+    cluster's scheduling systems would add."""
+
+    @property
+    def workload(self) -> JSON | None:
+        """Kueue's Workload, if the job has one."""
+        return self._of_kind("Workload")
+
+    @property
+    def pod_group(self) -> JSON | None:
+        """Volcano's PodGroup, if the job has one."""
+        return self._of_kind("PodGroup")
+
+    def _of_kind(self, kind: str) -> JSON | None:
+        return next((o for o in self.scheduling if o.get("kind") == kind), None)
 
     def objects(self) -> list[JSON]:
-        head = [o for o in (self.workload, self.pod_group) if o is not None]
-        return [*head, *self.services, *self.pods]
-
-
-def _admitted(workload: JSON) -> JSON:
-    """``workload`` as Kueue leaves it once admitted (no flavor assigned)."""
-    seen = copy.deepcopy(workload)
-    seen["metadata"]["resourceVersion"] = "1"
-    seen["status"] = {
-        "conditions": [
-            {"type": t, "status": "True", "reason": t, "message": ""}
-            for t in ("QuotaReserved", "Admitted")
-        ],
-        "admission": {
-            "clusterQueue": CLUSTER_QUEUE_PLACEHOLDER,
-            "podSetAssignments": [
-                {"name": ps["name"], "flavors": {}, "count": ps["count"]}
-                for ps in workload["spec"]["podSets"]
-            ],
-        },
-    }
-    return seen
+        return [*self.scheduling, *self.services, *self.pods]
 
 
 class InvalidJobError(ValueError):
@@ -110,47 +98,44 @@ def render(
     meta.setdefault("uid", UID_PLACEHOLDER)
     job.pop("status", None)  # a new job: the plan must not depend on a stale status
     when = now or datetime.now(UTC)
-
-    def planned(services: list[JSON], wl: JSON | None, pg: JSON | None) -> Plan:
-        seen: list[Seen] = []
-        if kueue:
-            seen.append(queue.Seen(workload=wl))
-        if gang_scheduling:
-            seen.append(gang.Seen(pg))
-        return plan(Observed(job=job, pods=[], services=services, now=when, scheduling=seen))
-
-    queued = decision(planned([], None, None).scheduling, queue.Decision)
-    workload = queued.create_workload if queued is not None else None
-    seen_workload = _admitted(workload) if workload is not None else None
-    first = planned([], seen_workload, None)
-    services = first.create_services
-    observed_services = []
-    for svc in services:
-        seen = copy.deepcopy(svc)
-        seen["spec"]["clusterIP"] = CLUSTER_IP_PLACEHOLDER
-        observed_services.append(seen)
-    gang_decision = decision(first.scheduling, gang.Decision)
-    pod_group = gang_decision.create if gang_decision is not None else None
-    observed_group = None
-    if pod_group is not None:
-        observed_group = {**copy.deepcopy(pod_group), "status": {"phase": "Inqueue"}}
-    second = planned(observed_services, seen_workload, observed_group)
+    integrations = systems.enabled(kueue_enabled=kueue, gang_scheduling=gang_scheduling)
+    seen = [integration.unseen() for integration in integrations]
+    scheduling: list[JSON] = []
     notes: list[str] = []
-    if not second.create_pods and not services:
-        notes.append(
+    services: list[JSON] = []
+    observed_services: list[JSON] = []
+
+    def planned() -> Plan:
+        return plan(
+            Observed(job=job, pods=[], services=observed_services, now=when, scheduling=seen)
+        )
+
+    # Each round observes what the one before created; every system creates its objects
+    # once, and so does the planner its Services.
+    last = planned()
+    for _ in range(len(seen) + 2):
+        grew = False
+        for i, decided in enumerate(last.scheduling):
+            granted = decided.granted()
+            if granted is not None:
+                scheduling += granted.objects
+                seen[i] = granted.seen
+                notes += [granted.note] if granted.note else []
+                grew = True
+        if last.create_services and not observed_services:
+            services = last.create_services
+            for svc in services:
+                observed = copy.deepcopy(svc)
+                observed["spec"]["clusterIP"] = CLUSTER_IP_PLACEHOLDER
+                observed_services.append(observed)
+            grew = True
+        if not grew:
+            break
+        last = planned()
+    if not last.create_pods and not services:
+        notes.insert(
+            0,
             "nothing to create: the job is suspended, or managed by another controller "
-            "(spec.runPolicy.suspend / spec.runPolicy.managedBy)"
+            "(spec.runPolicy.suspend / spec.runPolicy.managedBy)",
         )
-    if workload is not None:
-        notes.append(
-            "the pods are created once Kueue admits the Workload, with the node labels and "
-            "tolerations of the ResourceFlavors it assigns; its priority is read from the "
-            "class the job names when it is created"
-        )
-    return Rendered(
-        pod_group=pod_group,
-        services=services,
-        pods=second.create_pods,
-        notes=notes,
-        workload=workload,
-    )
+    return Rendered(scheduling=scheduling, services=services, pods=last.create_pods, notes=notes)

@@ -105,11 +105,31 @@ def test_the_pure_rooms_load_no_runtime() -> None:
     mods = _loaded_by(
         "import msop.msjob.podstate, msop.msjob.statuswrite, msop.msjob.plan, msop.kube.writer,"
         " msop.msjob.passes, msop.msjob.replicastatus, msop.msjob.restarts,"
-        " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue"
+        " msop.msjob.scheduling, msop.msjob.gang, msop.msjob.kueue_workload"
     )
     assert _runtime(mods) == []
     assert "msop.kube.client" not in mods and "aiohttp" not in mods
     assert "structlog" not in mods  # the SDK's planner logs nothing
+
+
+def _imported(path: str) -> set[str]:
+    """``module.name`` for every ``from module import name`` of the file, and every
+    ``import module``."""
+    tree = ast.parse((REPO / path).read_text())
+    return {
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    } | {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
+
+
+SYSTEM_MODULES = ("msop.msjob.gang", "msop.msjob.kueue")  # kueue.py and kueue_workload.py
 
 
 @pytest.mark.parametrize(
@@ -128,19 +148,67 @@ def test_the_core_knows_no_scheduling_system(path: str) -> None:
     # import neither system nor its resources and have no function about their objects,
     # so the next scheduling feature is a new implementation, not new branches here.
     tree = ast.parse((REPO / path).read_text())
-    imported = {
-        f"{node.module}.{alias.name}"
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module
-        for alias in node.names
-    }
-    assert [m for m in imported if m.startswith(("msop.msjob.gang", "msop.msjob.kueue"))] == []
+    imported = _imported(path)
+    assert [m for m in imported if m.startswith(SYSTEM_MODULES)] == []
     assert [m for m in imported if m.endswith((".PODGROUPS", ".WORKLOADS"))] == []
     functions = [
         n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     ]
     about = ("workload", "pod_group", "podgroup", "gang", "kueue", "flavor")
     assert [f for f in functions if any(word in f.lower() for word in about)] == []
+    # Whether a job runs on another cluster (MultiKueue) is a question a system answers.
+    names = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert [n for n in names if "MULTIKUEUE" in n] == []
+
+
+def _strings_and_names(path: str) -> set[str]:
+    """The string literals of the code (not its docstrings) and the attribute names."""
+    tree = ast.parse((REPO / path).read_text())
+    docstrings = {
+        id(n.value)
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
+    return {
+        n.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    } | {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+
+
+@pytest.mark.parametrize(
+    "path", ["msop/msjob/setup.py", "msop/sdk/render.py", "msop/cli/render.py"]
+)
+def test_the_wiring_and_render_go_through_the_seam(path: str) -> None:
+    # setup.py starts the enabled systems and msop render plans with what they would see,
+    # both from the list in msop.msjob.systems: neither names a system or its resources,
+    # nor makes a system's object by hand (an admitted Workload, an Inqueue PodGroup).
+    imported = _imported(path)
+    assert [m for m in imported if m.startswith(SYSTEM_MODULES)] == []
+    resources = (".PODGROUPS", ".WORKLOADS", ".RESOURCEFLAVORS")
+    assert [m for m in imported if m.endswith(resources)] == []
+    made_by_hand = {"Inqueue", "Admitted", "QuotaReserved", "admission", "MANAGED_BY_MULTIKUEUE"}
+    assert _strings_and_names(path) & made_by_hand == set()
+
+
+def test_volcano_knows_nothing_of_multikueue() -> None:
+    # Whether a job runs on another cluster is Kueue's answer (Decision.runs_elsewhere).
+    assert "MANAGED_BY_MULTIKUEUE" not in _strings_and_names("msop/msjob/gang.py")
+
+
+def test_only_the_list_of_systems_imports_them() -> None:
+    # msop.msjob.systems is the one place that names the scheduling systems: every other
+    # module reaches them through the seam (msop.msjob.scheduling).
+    importers = []
+    for path in sorted((REPO / "msop").rglob("*.py")):
+        rel = str(path.relative_to(REPO))
+        module = ".".join(Path(rel).with_suffix("").parts)
+        if module.startswith(SYSTEM_MODULES) or rel == "msop/msjob/systems.py":
+            continue
+        # ``from msop.msjob import kueue`` counts as msop.msjob.kueue.
+        if [m for m in _imported(rel) if m.startswith(SYSTEM_MODULES)]:
+            importers.append(rel)
+    assert importers == []
 
 
 def test_the_store_side_of_the_informers_imports_no_watch_machinery() -> None:

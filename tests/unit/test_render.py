@@ -163,3 +163,14 @@ def test_multi_document_and_missing_files(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert render_files([str(tmp_path / "nope.yaml")], None, False, out, err) == 1
     assert "nope.yaml" in err.getvalue() and out.getvalue() == ""
+
+
+def test_kueue_and_volcano_render_the_workload_then_the_pod_group() -> None:
+    raw = _load(SAMPLES / "msjob_kueue.yaml")
+    result = render(raw, namespace="k", kueue=True, gang_scheduling=True)
+    kinds = [o["kind"] for o in result.objects()]
+    assert kinds[:2] == ["Workload", "PodGroup"] and kinds.count("Pod") == 3
+    assert result.objects()[:2] == [result.workload, result.pod_group]
+    pods = [o for o in result.objects() if o["kind"] == "Pod"]
+    assert {p["spec"]["schedulerName"] for p in pods} == {"volcano"}
+    assert all("kueue.x-k8s.io/podset" in p["metadata"]["labels"] for p in pods)

@@ -12,7 +12,7 @@ import pytest
 
 from msop.api import constants as c
 from msop.kube.errors import ApiError
-from msop.msjob import kueue
+from msop.msjob import kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.scheduling import Writer
 from tests.support.builders import NOW, T0, job, pod, queue, service
@@ -23,14 +23,14 @@ QUEUE = "team-a"
 
 def queued_job(**kw: Any) -> JSON:
     j = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")}, **kw)
-    j["metadata"]["labels"] = {kueue.QUEUE_LABEL: QUEUE}
+    j["metadata"]["labels"] = {kueue_workload.QUEUE_LABEL: QUEUE}
     for spec in j["spec"]["msReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
     return j
 
 
 def wl_of(j: JSON, *conditions: tuple[str, str, str], **status: Any) -> JSON:
-    w = kueue.workload(j, active=True)
+    w = kueue_workload.workload(j, active=True)
     w["metadata"].update(uid="wl-uid", resourceVersion="7", generation=1)
     w["status"] = {
         "conditions": [
@@ -98,14 +98,14 @@ def queued(p: Plan) -> JSON | None:
 
 def test_the_workload_is_named_as_kueue_names_its_own() -> None:
     digest = hashlib.sha1(b"MSJob\nmindspore.gitee.com\ntrain\nuid-1").hexdigest()
-    assert kueue.workload_name("train", "uid-1") == f"msjob-train-{digest[:5]}"
-    long = kueue.workload_name("x" * 300, "u")
+    assert kueue_workload.workload_name("train", "uid-1") == f"msjob-train-{digest[:5]}"
+    long = kueue_workload.workload_name("x" * 300, "u")
     assert len(long) == 253 and long.startswith("msjob-xxx")
 
 
 def test_the_workload_has_a_pod_set_per_replica_type_and_the_job_as_owner() -> None:
     j = queued_job()
-    w = kueue.workload(j, active=True)
+    w = kueue_workload.workload(j, active=True)
     assert w["spec"]["queueName"] == QUEUE
     assert [(p["name"], p["count"]) for p in w["spec"]["podSets"]] == [
         ("scheduler", 1),
@@ -113,8 +113,8 @@ def test_the_workload_has_a_pod_set_per_replica_type_and_the_job_as_owner() -> N
     ]
     container = w["spec"]["podSets"][1]["template"]["spec"]["containers"][0]
     assert container["resources"] == {"requests": {"cpu": "1"}}
-    assert w["metadata"]["finalizers"] == [kueue.FINALIZER]
-    assert w["metadata"]["labels"][kueue.JOB_UID_LABEL] == "u-1"
+    assert w["metadata"]["finalizers"] == [kueue_workload.FINALIZER]
+    assert w["metadata"]["labels"][kueue_workload.JOB_UID_LABEL] == "u-1"
     owner = w["metadata"]["ownerReferences"][0]
     assert (owner["kind"], owner["uid"], owner["controller"]) == ("MSJob", "u-1", True)
 
@@ -123,9 +123,9 @@ def test_a_new_queued_job_gets_a_workload_and_no_pod() -> None:
     p = run(queued_job())
     assert queue(p).create_workload is not None and p.create_pods == []
     q = queued(p)
-    assert q is not None and q["status"] == "True" and q["reason"] == kueue.REASON_PENDING
+    assert q is not None and q["status"] == "True" and q["reason"] == kueue_workload.REASON_PENDING
     assert "startTime" not in (p.status or {})
-    assert [e.reason for e in p.events] == [kueue.REASON_PENDING]
+    assert [e.reason for e in p.events] == [kueue_workload.REASON_PENDING]
 
 
 def test_jobs_without_the_label_or_without_the_flag_are_untouched() -> None:
@@ -156,9 +156,11 @@ def test_an_admitted_workload_runs_the_pods_on_their_flavors() -> None:
     worker = by_name["j-worker-1"]
     assert worker["spec"]["nodeSelector"] == {"pool": "b"}
     assert worker["spec"]["tolerations"] == [{"key": "pool", "operator": "Equal", "value": "b"}]
-    assert worker["metadata"]["labels"][kueue.PODSET_LABEL] == "worker"
+    assert worker["metadata"]["labels"][kueue_workload.PODSET_LABEL] == "worker"
     q = queued(p)
-    assert q is not None and q["status"] == "False" and q["reason"] == kueue.REASON_ADMITTED
+    assert (
+        q is not None and q["status"] == "False" and q["reason"] == kueue_workload.REASON_ADMITTED
+    )
     assert "'cq'" in q["message"]
     assert p.status is not None and p.status["startTime"]
 
@@ -194,7 +196,11 @@ def test_an_evicted_job_stops_its_pods_then_hands_the_workload_back() -> None:
     assert len(p.delete_pods) == 3 and p.create_pods == []
     assert queue(p).workload_status is None  # the pods still hold what the quota counted
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_EVICTED and "Preempted" in q["message"]
+    assert (
+        q is not None
+        and q["reason"] == kueue_workload.REASON_EVICTED
+        and "Preempted" in q["message"]
+    )
     assert "startTime" not in (p.status or {})
 
     p = run(j, wl, [])
@@ -276,7 +282,7 @@ def test_a_resumed_job_waits_for_quota_not_for_its_old_eviction() -> None:
     j = queued_job()
     p = run(j, _handed_back(j, "Deactivated", ("Requeued", "True", "Reactivated"), LATER))
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING, q
     assert "insufficient quota for cpu" in q["message"]
 
 
@@ -289,26 +295,32 @@ def test_the_pass_that_resumes_a_job_says_it_waits_not_that_it_was_evicted() -> 
     p = run(resumed, wl)
     assert queue(p).patch_workload == {"spec": {"active": True}}
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
-    assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [kueue.REASON_PENDING]
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING, q
+    assert [e.reason for e in p.events if e.reason.startswith("Workload")] == [
+        kueue_workload.REASON_PENDING
+    ]
     # Active again before Kueue wrote its Requeued: the deactivation no longer explains it.
     wl["spec"]["active"] = True
     q = queued(run(queued_job(), wl))
-    assert q is not None and q["reason"] == kueue.REASON_PENDING, q
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING, q
 
 
 def test_a_preempted_job_handed_back_still_says_it_was_evicted() -> None:
     j = queued_job()
     p = run(j, _handed_back(j, "Preempted", ("Requeued", "True", "Preempted"), LATER))
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_EVICTED and "Preempted" in q["message"]
+    assert (
+        q is not None
+        and q["reason"] == kueue_workload.REASON_EVICTED
+        and "Preempted" in q["message"]
+    )
 
 
 @pytest.mark.parametrize(
     ("requeued", "reason"),
     [
-        (("Requeued", "False", "PodsReadyTimeout"), kueue.REASON_EVICTED),  # in backoff
-        (("Requeued", "True", "BackoffFinished"), kueue.REASON_PENDING),
+        (("Requeued", "False", "PodsReadyTimeout"), kueue_workload.REASON_EVICTED),  # in backoff
+        (("Requeued", "True", "BackoffFinished"), kueue_workload.REASON_PENDING),
     ],
 )
 def test_a_pods_ready_timeout_is_the_wait_until_kueue_requeues_after_backoff(
@@ -328,7 +340,7 @@ def test_a_requeue_older_than_the_eviction_does_not_hide_it() -> None:
         LATER
     )
     q = queued(run(j, wl))
-    assert q is not None and q["reason"] == kueue.REASON_EVICTED
+    assert q is not None and q["reason"] == kueue_workload.REASON_EVICTED
 
 
 def test_a_workload_deactivated_by_someone_else_keeps_the_job_queued() -> None:
@@ -338,7 +350,7 @@ def test_a_workload_deactivated_by_someone_else_keeps_the_job_queued() -> None:
     p = run(j, wl)
     assert queue(p).patch_workload is None and p.create_pods == []
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_INACTIVE
+    assert q is not None and q["reason"] == kueue_workload.REASON_INACTIVE
 
 
 def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
@@ -354,7 +366,9 @@ def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
     )
     assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
     assert queue(p).release_workloads == [wl]
-    assert kueue.finalizer_patch(wl) == {"metadata": {"resourceVersion": "7", "finalizers": []}}
+    assert kueue_workload.finalizer_patch(wl) == {
+        "metadata": {"resourceVersion": "7", "finalizers": []}
+    }
 
 
 def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() -> None:
@@ -366,7 +380,7 @@ def test_a_scaled_job_admitted_for_the_old_size_is_stopped_and_queued_again() ->
     p = run(j, wl, [])
     assert queue(p).delete_workloads == [wl] and queue(p).release_workloads == [wl]
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PENDING
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING
 
 
 def test_a_pending_workload_follows_the_job_in_place() -> None:
@@ -377,14 +391,14 @@ def test_a_pending_workload_follows_the_job_in_place() -> None:
     assert queue(p).patch_workload is not None
     assert [x["count"] for x in queue(p).patch_workload["spec"]["podSets"]] == [1, 3]
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 2
-    j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
+    j["metadata"]["labels"][kueue_workload.QUEUE_LABEL] = "team-b"
     assert queue(run(j, wl)).patch_workload == {"spec": {"queueName": "team-b"}}
 
 
 def test_a_queue_change_while_admitted_is_refused_with_a_warning() -> None:
     j = queued_job()
     wl = admitted(j)
-    j["metadata"]["labels"][kueue.QUEUE_LABEL] = "team-b"
+    j["metadata"]["labels"][kueue_workload.QUEUE_LABEL] = "team-b"
     p = run(j, wl, [])
     assert queue(p).patch_workload is None
     assert [e.type for e in p.events if e.reason == "QueueNameChangeRefused"] == ["Warning"]
@@ -413,10 +427,10 @@ def test_workloads_left_by_an_earlier_spec_are_deleted_before_a_new_one() -> Non
 def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
     j = queued_job()
     j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["priorityClassName"] = "high"
-    assert kueue.priority_source(j) == ("PriorityClass", "high")
-    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
-    assert kueue.priority_source(j) == ("WorkloadPriorityClass", "urgent")
-    assert kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000) == {
+    assert kueue_workload.priority_source(j) == ("PriorityClass", "high")
+    j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "urgent"
+    assert kueue_workload.priority_source(j) == ("WorkloadPriorityClass", "urgent")
+    assert kueue_workload.priority_ref("WorkloadPriorityClass", "urgent", 1000) == {
         "priorityClassRef": {"group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass",
                              "name": "urgent"},
         "priority": 1000,
@@ -425,14 +439,14 @@ def test_priority_comes_from_the_workload_priority_class_label_first() -> None:
 
 def test_a_running_job_keeps_the_admitted_reason_without_gang_scheduling() -> None:
     j = queued_job(status={"conditions": [
-        {"type": c.QUEUED, "status": "False", "reason": kueue.REASON_ADMITTED, "message": "m",
-         "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
+        {"type": c.QUEUED, "status": "False", "reason": kueue_workload.REASON_ADMITTED,
+         "message": "m", "lastTransitionTime": T0, "lastUpdateTime": T0}]})  # fmt: skip
     pods = [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)]
     p = run(j, admitted(j), pods)
     assert p.status is not None
     assert any(x["type"] == c.RUNNING and x["status"] == "True" for x in p.status["conditions"])
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_ADMITTED
+    assert q is not None and q["reason"] == kueue_workload.REASON_ADMITTED
 
 
 # --- the reconciler's Workload writes ----------------------------------------------------
@@ -492,11 +506,11 @@ def _decided(wl: JSON | None, **writes: Any) -> kueue.Decision:
 
 def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
     j = queued_job()
-    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "urgent"
+    j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "urgent"
     api = _Api(None)
     seen = asyncio.run(_kueue(api).observe(j))
     assert api.calls == [("get", "WorkloadPriorityClass", "urgent")]
-    assert seen.priority == kueue.priority_ref("WorkloadPriorityClass", "urgent", 1000)
+    assert seen.priority == kueue_workload.priority_ref("WorkloadPriorityClass", "urgent", 1000)
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     created = queue(p).create_workload
     assert created is not None and created["spec"]["priority"] == 1000
@@ -510,7 +524,7 @@ def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finali
     d = _decided(
         wl,
         patch_workload={"spec": {"active": False}},
-        workload_status=kueue.finish_patch(wl, True, "done", T0),
+        workload_status=kueue_workload.finish_patch(wl, True, "done", T0),
         release_workloads=[wl],
     )
     api = _Api(wl)
@@ -524,24 +538,24 @@ def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finali
 def test_a_workload_that_moved_is_planned_again() -> None:
     j = queued_job()
     wl = evicted(j)
-    d = _decided(wl, workload_status=kueue.requeue_patch(wl, T0))
+    d = _decided(wl, workload_status=kueue_workload.requeue_patch(wl, T0))
     assert not _apply(_Api(wl, conflict=True), d, j)
 
 
 def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     j = queued_job()
-    j["metadata"]["labels"][kueue.PRIORITY_CLASS_LABEL] = "nope"
+    j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "nope"
 
     class Missing(_Api):
         async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
             raise ApiError(404, "NotFound", f'"{name}" not found')
 
     seen = asyncio.run(_kueue(Missing(None)).observe(j))
-    assert seen.priority == kueue.MissingClass("WorkloadPriorityClass", "nope")
+    assert seen.priority == kueue_workload.MissingClass("WorkloadPriorityClass", "nope")
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     assert queue(p).create_workload is None and p.create_pods == []
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PRIORITY_CLASS_NOT_FOUND
+    assert q is not None and q["reason"] == kueue_workload.REASON_PRIORITY_CLASS_NOT_FOUND
     assert "WorkloadPriorityClass 'nope' does not exist" in q["message"]
     assert "has not looked at its Workload" not in q["message"]
     assert [(e.type, e.reason) for e in p.events] == [("Warning", "PriorityClassNotFound")]
@@ -556,15 +570,15 @@ def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
 def test_pods_ready_follows_kueues_reasons() -> None:
     j = queued_job()
     wl = admitted(j)
-    assert kueue.pods_ready(wl, False)[:2] == ("False", "WaitForStart")
-    assert kueue.pods_ready(wl, True)[:2] == ("True", "Started")
-    patch = kueue.pods_ready_patch(wl, True, T0)
+    assert kueue_workload.pods_ready(wl, False)[:2] == ("False", "WaitForStart")
+    assert kueue_workload.pods_ready(wl, True)[:2] == ("True", "Started")
+    patch = kueue_workload.pods_ready_patch(wl, True, T0)
     assert patch is not None
     wl["status"]["conditions"] = patch["status"]["conditions"]
-    assert kueue.pods_ready_patch(wl, True, T0) is None  # already says so: no write
-    assert kueue.pods_ready(wl, False)[:2] == ("False", "WaitForRecovery")
+    assert kueue_workload.pods_ready_patch(wl, True, T0) is None  # already says so: no write
+    assert kueue_workload.pods_ready(wl, False)[:2] == ("False", "WaitForRecovery")
     wl["status"]["conditions"][-1].update(status="False", reason="WaitForRecovery")
-    assert kueue.pods_ready(wl, True)[:2] == ("True", "Recovered")
+    assert kueue_workload.pods_ready(wl, True)[:2] == ("True", "Recovered")
 
 
 def test_an_admitted_job_reports_pods_ready_once_every_pod_runs() -> None:

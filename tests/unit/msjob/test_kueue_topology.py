@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from msop.api import constants as c
-from msop.msjob import desired, kueue, topology
+from msop.msjob import desired, kueue, kueue_workload, topology
 from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.projection import pod_projection
 from msop.msjob.scheduling import Placement
@@ -75,7 +75,7 @@ def gates(pod_: JSON) -> list[str]:
 
 
 def test_templates_without_topology_annotations_get_no_request() -> None:
-    pod_sets = kueue.workload(tas_job({"note": "x"}), active=True)["spec"]["podSets"]
+    pod_sets = kueue_workload.workload(tas_job({"note": "x"}), active=True)["spec"]["podSets"]
     assert [ps.get("topologyRequest") for ps in pod_sets] == [None, None]
 
 
@@ -100,7 +100,7 @@ def test_the_pod_set_asks_what_its_template_says_and_names_the_replica_index(
     annotations: dict[str, str], want: JSON
 ) -> None:
     j = tas_job(annotations)
-    scheduler, worker = kueue.workload(j, active=True)["spec"]["podSets"]
+    scheduler, worker = kueue_workload.workload(j, active=True)["spec"]["podSets"]
     assert worker["topologyRequest"] == {**want, "podIndexLabel": INDEX}
     assert "topologyRequest" not in scheduler
     assert worker["template"]["metadata"]["annotations"] == annotations
@@ -143,7 +143,7 @@ def test_annotations_kueue_would_refuse_hold_the_workload_with_a_warning(
     annotations: dict[str, str], says: str
 ) -> None:
     j = tas_job(annotations)
-    kueue.pod_sets(j)  # never raises on them: a reshape patches the pod sets
+    kueue_workload.pod_sets(j)  # never raises on them: a reshape patches the pod sets
     p = run(j)
     assert queue(p).create_workload is None and p.create_pods == []
     q = queued(p)
@@ -166,7 +166,7 @@ def test_a_fixed_template_gets_its_workload() -> None:
     p = run(fixed)
     assert queue(p).create_workload is not None
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PENDING
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING
 
 
 def test_a_job_without_replicas_of_a_type_is_not_judged_by_its_template() -> None:
@@ -191,7 +191,7 @@ def test_pods_placed_by_topology_are_created_gated_for_kueues_ungater() -> None:
             topology.REQUIRED: "cloud.example/rack",  # the template's: Kueue's mark of a TAS pod
             topology.WORKLOAD_ANNOTATION: wl["metadata"]["name"],
         }
-        assert meta["labels"][kueue.PODSET_LABEL] == "worker"
+        assert meta["labels"][kueue_workload.PODSET_LABEL] == "worker"
         assert meta["labels"][INDEX] == str(i)  # the request's podIndexLabel: rank i
         # The flavor's labels only: the ungater adds the domain's when it removes the gate.
         assert worker["spec"]["nodeSelector"] == {"pool": "b"}
@@ -235,7 +235,7 @@ def test_an_admission_checks_update_is_applied_over_the_topology_placement() -> 
         {"name": "prov", "state": "Ready",
          "podSetUpdates": [{"name": "worker", "annotations": {"note": "x"}}]},
     ]  # fmt: skip
-    placed = kueue.placements(wl, FLAVORS)
+    placed = kueue_workload.placements(wl, FLAVORS)
     assert placed is not None
     worker = placed[c.WORKER]
     assert worker.scheduling_gates == [topology.GATE]
@@ -262,7 +262,7 @@ def test_msrun_ranks_follow_the_replica_index_the_ungater_orders_by() -> None:
     ``--node_rank``, msop's ``MS_NODE_RANK``): pod i on the i-th place of the assignment
     puts the ranks in topology order."""
     j = job({"Worker": (3, "ExitCode")}, msrun={"localWorkers": 2})
-    j["metadata"]["labels"] = {kueue.QUEUE_LABEL: "team-a"}
+    j["metadata"]["labels"] = {kueue_workload.QUEUE_LABEL: "team-a"}
     j["spec"]["msReplicaSpecs"]["Worker"]["template"]["metadata"] = {
         "annotations": {topology.REQUIRED: "rack"}}  # fmt: skip
     wl = wl_of(
@@ -321,6 +321,6 @@ def test_pods_held_or_placed_by_the_ungater_are_left_alone(projected: bool, work
     true = {x["type"] for x in p.status["conditions"] if x["status"] == "True"}
     assert not true & {c.FAILED, c.RESTARTING, c.SUCCEEDED}
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_ADMITTED
+    assert q is not None and q["reason"] == kueue_workload.REASON_ADMITTED
     assert p.status["replicaStatuses"]["Worker"].get("failed", 0) == 0
     assert "startTime" in p.status and p.status["startTime"] == T0

@@ -9,7 +9,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.api.validation import validate
-from msop.msjob import gang, kueue
+from msop.msjob import gang, kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
 from tests.support.builders import NOW, T0, pod, queue, service
 from tests.unit.msjob.test_kueue import (
@@ -97,7 +97,7 @@ def test_a_dispatched_job_gets_a_workload_and_a_status_but_never_a_pod() -> None
     p = run(j)
     assert queue(p).create_workload is not None
     assert p.create_pods == [] and p.create_services == []
-    assert queued(p) is not None and queued(p)["reason"] == kueue.REASON_PENDING  # type: ignore[index]
+    assert queued(p) is not None and queued(p)["reason"] == kueue_workload.REASON_PENDING  # type: ignore[index]
     created = next(x for x in p.status["conditions"] if x["type"] == c.CREATED)  # type: ignore[index]
     assert created["status"] == "True"
 
@@ -135,10 +135,10 @@ def test_the_dispatch_is_announced_while_the_status_is_still_the_managers_wait()
     p = run(j, on_worker(admitted(j)))
     assert p.status is None
     [event] = p.events
-    assert event.reason == kueue.REASON_DISPATCHED and f"'{WORKER}'" in event.message
+    assert event.reason == kueue_workload.REASON_DISPATCHED and f"'{WORKER}'" in event.message
     # Once the worker's status is copied here, nothing more is said.
     j["status"] = {"conditions": [{"type": c.QUEUED, "status": "False",
-                                   "reason": kueue.REASON_ADMITTED, "message": "there",
+                                   "reason": kueue_workload.REASON_ADMITTED, "message": "there",
                                    "lastTransitionTime": T0}]}  # fmt: skip
     assert run(j, on_worker(admitted(j))).events == []
 
@@ -211,7 +211,9 @@ def worker_copy(wl_name: str) -> JSON:
     pre-built Workload's name and the origin; a uid of its own."""
     j = queued_job()
     j["metadata"]["uid"] = "worker-uid"
-    j["metadata"]["labels"].update({kueue.PREBUILT_LABEL: wl_name, kueue.ORIGIN_LABEL: "mk"})
+    j["metadata"]["labels"].update(
+        {kueue_workload.PREBUILT_LABEL: wl_name, kueue_workload.ORIGIN_LABEL: "mk"}
+    )
     return j
 
 
@@ -235,7 +237,7 @@ def test_the_copy_adopts_its_prebuilt_workload_and_runs_when_admitted() -> None:
     assert d.adopt_workload is not None
     meta = d.adopt_workload["metadata"]
     assert meta["ownerReferences"][0]["uid"] == "worker-uid"
-    assert meta["labels"] == {kueue.JOB_UID_LABEL: "worker-uid"}
+    assert meta["labels"] == {kueue_workload.JOB_UID_LABEL: "worker-uid"}
     assert meta["resourceVersion"] == "7"
     # The Scheduler Service is there: every pod goes out, on its flavor.
     assert len(p.create_pods) == 3
@@ -248,7 +250,7 @@ def test_the_copy_never_creates_a_workload_of_its_own() -> None:
     d = queue(p)
     assert d.create_workload is None and p.create_pods == []
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PREBUILT_MISSING
+    assert q is not None and q["reason"] == kueue_workload.REASON_PREBUILT_MISSING
     assert "msjob-train-abcde" in q["message"]
     assert p.requeue_after is not None
 
@@ -271,7 +273,7 @@ def test_a_prebuilt_workload_that_does_not_describe_the_copy_holds_it() -> None:
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
     p = run(j, wl, pods=[pod("Worker", 0, "Running")])
     q = queued(p)
-    assert q is not None and q["reason"] == kueue.REASON_PREBUILT_MISMATCH
+    assert q is not None and q["reason"] == kueue_workload.REASON_PREBUILT_MISMATCH
     assert p.create_pods == [] and len(p.delete_pods) == 1
     assert queue(p).delete_workloads == []  # the Workload is MultiKueue's to replace
 
@@ -282,7 +284,7 @@ def test_the_adoption_patch_then_the_status_patch_on_the_adopted_version() -> No
                   ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
     j = worker_copy(wl["metadata"]["name"])
     d = queue(run(j, wl))
-    d.workload_status = kueue.pods_ready_patch(wl, True, T0)
+    d.workload_status = kueue_workload.pods_ready_patch(wl, True, T0)
     api = _Api(wl)
     assert _apply(api, d, j)
     assert [x[:2] for x in api.calls] == [("patch", "Workload/"), ("patch", "Workload/status")]

@@ -27,6 +27,8 @@ class Gate(Admitted):
     admits: bool = True
     releases: bool = True
     label: str | None = None
+    elsewhere: bool = False
+    mirrors: bool = False
     calls: list[str] = field(default_factory=list)
 
     def admit(self, p: Pass, resuming: bool) -> bool:
@@ -52,6 +54,12 @@ class Gate(Admitted):
 
     def finish(self, p: Pass) -> None:
         self.calls.append("finish")
+
+    def runs_elsewhere(self, p: Pass) -> bool:
+        return self.elsewhere
+
+    def mirrors_status(self, p: Pass) -> bool:
+        return self.mirrors
 
     async def apply(self, w: Writer) -> bool:
         self.calls.append("apply")
@@ -138,3 +146,26 @@ def test_placements_add_up_and_the_later_scheduler_name_wins() -> None:
     assert both.tolerations == [{"key": "t"}] and both.labels == {"l": "v"}
     assert both.annotations == {"a": "1"} and both.scheduler_name == "volcano"
     assert (b + Placement()).scheduler_name == "volcano"
+
+
+def test_a_job_a_system_runs_elsewhere_is_only_queued_here() -> None:
+    # The planner does not know MultiKueue: a system says the job runs on another cluster.
+    gate = Gate("remote", elsewhere=True)
+    p = run(cluster(), gate, services=[service()])
+    assert p.create_pods == [] and p.create_services == []
+    assert gate.calls == ["admit"]
+    assert cond(p, c.CREATED) is not None  # its status is written here, for now
+    gate = Gate("remote", elsewhere=True, mirrors=True)
+    p = run(cluster(), gate, services=[service()])
+    assert p.status is None and p.create_pods == [] and p.transitions == []
+
+
+def test_a_job_managed_by_another_controller_is_left_alone_unless_a_system_runs_it() -> None:
+    j = cluster()
+    j["spec"]["managedBy"] = "example.com/remote"
+    gate = Gate("here")
+    p = run(j, gate, services=[service()])
+    assert p.status is None and p.create_pods == [] and gate.calls == []
+    gate = Gate("remote", elsewhere=True)
+    p = run(j, gate, services=[service()])
+    assert p.status is not None and p.create_pods == [] and gate.calls == ["admit"]

@@ -1,0 +1,94 @@
+"""The scheduling systems start with the caches they ask for, in their order, and tell
+``msop render`` what it draws of them."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from msop.kube.objects import JSON
+from msop.kube.resources import PODGROUPS, RESOURCEFLAVORS, WORKLOADS, Resource
+from msop.msjob import gang, kueue, kueue_workload, systems
+from msop.msjob.plan import Observed, plan
+from msop.msjob.scheduling import decision
+from tests.support.builders import NOW, job
+
+
+class _Children:
+    def __init__(self, objs: list[JSON]) -> None:
+        self.objs = objs
+
+    def get(self, name: str, namespace: str) -> JSON | None:
+        return next((o for o in self.objs if o["metadata"]["name"] == name), None)
+
+    def owned_by(self, uid: str) -> list[JSON]:
+        return [o for o in self.objs if kueue_workload.controller_uid(o) == uid]
+
+    def in_namespace(self, namespace: str) -> list[JSON]:
+        return [o for o in self.objs if o["metadata"]["namespace"] == namespace]
+
+
+class _Caches:
+    """Records what each system asks for."""
+
+    def __init__(self, objs: list[JSON]) -> None:
+        self.objs = objs
+        self.asked: list[tuple[str, str]] = []
+
+    def children(self, resource: Resource) -> _Children:
+        self.asked.append(("children", resource.kind))
+        return _Children([o for o in self.objs if o["kind"] == resource.kind])
+
+    def cluster(self, resource: Resource) -> Callable[[str], JSON | None]:
+        self.asked.append(("cluster", resource.kind))
+        return lambda name: None
+
+
+def test_the_enabled_systems_in_their_order() -> None:
+    assert systems.enabled(kueue_enabled=False, gang_scheduling=False) == []
+    both = systems.enabled(kueue_enabled=True, gang_scheduling=True)
+    assert [s.name for s in both] == ["kueue", "volcano"]
+    assert systems.enabled(kueue_enabled=False, gang_scheduling=True) == [gang.INTEGRATION]
+
+
+def test_each_system_asks_for_its_caches_when_it_starts() -> None:
+    caches = _Caches([])
+    for integration in systems.enabled(kueue_enabled=True, gang_scheduling=True):
+        integration.start(Any, caches)  # type: ignore[arg-type]
+    assert caches.asked == [
+        ("children", WORKLOADS.kind),
+        ("cluster", RESOURCEFLAVORS.kind),
+        ("children", PODGROUPS.kind),
+    ]
+
+
+def test_volcano_reads_the_pod_group_from_the_cache_it_asked_for() -> None:
+    j = job({"Worker": (2, "Never")})
+    pg = gang.pod_group(j)
+    volcano = gang.Volcano.start(Any, _Caches([pg]))  # type: ignore[arg-type]
+    seen = asyncio.run(volcano.observe(j))
+    assert isinstance(seen, gang.Seen) and seen.pod_group is pg
+
+
+def test_render_sees_each_system_let_the_job_go_ahead() -> None:
+    j = job({"Worker": (2, "Never")})
+    j["metadata"]["labels"] = {kueue_workload.QUEUE_LABEL: "q"}
+    seen = [kueue.INTEGRATION.unseen(), gang.INTEGRATION.unseen()]
+    first = plan(Observed(j, [], [], NOW, scheduling=seen))
+    granted = decision(first.scheduling, kueue.Decision)
+    assert granted is not None
+    kueue_part = granted.granted()
+    assert kueue_part is not None and [o["kind"] for o in kueue_part.objects] == ["Workload"]
+    assert isinstance(kueue_part.seen, kueue.Seen)
+    assert kueue_workload.admitted(kueue_part.seen.workload) and kueue_part.note
+    assert decision(first.scheduling, gang.Decision) is not None
+    assert decision(first.scheduling, gang.Decision).granted() is None  # type: ignore[union-attr]
+
+    second = plan(Observed(j, [], [], NOW, scheduling=[kueue_part.seen, seen[1]]))
+    volcano = decision(second.scheduling, gang.Decision)
+    assert volcano is not None
+    gang_part = volcano.granted()
+    assert gang_part is not None and [o["kind"] for o in gang_part.objects] == ["PodGroup"]
+    assert isinstance(gang_part.seen, gang.Seen) and gang.admitted(gang_part.seen.pod_group)
+    assert decision(second.scheduling, kueue.Decision).granted() is None  # type: ignore[union-attr]
