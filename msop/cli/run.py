@@ -115,13 +115,13 @@ async def _restart_in_place(
     own = args.leader_election_namespace or _default_namespace()
     probe_ns = args.namespaces[0] if args.namespaces else own
     image, why = args.agent_image, ""
+    key = None
     try:
         key = await agents_mod.load_key(client, own)
-    except (ApiError, RuntimeError) as e:
+    except (ApiError, RuntimeError, ValueError) as e:  # ValueError: not a key in the Secret
         # The operator runs all the same; its jobs' pods are recreated, saying why.
-        key = 0
         why = f"msop cannot read or make its signing key Secret {own}/{agents_mod.KEY_SECRET}: {e}"
-    client_ = agents_mod.AgentClient(key) if key else None
+    client_ = agents_mod.AgentClient(key) if key is not None else None
     if not image and not why:
         try:
             image = await agents_mod.own_image(client, own)
