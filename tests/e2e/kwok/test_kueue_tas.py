@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kwok.test_kueue import QUEUE_LABEL, create, queues, stays_without_pods, workload
+from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
 from tests.e2e.msjobs import apply, job_pods, queued, wait_bound, wait_for, wait_queued
 from tests.e2e.sessions import POOL_LABEL, Pool, run_addon
 from tests.harness import LocalCluster

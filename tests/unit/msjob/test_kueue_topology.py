@@ -16,7 +16,7 @@ from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.projection import pod_projection
 from msop.msjob.scheduling import Placement
 from tests.support.builders import NOW, T0, job, pod, queue, running_status, service
-from tests.unit.msjob.test_kueue import FLAVORS, queued, queued_job, wl_of
+from tests.support.kueue import FLAVORS, queued, queued_job, wl_of
 
 JSON = dict[str, Any]
 INDEX = c.LABEL_REPLICA_INDEX
