@@ -20,7 +20,7 @@ from bench.plots import write_plots
 from bench.pyspy import write_summary
 from bench.report import judge, judge_issue17, judge_issue26, render_markdown
 from msop import __version__
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 #: Operator flags for the burst: as many jobs reconciled at once as the raw baseline has
 #: requests in flight (--concurrency); no client-side limit, the default (the baseline has

@@ -7,8 +7,8 @@ import json
 import time
 from typing import Any
 
+from testbed import LocalCluster
 from tests.e2e.msjobs import condition, get, items, job_pods, wait_for
-from tests.harness import LocalCluster
 
 JSON = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.paths import REPO
+from testbed import KubeletStandIn, LocalCluster
+from testbed.paths import REPO
 
 SAMPLES = REPO / "config" / "samples"
 JSON = dict[str, Any]

@@ -19,14 +19,14 @@ from typing import Any
 
 from msop.kube.client import RETRY_AUDIT_SUFFIX, KubeClient
 from msop.kube.resources import PODS
-from tests.e2e.faults.checks import final_checks, record
-from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.serviceaccount import (
+from testbed import LocalCluster, OperatorProcess
+from testbed.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     service_account_user,
 )
+from tests.e2e.faults.checks import final_checks, record
+from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
 
 BATCH = 40
 RETRY_ID = re.compile(rf"^(.+){re.escape(RETRY_AUDIT_SUFFIX)}(\d+)$")

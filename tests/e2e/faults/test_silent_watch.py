@@ -17,6 +17,7 @@ from typing import Any
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
+from testbed import LocalCluster
 from tests.e2e.faults.checks import final_checks, record
 from tests.e2e.reliability import (
     apiserver_address,
@@ -29,7 +30,6 @@ from tests.e2e.reliability import (
     wait_until,
 )
 from tests.e2e.tcpproxy import TcpProxy
-from tests.harness import LocalCluster
 
 STALL = 6.0
 #: aiohttp closes a pooled connection idle this long; after it only the watches are open.

@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from typing import Any
 
+from testbed import LocalCluster, OperatorProcess
 from tests.e2e.msjobs import apply, condition, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.reliability import metric, operator_calls
-from tests.harness import LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 

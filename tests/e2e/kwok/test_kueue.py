@@ -13,6 +13,9 @@ from typing import Any
 
 import pytest
 
+from testbed import KubeletStandIn, LocalCluster
+from testbed.kueue import Kueue, build
+from testbed.paths import REPO
 from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
 from tests.e2e.msjobs import (
     apply,
@@ -31,9 +34,6 @@ from tests.e2e.msjobs import (
     wait_queued,
 )
 from tests.e2e.sessions import POOL_LABEL, Pool, run_addon
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.kueue import Kueue, build
-from tests.harness.paths import REPO
 
 JSON = dict[str, Any]
 PODS_READY_TIMEOUT = "20s"

@@ -18,6 +18,7 @@ import pytest
 
 from msop.kube.client import KubeClient
 from msop.kube.resources import LEASES
+from testbed import LocalCluster, OperatorProcess
 from tests.e2e.leases import LeaseRecords, lease_time
 from tests.e2e.reliability import (
     assert_created_once,
@@ -33,7 +34,6 @@ from tests.e2e.reliability import (
     tcp_connections,
     wait_until,
 )
-from tests.harness import LocalCluster, OperatorProcess
 
 pytestmark = pytest.mark.slow
 

@@ -48,6 +48,9 @@ from typing import Any
 import pytest
 
 from msop.sdk import MSJobClientSync
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.examples import mindspore_example
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     condition,
     env_of,
@@ -72,9 +75,6 @@ from tests.e2e.real.training import (
     wait_training,
     worker_records,
 )
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 

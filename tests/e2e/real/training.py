@@ -9,16 +9,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.examples import mindspore_example
+from testbed.paths import CACHE
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     get,
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.reliability import audit_events
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.paths import CACHE
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 
