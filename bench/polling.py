@@ -1,4 +1,4 @@
-"""Scenario ``progress`` (issue 16): what 1,000 reporting jobs cost the operator.
+"""Scenario ``progress``: what 1,000 reporting jobs cost the operator.
 
 N MSJobs of the smallest shape (1 Worker, no Scheduler: one pod each) run on kwok; the
 operator runs with its default flags (``--progress-interval`` aside, when given). The
