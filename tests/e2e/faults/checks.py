@@ -1,4 +1,4 @@
-"""The checks every control-plane fault scenario ends with (issue 25), and its figures.
+"""The checks every control-plane fault scenario ends with, and its figures.
 
 :func:`final_checks`, after the fault and the recovery:
 

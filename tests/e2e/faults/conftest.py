@@ -1,4 +1,4 @@
-"""Fixtures of the control-plane fault scenarios (issue 25; ``make e2e-faults``).
+"""Fixtures of the control-plane fault scenarios (``make e2e-faults``).
 
 - ``cluster`` (session): a kwok cluster of its own, since the scenarios kill its API
   server and etcd. Unlike the shared e2e cluster it keeps the API server's default

@@ -1,6 +1,6 @@
 """Fault 4: the API server sheds load (API Priority and Fairness answers 429 with
 ``Retry-After``) - msop honours it, counts it, loses nothing, and is back at full
-speed once the limit is lifted (issue 25, item 4).
+speed once the limit is lifted.
 
 A FlowSchema sends every request of the operator's ServiceAccount to a priority level
 with one concurrency share of ~246 (3 seats of the API server's 600) that rejects

@@ -1,5 +1,5 @@
 """Fault 1: the API server SIGKILLed and restarted 5-8 s later, once in the middle of a
-200-job burst and once while the 200 jobs complete (issue 25, item 1)."""
+200-job burst and once while the 200 jobs complete."""
 
 from __future__ import annotations
 

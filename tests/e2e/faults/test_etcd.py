@@ -1,6 +1,6 @@
 """Fault 2: etcd SIGKILLed and restarted mid-burst; etcd compacted while the operator
 is cut off, so that every one of its watches resumes from a compacted resourceVersion
-(410 Gone) and must relist (issue 25, item 2)."""
+(410 Gone) and must relist."""
 
 from __future__ import annotations
 

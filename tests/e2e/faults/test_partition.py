@@ -1,5 +1,4 @@
-"""Fault 3: the leader cut off from the API server while jobs keep arriving (issue 25,
-item 3).
+"""Fault 3: the leader cut off from the API server while jobs keep arriving.
 
 Replica A runs in a network namespace of its own and reaches the API server through a
 relay inside it (``testbed.netns.forward``, connecting from 127.0.0.2 so that the

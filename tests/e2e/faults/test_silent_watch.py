@@ -1,6 +1,6 @@
 """Fault 5: the operator's watches go silent without closing (the relay stops
 forwarding them) while its new connections are served; jobs created meanwhile must be
-reconciled once the stall detector gives the silent watches up (issue 25, item 5).
+reconciled once the stall detector gives the silent watches up.
 
 The stall bound is 6 s here (``MSOP_WATCH_STALL_TIMEOUT``; 90 s by default, above the
 API server's one bookmark a minute); a heartbeat patches an object of each watched

@@ -1,4 +1,4 @@
-"""Reliability scenarios of issue 8 that take seconds to a minute each: API server
+"""Reliability scenarios that take seconds to a minute each: API server
 restart, watch expiry (410), stuck watch, status conflicts, quota refusals, hostile input.
 
 Faults are real: the control plane is restarted with kwokctl, etcd is compacted through

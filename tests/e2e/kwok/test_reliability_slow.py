@@ -1,8 +1,8 @@
-"""Reliability scenarios that take minutes (issue 8: 1, 5, 9), marked ``slow``.
+"""Reliability scenarios that take minutes, marked ``slow``.
 
 Sizes are chosen so each test stays within about three minutes on a 2-core CI machine
 shared with other clusters; the figures each one measured are printed (``-s``) and
-asserted where the issue names a bound. Pods are ended by an async kubelet pass
+asserted where the scenario has a bound. Pods are ended by an async kubelet pass
 (tests/e2e/reliability.py), kwok runs them.
 """
 
