@@ -75,7 +75,7 @@ from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
-from msop.kube.objects import JSON, format_time, parse_time
+from msop.kube.objects import JSON, EventType, format_time, parse_time
 from msop.msjob import children, desired, inplace, restarts
 from msop.msjob.podstate import (
     final_progress,
@@ -127,7 +127,7 @@ class Observed:
 
 @dataclass(frozen=True)
 class Event:
-    type: str
+    type: EventType
     reason: str
     message: str
 
@@ -224,7 +224,7 @@ class Planner:
         """The job's pods in the cache."""
         return self.obs.pods
 
-    def event(self, type_: str, reason: str, message: str) -> None:
+    def event(self, type_: EventType, reason: str, message: str) -> None:
         self.plan.events.append(Event(type_, reason, message))
 
     def requeue_at(self, seconds: float) -> None:

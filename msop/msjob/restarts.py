@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 from msop.api import constants as c
 from msop.api import naming
 from msop.api.conditions import get_condition, is_true
-from msop.kube.objects import JSON, parse_time
+from msop.kube.objects import JSON, EventType, parse_time
 from msop.msjob import desired, inplace
 from msop.msjob.podstate import (
     exit_code,
@@ -396,7 +396,7 @@ def _replace_lost_member(p: Planner) -> bool:
     return True
 
 
-def restart_all(p: Planner, type_: str, reason: str, message: str) -> None:
+def restart_all(p: Planner, type_: EventType, reason: str, message: str) -> None:
     """Delete every pod of the job; they are recreated together once all are gone (the
     planner creates nothing while one terminates). The Service stays, so
     ``MS_SCHED_HOST`` does not change."""
