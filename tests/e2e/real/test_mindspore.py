@@ -110,9 +110,8 @@ def test_trains_to_success(
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
     assert exit_codes(workers) == {f"{NAME}-worker-0": 0, f"{NAME}-worker-1": 0}
     assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
-    logs = worker_records(cluster, namespace, 2)
     ranks = set()
-    for pod, lines in logs.items():
+    for pod, lines in worker_records(cluster, namespace, 2).items():
         joined = next(r for r in lines if r["event"] == "fresh")
         assert joined["size"] == 2, (pod, joined)  # one cluster of two workers
         ranks.add(joined["rank"])
