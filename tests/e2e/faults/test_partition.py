@@ -80,7 +80,7 @@ class Relay:
         self.port = int(self.proc.stdout.readline().strip())
 
     def stop(self) -> None:
-        terminate(self.proc, 10)  # type: ignore[arg-type]
+        terminate(self.proc, 10)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -34,8 +35,8 @@ JSON = dict[str, Any]
 def run(
     j: JSON,
     wl: JSON | None = None,
-    pods: list[JSON] = (),  # type: ignore[assignment]
-    others: list[JSON] = (),  # type: ignore[assignment]
+    pods: Sequence[JSON] = (),
+    others: Sequence[JSON] = (),
     flavors: dict[str, JSON | None] | None = None,
     kueue_on: bool = True,
 ) -> Plan:

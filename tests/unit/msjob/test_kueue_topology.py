@@ -6,6 +6,7 @@ does with gated pods (nothing)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -58,7 +59,9 @@ def admitted_by_tas(j: JSON, **worker: Any) -> JSON:
     )  # fmt: skip
 
 
-def run(j: JSON, wl: JSON | None = None, pods: list[JSON] = (), svc: JSON | None = None) -> Plan:  # type: ignore[assignment]
+def run(
+    j: JSON, wl: JSON | None = None, pods: Sequence[JSON] = (), svc: JSON | None = None
+) -> Plan:
     seen = kueue.Seen(wl, [], FLAVORS)
     return plan(Observed(j, list(pods), [svc or service()], NOW, scheduling=[seen]))
 
