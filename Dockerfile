@@ -3,7 +3,7 @@
 #   docker build -t msop:latest .
 # Without an index (air-gapped): mount or copy a wheelhouse of the dependencies and pass
 #   --build-arg PIP_NO_INDEX=1 --build-arg PIP_FIND_LINKS=/path/to/wheelhouse
-# (the real-node tests build it this way with buildah, see tests/harness/images.py in the checkout).
+# (the real-node tests build it this way with buildah, see testbed/images.py in the checkout).
 # The same build and install steps run without Docker in tests/e2e/kwok/test_dockerfile.py,
 # which also checks that the installed wheel holds the package msop and no test harness.
 

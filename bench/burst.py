@@ -21,10 +21,10 @@ from msop.api.resources import MSJOBS
 from msop.cli.flags import parse_args
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.kube.flowcontrol import client_limit
-from tests.harness import LocalCluster
-from tests.harness.cluster import create_namespace
-from tests.harness.exposition import read_samples
-from tests.harness.kubelet import succeeded_status
+from testbed import LocalCluster
+from testbed.cluster import create_namespace
+from testbed.exposition import read_samples
+from testbed.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 PODS_PER_JOB = 6  # 1 Scheduler + 1 PS + 4 Workers

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.paths import CACHE, REPO
-from tests.harness.ports import free_port
+from testbed import LocalCluster, OperatorProcess
+from testbed.paths import CACHE, REPO
+from testbed.ports import free_port
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 

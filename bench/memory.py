@@ -19,8 +19,8 @@ from bench.burst import bench_client, bounded
 from bench.environment import sample
 from msop.api.resources import MSJOBS
 from msop.kube import PODS, SERVICES, KubeClient
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.cluster import create_namespace
+from testbed import LocalCluster, OperatorProcess
+from testbed.cluster import create_namespace
 
 JSON = dict[str, Any]
 OWNED_NS = "bench-mem-owned"

@@ -1,4 +1,4 @@
-"""Scenario ``progress`` (issue 16): what 1,000 reporting jobs cost the operator.
+"""Scenario ``progress``: what 1,000 reporting jobs cost the operator.
 
 N MSJobs of the smallest shape (1 Worker, no Scheduler: one pod each) run on kwok; the
 operator runs with its default flags (``--progress-interval`` aside, when given). The
@@ -56,9 +56,9 @@ from msop.api.resources import MSJOBS
 from msop.kube import PODS
 from msop.kube.flowcontrol import client_limit
 from msop.msjob.poller import FIRST_POLL_DELAY
-from tests.harness import LocalCluster
-from tests.harness.cluster import create_namespace
-from tests.harness.exposition import read_samples
+from testbed import LocalCluster
+from testbed.cluster import create_namespace
+from testbed.exposition import read_samples
 
 JSON = dict[str, Any]
 NAMESPACE = "bench-progress"

@@ -1,4 +1,4 @@
-"""Simulated progress reporters for the ``progress`` scenario (issue 16).
+"""Simulated progress reporters for the ``progress`` scenario.
 
 One listening socket per running Worker 0 pod, bound to that pod's own (loopback) IP
 and its ``MSOP_PROGRESS_PORT``, answering ``GET /progress`` the way ``msop.integrations``

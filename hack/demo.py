@@ -8,7 +8,7 @@
 4. starts `msop run` with that kubeconfig and leader election in msop-system;
 5. applies config/samples/ms_wide_deep_dataparallel.yaml and shows
    `kubectl get msjobs,pods,svc` as the job goes Created -> Running -> Succeeded. There is
-   no kubelet: the kubelet stand-in (tests.harness.KubeletStandIn) runs the pods and then
+   no kubelet: the kubelet stand-in (testbed.KubeletStandIn) runs the pods and then
    ends the workers with exit code 0;
 6. shows where the metrics are and a few of them, then stops msop and deletes the cluster.
 
@@ -29,9 +29,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tests.harness import ClusterStartError, KubeletStandIn, LocalCluster  # noqa: E402
-from tests.harness.operator import OperatorProcess  # noqa: E402
-from tests.harness.serviceaccount import (  # noqa: E402
+from testbed import ClusterStartError, KubeletStandIn, LocalCluster  # noqa: E402
+from testbed.operator import OperatorProcess  # noqa: E402
+from testbed.serviceaccount import (  # noqa: E402
     OPERATOR_NAMESPACE,
     install_rbac,
     service_account_kubeconfig,
@@ -146,7 +146,7 @@ def demo(cluster: LocalCluster, op: OperatorProcess) -> None:
     kubelet = KubeletStandIn(cluster)
     step(
         "no kubelet here: kwok's fake nodes start scheduled pods at once, and the kubelet "
-        "stand-in (tests.harness.KubeletStandIn) waits until each pod is Running"
+        "stand-in (testbed.KubeletStandIn) waits until each pod is Running"
     )
     for pod in pod_names(cluster, job):
         kubelet.run(JOB_NAMESPACE, pod)

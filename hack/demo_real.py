@@ -3,7 +3,7 @@
 
 1. installs the node's Debian packages, builds the control plane, kubelet and kube-proxy,
    and the images (pause, a Debian Python base, msop from the Dockerfile), all offline and
-   cached (tests.harness.realnode.prepare);
+   cached (testbed.realnode.prepare);
 2. starts a control plane and one real node (containerd, runc, kubelet, kube-proxy) in a
    network namespace of their own;
 3. `kubectl apply -k` of an overlay of config/default that sets the image, as a user does,
@@ -29,9 +29,9 @@ sys.path.insert(0, str(REPO))
 
 # The same step headers and waits as `make demo`.
 from hack.demo import step, wait  # noqa: E402
-from tests.harness import ClusterStartError  # noqa: E402
-from tests.harness.examples import MINDSPORE_JOB, mindspore_example  # noqa: E402
-from tests.harness.realnode import RealCluster, prepare, write_overlay  # noqa: E402
+from testbed import ClusterStartError  # noqa: E402
+from testbed.examples import MINDSPORE_JOB, mindspore_example  # noqa: E402
+from testbed.realnode import RealCluster, prepare, write_overlay  # noqa: E402
 
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))
 SAMPLE = REPO / "config/samples/msjob_print_env.yaml"

@@ -17,7 +17,7 @@ fail when they disagree (tests/unit/test_release.py).
 empties dist/ and writes into it:
 
 - ``msop-X.Y.Z.oci.tar``: the operator image (the repository's Dockerfile, built offline
-  with buildah by tests.harness.images, as the real-node tier builds it), tagged
+  with buildah by testbed.images, as the real-node tier builds it), tagged
   ``REPO:X.Y.Z`` and labelled ``org.opencontainers.image.{title,description,version,
   revision,created,licenses}``; needs root, buildah and mmdebstrap (make realnode-deps);
 - ``install.yaml``: config/default in one file, the image set to ``REPO:X.Y.Z``;
@@ -203,8 +203,8 @@ def oci_labels(version: str) -> dict[str, str]:
 
 def build_image(version: str, repository: str, out: Path) -> None:
     sys.path.insert(0, str(ROOT))
-    from tests.harness.images import ImageBuilder
-    from tests.harness.paths import CACHE
+    from testbed.images import ImageBuilder
+    from testbed.paths import CACHE
 
     builder = ImageBuilder(CACHE, ROOT)
     base = builder.python_base()

@@ -17,7 +17,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # the test harness lives in the checkout, not in the package
 
-from tests.harness import ClusterStartError, LocalCluster  # noqa: E402
+from testbed import ClusterStartError, LocalCluster  # noqa: E402
 
 
 def cluster() -> LocalCluster:

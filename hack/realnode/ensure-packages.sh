@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian packages for the real-node test tier (tests/harness/realnode.py), installed once.
+# Debian packages for the real-node test tier (testbed/realnode.py), installed once.
 #   containerd runc containernetworking-plugins iptables  the node's runtime and pod network
 #   mmdebstrap buildah                                    offline image builds (no registry)
 #   gcc libc6-dev                                         the static pause binary

@@ -61,12 +61,11 @@ from cachetools import LRUCache
 from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists, is_not_found
-from msop.kube.objects import format_time
+from msop.kube.objects import EventType, format_time
 from msop.kube.resources import EVENTS
 
 __all__ = ["Correlation", "EventCorrelator", "EventKey", "EventRecorder", "EventType"]
 
-EventType = Literal["Normal", "Warning"]
 
 log = structlog.get_logger("msop.controller.events")
 

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
-__all__ = ["JSON", "controller_ref", "format_micro_time", "format_time", "parse_time"]
+__all__ = ["JSON", "EventType", "controller_ref", "format_micro_time", "format_time", "parse_time"]
 
 JSON = dict[str, Any]
+
+EventType = Literal["Normal", "Warning"]
+"""The type of a Kubernetes Event (``core/v1`` Event ``type``)."""
 
 
 def controller_ref(obj: Any) -> JSON | None:

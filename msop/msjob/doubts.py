@@ -166,7 +166,7 @@ class Doubts:
             wanted = _condition_states(self.status)
             if wanted and wanted <= stored:
                 for e in self.events:
-                    recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+                    recorder.event(job, e.type, e.reason, e.message)
             self.status, self.events = None, []
 
     def _announce_created(

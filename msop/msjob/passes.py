@@ -21,7 +21,7 @@ from msop.api.conditions import get_condition, is_true
 from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
-from msop.kube.objects import JSON, format_time, parse_time
+from msop.kube.objects import JSON, EventType, format_time, parse_time
 from msop.msjob import desired, inplace
 from msop.msjob.podstate import phase, slot_of, terminating
 from msop.msjob.scheduling import Decision, Seen, Wait
@@ -66,7 +66,7 @@ class Observed:
 
 @dataclass(frozen=True)
 class Event:
-    type: str
+    type: EventType
     reason: str
     message: str
 
@@ -205,7 +205,7 @@ class PlanningPass:
         return all(p in ("Running", "Succeeded") for p in phases) and "Running" in phases
 
     # --- the job's status, events and timing -----------------------------------------------
-    def event(self, type_: str, reason: str, message: str) -> None:
+    def event(self, type_: EventType, reason: str, message: str) -> None:
         self._plan.events.append(Event(type_, reason, message))
 
     def requeue_at(self, seconds: float) -> None:

@@ -373,7 +373,7 @@ class MSJobReconciler:
                 return Result(requeue=True)
             memory.counts_unwritten_since = None
         for e in p.events:
-            self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+            self.recorder.event(job, e.type, e.reason, e.message)
         if p.delete_job:
             await self._delete_job(job)
         if not scheduled:
@@ -479,7 +479,7 @@ class MSJobReconciler:
             # No status can be stored for this object as it is (it fails the CRD's current
             # schema), and it is not retried: its Events are the only word the user gets.
             for e in events:
-                self.recorder.event(job, e.type, e.reason, e.message)  # type: ignore[arg-type]
+                self.recorder.event(job, e.type, e.reason, e.message)
             raise
         except (ApiError, asyncio.CancelledError) as e:
             # No answer, a server error, or a pass cancelled while the write was out.

@@ -41,7 +41,7 @@ from __future__ import annotations
 from msop.api import constants as c
 from msop.api import naming
 from msop.api.conditions import is_true
-from msop.kube.objects import JSON
+from msop.kube.objects import JSON, EventType
 from msop.msjob import desired, inplace, inplacerestart
 from msop.msjob.passes import ACTIVE_PHASES as ACTIVE
 from msop.msjob.passes import PlanningPass
@@ -266,7 +266,7 @@ def _replace_lost_member(p: PlanningPass) -> bool:
     return True
 
 
-def restart_all(p: PlanningPass, type_: str, reason: str, message: str) -> None:
+def restart_all(p: PlanningPass, type_: EventType, reason: str, message: str) -> None:
     """Delete every pod of the job; they are recreated together once all are gone (the
     planner creates nothing while one terminates). The Service stays, so
     ``MS_SCHED_HOST`` does not change."""

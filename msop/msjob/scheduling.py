@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from msop.kube.objects import JSON
+from msop.kube.objects import JSON, EventType
 
 if TYPE_CHECKING:
     from msop.controller.events import EventRecorder
@@ -72,7 +72,7 @@ class Wait:
 
     reason: str
     message: str
-    event_type: str = "Normal"
+    event_type: EventType = "Normal"
 
 
 @dataclass(frozen=True)
@@ -142,7 +142,7 @@ class Pass(Protocol):
     ) -> bool:
         """Set a condition of the job; whether it changed."""
 
-    def event(self, type_: str, reason: str, message: str) -> None:
+    def event(self, type_: EventType, reason: str, message: str) -> None:
         """An Event about the job, written after its status."""
 
     def requeue_at(self, seconds: float) -> None:

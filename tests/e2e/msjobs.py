@@ -9,8 +9,9 @@ from typing import Any
 
 import yaml
 
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.paths import REPO
+from testbed import KubeletStandIn
+from testbed.cluster import Kubectl
+from testbed.paths import REPO
 
 SAMPLES = REPO / "config" / "samples"
 JSON = dict[str, Any]
@@ -21,11 +22,11 @@ def sample(name: str) -> JSON:
     return doc
 
 
-def apply(cluster: LocalCluster, ns: str, obj: JSON) -> None:
+def apply(cluster: Kubectl, ns: str, obj: JSON) -> None:
     cluster.kubectl("apply", "-n", ns, "-f", "-", input=json.dumps(obj))
 
 
-def get(cluster: LocalCluster, ns: str, kind: str, name: str) -> JSON | None:
+def get(cluster: Kubectl, ns: str, kind: str, name: str) -> JSON | None:
     proc = cluster.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
     if proc.returncode != 0:
         if "NotFound" in proc.stderr:
@@ -35,7 +36,7 @@ def get(cluster: LocalCluster, ns: str, kind: str, name: str) -> JSON | None:
     return obj
 
 
-def items(cluster: LocalCluster, ns: str, kind: str, selector: str | None = None) -> list[JSON]:
+def items(cluster: Kubectl, ns: str, kind: str, selector: str | None = None) -> list[JSON]:
     args = ["get", kind, "-n", ns, "-o", "json"]
     if selector:
         args += ["-l", selector]
@@ -43,7 +44,7 @@ def items(cluster: LocalCluster, ns: str, kind: str, selector: str | None = None
     return out
 
 
-def job_pods(cluster: LocalCluster, ns: str, job: str) -> dict[str, JSON]:
+def job_pods(cluster: Kubectl, ns: str, job: str) -> dict[str, JSON]:
     pods = items(cluster, ns, "pods", f"training.kubeflow.org/job-name={job}")
     return {p["metadata"]["name"]: p for p in pods}
 
@@ -85,7 +86,7 @@ def wait_for(
 
 
 def wait_condition(
-    cluster: LocalCluster,
+    cluster: Kubectl,
     ns: str,
     name: str,
     type_: str,
@@ -109,7 +110,7 @@ def wait_condition(
 
 
 def wait_pods(
-    cluster: LocalCluster, ns: str, job: str, names: set[str], timeout: float = 60
+    cluster: Kubectl, ns: str, job: str, names: set[str], timeout: float = 60
 ) -> dict[str, JSON]:
     def check() -> dict[str, JSON] | None:
         pods = job_pods(cluster, ns, job)
@@ -119,17 +120,17 @@ def wait_pods(
     return out
 
 
-def events(cluster: LocalCluster, ns: str, name: str) -> list[JSON]:
+def events(cluster: Kubectl, ns: str, name: str) -> list[JSON]:
     evs = items(cluster, ns, "events")
     return [e for e in evs if e["involvedObject"].get("name") == name]
 
 
-def event_reasons(cluster: LocalCluster, ns: str, name: str) -> set[str]:
+def event_reasons(cluster: Kubectl, ns: str, name: str) -> set[str]:
     return {e["reason"] for e in events(cluster, ns, name)}
 
 
 def wait_events(
-    cluster: LocalCluster, ns: str, name: str, *reasons: str, timeout: float = 30
+    cluster: Kubectl, ns: str, name: str, *reasons: str, timeout: float = 30
 ) -> list[JSON]:
     """The Events of ``name`` once each of ``reasons`` is among them. The operator writes an
     Event just after the status change it announces, so the Event of a condition a test has
@@ -150,7 +151,7 @@ def env_of(pod: JSON) -> dict[str, Any]:
     return {}
 
 
-def bound(cluster: LocalCluster, ns: str, job: str) -> dict[str, str]:
+def bound(cluster: Kubectl, ns: str, job: str) -> dict[str, str]:
     """The job's live pods that have a node: name -> node."""
     return {
         name: p["spec"]["nodeName"]
@@ -159,9 +160,7 @@ def bound(cluster: LocalCluster, ns: str, job: str) -> dict[str, str]:
     }
 
 
-def wait_bound(
-    cluster: LocalCluster, ns: str, job: str, n: int, timeout: float = 60
-) -> dict[str, str]:
+def wait_bound(cluster: Kubectl, ns: str, job: str, n: int, timeout: float = 60) -> dict[str, str]:
     def details() -> str:
         status = (get(cluster, ns, "msjob", job) or {}).get("status") or {}
         pods = {k: p["status"].get("phase") for k, p in job_pods(cluster, ns, job).items()}
@@ -190,14 +189,14 @@ def wait_bound(
     return out
 
 
-def finish(kubelet: KubeletStandIn, cluster: LocalCluster, ns: str, job: str, workers: int) -> None:
+def finish(kubelet: KubeletStandIn, cluster: Kubectl, ns: str, job: str, workers: int) -> None:
     """Workers exit 0 (worker 0 last: its success ends the job)."""
     for i in reversed(range(workers)):
         kubelet.succeed(ns, f"{job}-worker-{i}")
     wait_condition(cluster, ns, job, "Succeeded")
 
 
-def state_column(cluster: LocalCluster, ns: str, job: str) -> str:
+def state_column(cluster: Kubectl, ns: str, job: str) -> str:
     out: str = cluster.kubectl(
         "get", "msjob", job, "-n", ns, "-o", "custom-columns=STATE:.status.conditions[-1:].type",
         "--no-headers",
@@ -205,15 +204,15 @@ def state_column(cluster: LocalCluster, ns: str, job: str) -> str:
     return out
 
 
-def event_count(cluster: LocalCluster, ns: str, job: str, reason: str) -> int:
+def event_count(cluster: Kubectl, ns: str, job: str, reason: str) -> int:
     return sum(int(e.get("count") or 1) for e in events(cluster, ns, job) if e["reason"] == reason)
 
 
-def queued(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
+def queued(cluster: Kubectl, ns: str, job: str) -> JSON | None:
     return condition(get(cluster, ns, "msjob", job), "Queued")
 
 
-def wait_queued(cluster: LocalCluster, ns: str, job: str, reason: str, timeout: float = 60) -> JSON:
+def wait_queued(cluster: Kubectl, ns: str, job: str, reason: str, timeout: float = 60) -> JSON:
     out: JSON = wait_for(
         f"{job} Queued with reason {reason}",
         lambda: (

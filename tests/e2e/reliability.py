@@ -24,9 +24,9 @@ from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.resources import PODS, SERVICES, Resource
-from tests.harness import LocalCluster
-from tests.harness.exposition import read_samples
-from tests.harness.kubelet import succeeded_status
+from testbed import LocalCluster
+from testbed.exposition import read_samples
+from testbed.kubelet import succeeded_status
 
 JSON = dict[str, Any]
 #: The test's own client: its user agent must not look like the operator's (``msop/``).

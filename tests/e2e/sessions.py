@@ -19,9 +19,9 @@ from typing import Protocol, TypeVar
 
 import pytest
 
-from tests.harness import LocalCluster
-from tests.harness.operator import OperatorProcess
-from tests.harness.paths import CACHE, REPO
+from testbed import LocalCluster
+from testbed.operator import OperatorProcess
+from testbed.paths import CACHE, REPO
 
 
 def build_binaries() -> Path:
@@ -140,7 +140,7 @@ def operator_factory(kubeconfig: str | Path, namespace: str) -> Iterator[Operato
     """``start(*flags, kubeconfig=..., command_prefix=(), wait_ready=True,
     metrics_secure=False, **env)`` starts ``msop run`` watching ``namespace`` only (so
     tests never share an operator), its ``/metrics`` plain HTTP unless ``metrics_secure``
-    (see :class:`~tests.harness.operator.OperatorProcess`). Every
+    (see :class:`~testbed.operator.OperatorProcess`). Every
     process still running at the end is stopped with SIGTERM and must exit 0. Logs:
     .cache/e2e-logs/<namespace>-<n>.log."""
     started: list[OperatorProcess] = []

@@ -13,6 +13,7 @@ sees, statuses, and a one-call plan.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -141,7 +142,7 @@ def finished(**extra: Any) -> JSON:
     return status
 
 
-def run(j: JSON, pods: list[JSON] = (), services: list[JSON] = (), **opts: Any) -> Plan:  # type: ignore[assignment]
+def run(j: JSON, pods: Sequence[JSON] = (), services: Sequence[JSON] = (), **opts: Any) -> Plan:
     """Plan ``j``; ``gang_scheduling=True`` (with ``pod_group=``) adds Volcano's view."""
     pod_group = opts.pop("pod_group", None)
     seen = [gang.Seen(pod_group)] if opts.pop("gang_scheduling", False) else []

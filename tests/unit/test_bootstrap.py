@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 #: Prints, as JSON, what the settings of msop.bootstrap change in this process. Run
 #: after the code under test; ``ORIGINAL_LOAD_DEFAULT_CERTS`` is taken before it.

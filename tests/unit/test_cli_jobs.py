@@ -182,7 +182,7 @@ def test_the_plugin_runs_the_same_commands(monkeypatch: pytest.MonkeyPatch) -> N
 def test_pyproject_installs_the_plugin_executable() -> None:
     import tomllib
 
-    from tests.harness.paths import REPO
+    from testbed.paths import REPO
 
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["kubectl-msjob"] == "msop.cli:kubectl_plugin"

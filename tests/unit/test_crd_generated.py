@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from msop.api import constants as c
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 
 def _load_generator() -> ModuleType:

@@ -11,7 +11,7 @@ from typing import Any
 
 import yaml
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
 ANNOTATION_LIMIT = 262144  # bytes (TotalAnnotationSizeLimitB)

@@ -12,7 +12,7 @@ from types import ModuleType
 import pytest
 
 from msop.api import constants as c
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 
 def _load_generator() -> ModuleType:
@@ -60,7 +60,9 @@ def docs_paths_named_in(root: Path) -> list[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("root", ["msop", "hack", "tests", "bench", "config", "charts", "examples"])
+@pytest.mark.parametrize(
+    "root", ["msop", "hack", "tests", "testbed", "bench", "config", "charts", "examples"]
+)
 def test_docs_pages_named_in_code_exist(root: str) -> None:
     named = docs_paths_named_in(REPO / root)
     missing = [f"{where}: {page}" for where, page in named if not (REPO / page).is_file()]
@@ -111,7 +113,7 @@ def test_flags_page_lists_every_flag_with_its_variable() -> None:
 
 
 def test_metrics_page_lists_every_series_msop_serves() -> None:
-    from tests.harness.monitoring import exported_metrics
+    from testbed.monitoring import exported_metrics
 
     text = gen_docs.metrics_page()
     for name in exported_metrics():

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 
 def _loaded_by(statement: str) -> list[str]:

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 #: What ``msop run`` does first (msop.cli.main).
 BOOTSTRAP = "from msop import bootstrap; bootstrap.apply()"

@@ -26,7 +26,7 @@ from msop.controller.controller import Controller
 from msop.controller.reconcile import Request, Result
 from msop.informers.metrics import RESTART_REASONS
 from msop.metrics import REGISTRY
-from tests.harness.monitoring import (
+from testbed.monitoring import (
     ALERTS,
     DASHBOARD,
     TARGET_LABELS,

@@ -47,7 +47,7 @@ import yaml
 
 import msop
 from msop.cli.flags import RUN_ENV, build_parser, parse_args
-from tests.harness.paths import CACHE, REPO
+from testbed.paths import CACHE, REPO
 
 JSON = dict[str, Any]
 CONFIG = REPO / "config"

@@ -21,7 +21,7 @@ from msop.sdk.render import (
     InvalidJobError,
     render,
 )
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 SAMPLES = REPO / "config" / "samples"
 SAMPLE_FILES = sorted(SAMPLES.glob("*.yaml"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from msop.cli import main
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 SAMPLES = REPO / "config" / "samples"
 

@@ -1,4 +1,4 @@
-"""The checks every control-plane fault scenario ends with (issue 25), and its figures.
+"""The checks every control-plane fault scenario ends with, and its figures.
 
 :func:`final_checks`, after the fault and the recovery:
 
@@ -34,6 +34,7 @@ from typing import Any
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
+from testbed import LocalCluster, OperatorProcess
 from tests.e2e.reliability import (
     audit_events,
     condition_types,
@@ -45,7 +46,6 @@ from tests.e2e.reliability import (
     scrape,
     wait_until,
 )
-from tests.harness import LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from testbed import LocalCluster
+from testbed.paths import CACHE, REPO
+from testbed.serviceaccount import install_rbac
 from tests.e2e.sessions import (
     build_binaries,
     install_crds,
 )
-from tests.harness import LocalCluster
-from tests.harness.paths import CACHE, REPO
-from tests.harness.serviceaccount import install_rbac
 
 #: The scheduler and the controller-manager run without leader election: with it, an API
 #: server down for longer than their renew deadline (10 s, which a 5-8 s outage plus the

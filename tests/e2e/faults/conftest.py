@@ -1,4 +1,4 @@
-"""Fixtures of the control-plane fault scenarios (issue 25; ``make e2e-faults``).
+"""Fixtures of the control-plane fault scenarios (``make e2e-faults``).
 
 - ``cluster`` (session): a kwok cluster of its own, since the scenarios kill its API
   server and etcd. Unlike the shared e2e cluster it keeps the API server's default
@@ -24,6 +24,10 @@ from typing import Any
 
 import pytest
 
+from testbed import LocalCluster
+from testbed.cluster import create_namespace
+from testbed.paths import CACHE
+from testbed.serviceaccount import service_account_kubeconfig
 from tests.e2e.faults.checks import FIGURES
 from tests.e2e.faults.cluster import fault_cluster, prepare
 from tests.e2e.sessions import (
@@ -31,10 +35,6 @@ from tests.e2e.sessions import (
     operator_factory,
     run_session_cluster,
 )
-from tests.harness import LocalCluster
-from tests.harness.cluster import create_namespace
-from tests.harness.paths import CACHE
-from tests.harness.serviceaccount import service_account_kubeconfig
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,6 @@
 """Fault 4: the API server sheds load (API Priority and Fairness answers 429 with
 ``Retry-After``) - msop honours it, counts it, loses nothing, and is back at full
-speed once the limit is lifted (issue 25, item 4).
+speed once the limit is lifted.
 
 A FlowSchema sends every request of the operator's ServiceAccount to a priority level
 with one concurrency share of ~246 (3 seats of the API server's 600) that rejects
@@ -19,14 +19,14 @@ from typing import Any
 
 from msop.kube.client import RETRY_AUDIT_SUFFIX, KubeClient
 from msop.kube.resources import PODS
-from tests.e2e.faults.checks import final_checks, record
-from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.serviceaccount import (
+from testbed import LocalCluster, OperatorProcess
+from testbed.serviceaccount import (
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     service_account_user,
 )
+from tests.e2e.faults.checks import final_checks, record
+from tests.e2e.reliability import audit_events, create_all, metric, msjob, wait_until
 
 BATCH = 40
 RETRY_ID = re.compile(rf"^(.+){re.escape(RETRY_AUDIT_SUFFIX)}(\d+)$")

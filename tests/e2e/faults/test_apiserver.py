@@ -1,5 +1,5 @@
 """Fault 1: the API server SIGKILLed and restarted 5-8 s later, once in the middle of a
-200-job burst and once while the 200 jobs complete (issue 25, item 1)."""
+200-job burst and once while the 200 jobs complete."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
+from testbed import LocalCluster
 from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.reliability import (
     MSJOBS,
@@ -20,7 +21,6 @@ from tests.e2e.reliability import (
     succeed_running_workers,
     wait_until,
 )
-from tests.harness import LocalCluster
 
 JOBS = 200
 SEED = 25

@@ -1,6 +1,6 @@
 """Fault 2: etcd SIGKILLed and restarted mid-burst; etcd compacted while the operator
 is cut off, so that every one of its watches resumes from a compacted resourceVersion
-(410 Gone) and must relist (issue 25, item 2)."""
+(410 Gone) and must relist."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ import pytest
 
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
+from testbed import LocalCluster, OperatorProcess
+from testbed.cluster import create_namespace
+from testbed.paths import CACHE
+from testbed.serviceaccount import service_account_kubeconfig
 from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.faults.cluster import fault_cluster, prepare
 from tests.e2e.reliability import (
@@ -30,10 +34,6 @@ from tests.e2e.reliability import (
 )
 from tests.e2e.sessions import run_session_cluster
 from tests.e2e.tcpproxy import TcpProxy
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.cluster import create_namespace
-from tests.harness.paths import CACHE
-from tests.harness.serviceaccount import service_account_kubeconfig
 
 RESOURCES = ("msjobs.mindspore.gitee.com", "pods", "services")
 

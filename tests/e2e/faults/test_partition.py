@@ -1,8 +1,7 @@
-"""Fault 3: the leader cut off from the API server while jobs keep arriving (issue 25,
-item 3).
+"""Fault 3: the leader cut off from the API server while jobs keep arriving.
 
 Replica A runs in a network namespace of its own and reaches the API server through a
-relay inside it (``tests.harness.netns.forward``, connecting from 127.0.0.2 so that the
+relay inside it (``testbed.netns.forward``, connecting from 127.0.0.2 so that the
 audit log tells A's requests from B's). The partition is a kernel one: iptables in A's
 namespace drops every packet to and from the relay, so A's TCP keeps retransmitting what
 it sent, as across a real partition, and nothing fails fast. B runs on the host.
@@ -35,6 +34,10 @@ import pytest
 import yaml
 
 from msop.kube.client import KubeClient
+from testbed import LocalCluster, OperatorProcess
+from testbed.netns import NetNamespace
+from testbed.process import terminate
+from testbed.serviceaccount import OPERATOR_NAMESPACE, service_account_user
 from tests.e2e.faults.checks import final_checks, operator_writes, record
 from tests.e2e.reliability import (
     audit_events,
@@ -45,10 +48,6 @@ from tests.e2e.reliability import (
     scrape,
     wait_until,
 )
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.netns import NetNamespace
-from tests.harness.process import terminate
-from tests.harness.serviceaccount import OPERATOR_NAMESPACE, service_account_user
 
 JSON = dict[str, Any]
 LEASE_ID = "msop-partition"
@@ -69,11 +68,11 @@ JOBS = 80
 
 
 class Relay:
-    """``python -m tests.harness.netns forward`` as a child process."""
+    """``python -m testbed.netns forward`` as a child process."""
 
     def __init__(self, *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.harness.netns", "forward", *args],
+            [sys.executable, "-m", "testbed.netns", "forward", *args],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -81,7 +80,7 @@ class Relay:
         self.port = int(self.proc.stdout.readline().strip())
 
     def stop(self) -> None:
-        terminate(self.proc, 10)  # type: ignore[arg-type]
+        terminate(self.proc, 10)
 
 
 @pytest.fixture

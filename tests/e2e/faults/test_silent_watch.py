@@ -1,6 +1,6 @@
 """Fault 5: the operator's watches go silent without closing (the relay stops
 forwarding them) while its new connections are served; jobs created meanwhile must be
-reconciled once the stall detector gives the silent watches up (issue 25, item 5).
+reconciled once the stall detector gives the silent watches up.
 
 The stall bound is 6 s here (``MSOP_WATCH_STALL_TIMEOUT``; 90 s by default, above the
 API server's one bookmark a minute); a heartbeat patches an object of each watched
@@ -17,6 +17,7 @@ from typing import Any
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
+from testbed import LocalCluster
 from tests.e2e.faults.checks import final_checks, record
 from tests.e2e.reliability import (
     apiserver_address,
@@ -29,7 +30,6 @@ from tests.e2e.reliability import (
     wait_until,
 )
 from tests.e2e.tcpproxy import TcpProxy
-from tests.harness import LocalCluster
 
 STALL = 6.0
 #: aiohttp closes a pooled connection idle this long; after it only the watches are open.

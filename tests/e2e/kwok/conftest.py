@@ -16,6 +16,10 @@ from collections.abc import Iterator
 
 import pytest
 
+from testbed import KubeletStandIn, LocalCluster
+from testbed.cluster import create_namespace, fake_node, pod_cidr
+from testbed.operator import OperatorProcess
+from testbed.paths import CACHE
 from tests.e2e.sessions import (
     DEVICE,
     POOL_LABEL,
@@ -26,10 +30,6 @@ from tests.e2e.sessions import (
     operator_factory,
     run_session_cluster,
 )
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.cluster import create_namespace, fake_node, pod_cidr
-from tests.harness.operator import OperatorProcess
-from tests.harness.paths import CACHE
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,8 @@ import yaml
 
 from msop.api import validate_admission
 from msop.cli.validate import validate_files as main_validate
-from tests.harness import LocalCluster
-from tests.harness.paths import REPO
+from testbed import LocalCluster
+from testbed.paths import REPO
 
 SAMPLES = sorted((REPO / "config/samples").glob("*.yaml"))
 Job = dict[str, Any]

@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from typing import Any
 
+from testbed import LocalCluster, OperatorProcess
 from tests.e2e.msjobs import apply, condition, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.reliability import metric, operator_calls
-from tests.harness import LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 
@@ -108,7 +108,7 @@ def _scrape(op: OperatorProcess) -> str:
 def test_created_counts_the_jobs_whose_created_condition_this_process_wrote(
     cluster: LocalCluster, namespace: str, start_operator: Any
 ) -> None:
-    """Item 5 of issue 15: after a restart the new process does not count again the jobs
+    """After a restart the new process does not count again the jobs
     an earlier one marked Created; it counts the ones it marks itself."""
     first = start_operator()
     for name in ("one", "two"):

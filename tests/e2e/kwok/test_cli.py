@@ -14,8 +14,8 @@ from typing import Any
 import yaml
 
 from msop.sdk import dataparallel_job
+from testbed import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.e2e.msjobs import apply, job_pods, wait_for, wait_pods
-from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 VENV_BIN = Path(sys.executable).parent

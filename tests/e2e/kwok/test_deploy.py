@@ -40,19 +40,19 @@ import pytest
 import yaml
 
 from msop.kube.objects import parse_time
-from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condition, wait_for
-from tests.e2e.sessions import OperatorFactory
-from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
-from tests.harness.exposition import read_samples
-from tests.harness.monitoring import LocalPrometheus
-from tests.harness.paths import REPO
-from tests.harness.serviceaccount import (
+from testbed import KubeletStandIn, LocalCluster, OperatorProcess
+from testbed.exposition import read_samples
+from testbed.monitoring import LocalPrometheus
+from testbed.paths import REPO
+from testbed.serviceaccount import (
     OPERATOR_NAMESPACE,
     install_rbac,
     service_account_kubeconfig,
     service_account_token,
     service_account_user,
 )
+from tests.e2e.msjobs import apply, event_reasons, job_pods, sample, wait_condition, wait_for
+from tests.e2e.sessions import OperatorFactory
 
 CONFIG = REPO / "config"
 LOGS = REPO / ".cache" / "e2e-logs"

@@ -19,7 +19,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -133,16 +133,16 @@ def test_dockerfile_install_steps_in_a_fresh_venv(tmp_path: Path) -> None:
     assert imports.returncode == 0, imports.stderr
     assert imports.stdout.strip().startswith(str(mapping["/opt/msop"])), "msop from the wheel"
     # The image holds only what runs in production: the wheel installs the package msop
-    # and its console script, and no test harness (tests/harness stays in the checkout).
+    # and its console script, and no test harness (testbed stays in the checkout).
     [record] = (mapping["/opt/msop"] / "lib").glob("python3*/site-packages/msop-*.dist-info/RECORD")
     installed = [line.split(",")[0] for line in record.read_text().splitlines() if line]
     top = {path.split("/")[0] for path in installed if not path.startswith("..")}
     assert {t for t in top if not t.endswith(".dist-info")} == {"msop"}, top
     subpackages = {p.split("/")[1] for p in installed if p.startswith("msop/") and p.count("/") > 1}
     assert "testing" not in subpackages and "harness" not in subpackages, sorted(subpackages)
-    assert not [p for p in installed if "harness" in p or p.startswith("tests/")]
+    assert not [p for p in installed if "harness" in p or p.startswith(("tests/", "testbed/"))]
     harness = subprocess.run(
-        [str(venv_bin / "python"), "-c", "import tests.harness"],
+        [str(venv_bin / "python"), "-c", "import testbed"],
         env=env, capture_output=True, text=True, cwd=tmp_path,
     )  # fmt: skip
     assert harness.returncode != 0, "the harness must not be importable from the image"

@@ -8,13 +8,15 @@ there), its own ResourceFlavors, ClusterQueue and LocalQueue, and an operator ru
 
 from __future__ import annotations
 
-import json
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from testbed import KubeletStandIn, LocalCluster
+from testbed.kueue import Kueue, build
+from testbed.paths import REPO
+from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
 from tests.e2e.msjobs import (
     apply,
     bound,
@@ -32,12 +34,8 @@ from tests.e2e.msjobs import (
     wait_queued,
 )
 from tests.e2e.sessions import POOL_LABEL, Pool, run_addon
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.kueue import Kueue, build
-from tests.harness.paths import REPO
 
 JSON = dict[str, Any]
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PODS_READY_TIMEOUT = "20s"
 
 
@@ -53,55 +51,12 @@ def kueue(cluster: LocalCluster) -> Iterator[Kueue]:
     )  # fmt: skip
 
 
-def create(cluster: LocalCluster, obj: JSON) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
-
-
 def flavor(name: str, node_labels: JSON | None = None, toleration: JSON | None = None) -> JSON:
     spec: JSON = {"nodeLabels": node_labels or {}}
     if toleration:
         spec["tolerations"] = [toleration]
     return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
             "metadata": {"name": name}, "spec": spec}  # fmt: skip
-
-
-def queues(
-    cluster: LocalCluster, ns: str, flavors: dict[str, str], preemption: JSON | None = None
-) -> str:
-    """A ClusterQueue with ``flavors`` (name -> CPU quota, in order) for CPU and memory,
-    and a LocalQueue in ``ns`` pointing at it; returns the LocalQueue's name."""
-    cq: JSON = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",
-        "metadata": {"name": f"cq-{ns}"},
-        "spec": {
-            "namespaceSelector": {},
-            "resourceGroups": [{
-                "coveredResources": ["cpu", "memory"],
-                "flavors": [
-                    {"name": name, "resources": [{"name": "cpu", "nominalQuota": cpu},
-                                                 {"name": "memory", "nominalQuota": "64Gi"}]}
-                    for name, cpu in flavors.items()
-                ],
-            }],
-        },
-    }  # fmt: skip
-    if preemption:
-        cq["spec"]["preemption"] = preemption
-    create(cluster, cq)
-    create(cluster, {
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
-        "metadata": {"name": "team", "namespace": ns},
-        "spec": {"clusterQueue": f"cq-{ns}"},
-    })  # fmt: skip
-
-    def active() -> bool:
-        cq_obj = get(cluster, ns, "clusterqueue", f"cq-{ns}") or {}
-        return condition(cq_obj, "Active") is not None and bool(
-            (condition(cq_obj, "Active") or {}).get("status") == "True"
-        )
-
-    wait_for(f"ClusterQueue cq-{ns} active", active)
-    return "team"
 
 
 @pytest.fixture
@@ -142,20 +97,8 @@ def queued_job(name: str, ns: str, queue: str, *, pool_value: str | None = None,
     }  # fmt: skip
 
 
-def workload(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
-    wls = items(cluster, ns, "workloads", f"training.kubeflow.org/job-name={job}")
-    return wls[0] if len(wls) == 1 else None
-
-
 def wl_true(wl: JSON | None, type_: str) -> bool:
     return (condition(wl, type_) or {}).get("status") == "True"
-
-
-def stays_without_pods(cluster: LocalCluster, ns: str, job: str, seconds: float = 4) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        assert not job_pods(cluster, ns, job), f"{job} got pods while queued"
-        time.sleep(0.5)
 
 
 def test_quota_for_one_job_queues_the_second_until_the_first_ends(

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.kwok.test_kueue import QUEUE_LABEL, create, queues, stays_without_pods, workload
+from testbed import LocalCluster
+from testbed.kueue import Kueue, build
+from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
 from tests.e2e.msjobs import apply, job_pods, queued, wait_bound, wait_for, wait_queued
 from tests.e2e.sessions import POOL_LABEL, Pool, run_addon
-from tests.harness import LocalCluster
-from tests.harness.kueue import Kueue, build
 
 JSON = dict[str, Any]
 BLOCK, RACK, HOST = "msop-e2e/block", "msop-e2e/rack", "kubernetes.io/hostname"

@@ -29,17 +29,17 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.msjobs import wait_for
-from tests.e2e.sessions import OperatorFactory
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.monitoring import LocalPrometheus
-from tests.harness.paths import REPO
-from tests.harness.serviceaccount import (
+from testbed import LocalCluster, OperatorProcess
+from testbed.monitoring import LocalPrometheus
+from testbed.paths import REPO
+from testbed.serviceaccount import (
     install_rbac,
     service_account_kubeconfig,
     service_account_token,
     service_account_user,
 )
+from tests.e2e.msjobs import wait_for
+from tests.e2e.sessions import OperatorFactory
 
 LOGS = REPO / ".cache" / "e2e-logs"
 OPERATOR_USER = service_account_user()

@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from testbed import KubeletStandIn, LocalCluster
+from testbed.paths import REPO
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -33,8 +35,6 @@ from tests.e2e.msjobs import (
     wait_for,
 )
 from tests.e2e.reliability import audit_events
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.paths import REPO
 
 JSON = dict[str, Any]
 DATA = Path(__file__).parent / "data"

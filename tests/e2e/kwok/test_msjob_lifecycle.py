@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from msop.kube.objects import parse_time
+from testbed import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -24,7 +25,6 @@ from tests.e2e.msjobs import (
     wait_for,
     wait_pods,
 )
-from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 
 
 def test_dataparallel_sample_runs_to_success(

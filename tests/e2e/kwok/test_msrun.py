@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed import KubeletStandIn, LocalCluster, OperatorProcess
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -18,7 +19,6 @@ from tests.e2e.msjobs import (
     wait_for,
     wait_pods,
 )
-from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
 
 JSON = dict[str, Any]
 

@@ -27,6 +27,9 @@ from typing import Any
 import pytest
 
 from bench.reporters import report_body, response_for
+from testbed import KubeletStandIn, LocalCluster
+from testbed.kueue import EXTERNAL_FRAMEWORK, NAMESPACE, Kueue, build
+from testbed.paths import CACHE, REPO
 from tests.e2e.msjobs import (
     condition,
     env_of,
@@ -47,9 +50,6 @@ from tests.e2e.sessions import (
     run_addon,
     run_session_cluster,
 )
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.kueue import EXTERNAL_FRAMEWORK, NAMESPACE, Kueue, build
-from tests.harness.paths import CACHE, REPO
 
 JSON = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"

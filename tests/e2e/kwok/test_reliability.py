@@ -1,4 +1,4 @@
-"""Reliability scenarios of issue 8 that take seconds to a minute each: API server
+"""Reliability scenarios that take seconds to a minute each: API server
 restart, watch expiry (410), stuck watch, status conflicts, quota refusals, hostile input.
 
 Faults are real: the control plane is restarted with kwokctl, etcd is compacted through
@@ -26,6 +26,9 @@ import yaml
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
 from msop.msjob.setup import RETRY_MAX_DELAY
+from testbed import LocalCluster, OperatorProcess
+from testbed.cluster import create_namespace
+from testbed.paths import CACHE, REPO
 from tests.e2e.msjobs import (
     condition,
     event_reasons,
@@ -47,9 +50,6 @@ from tests.e2e.reliability import (
     wait_until,
 )
 from tests.e2e.sessions import build_binaries, install_crds
-from tests.harness import LocalCluster, OperatorProcess
-from tests.harness.cluster import create_namespace
-from tests.harness.paths import CACHE, REPO
 
 CRD = REPO / "config/crd/bases/mindspore.gitee.com_msjobs.yaml"
 

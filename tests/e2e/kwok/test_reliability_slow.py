@@ -1,8 +1,8 @@
-"""Reliability scenarios that take minutes (issue 8: 1, 5, 9), marked ``slow``.
+"""Reliability scenarios that take minutes, marked ``slow``.
 
 Sizes are chosen so each test stays within about three minutes on a 2-core CI machine
 shared with other clusters; the figures each one measured are printed (``-s``) and
-asserted where the issue names a bound. Pods are ended by an async kubelet pass
+asserted where the scenario has a bound. Pods are ended by an async kubelet pass
 (tests/e2e/reliability.py), kwok runs them.
 """
 
@@ -18,6 +18,7 @@ import pytest
 
 from msop.kube.client import KubeClient
 from msop.kube.resources import LEASES
+from testbed import LocalCluster, OperatorProcess
 from tests.e2e.leases import LeaseRecords, lease_time
 from tests.e2e.reliability import (
     assert_created_once,
@@ -33,7 +34,6 @@ from tests.e2e.reliability import (
     tcp_connections,
     wait_until,
 )
-from tests.harness import LocalCluster, OperatorProcess
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """Restarts in place, on kwok nodes (docs/concepts/restart-scope.md#restart-in-place).
 
 kwok runs no containers, so the kubelet's part (restarting every container of a pod when
-a rule matches) is played by ``tests.harness.inplace.InPlaceKubelet``; the pods' agents
+a rule matches) is played by ``testbed.inplace.InPlaceKubelet``; the pods' agents
 are the real ones (``msop.integrations.agent``), on the pods' (loopback) IPs, reached by
 the operator over HTTP with its signed requests. The API server is real: it accepts the
 pods' restart rules with its default feature gates. The real node's tier restarts real
@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 
+from testbed import LocalCluster
+from testbed.inplace import InPlaceKubelet
 from tests.e2e.msjobs import apply, condition, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
-from tests.harness import LocalCluster
-from tests.harness.inplace import InPlaceKubelet
 
 FEATURE = "RestartAllContainersOnContainerExits"
 NAME = "inplace"

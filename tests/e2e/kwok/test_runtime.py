@@ -31,9 +31,9 @@ from msop.informers import SharedInformer
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists
 from msop.kube.resources import CONFIGMAPS, EVENTS, LEASES
+from testbed import LocalCluster
+from testbed.exposition import read_samples
 from tests.e2e.leases import LeaseRecords, lease_time
-from tests.harness import LocalCluster
-from tests.harness.exposition import read_samples
 
 COPY_OF = "toy.msop.io/copy-of"
 

@@ -25,9 +25,9 @@ from msop.sdk import (
     dataparallel_job,
     render,
 )
+from testbed import KubeletStandIn, LocalCluster, OperatorProcess
+from testbed.paths import REPO
 from tests.e2e.msjobs import SAMPLES, get, job_pods, wait_events, wait_for, wait_pods
-from tests.harness import KubeletStandIn, LocalCluster, OperatorProcess
-from tests.harness.paths import REPO
 
 JSON = dict[str, Any]
 

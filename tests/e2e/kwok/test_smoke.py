@@ -6,7 +6,7 @@ import ipaddress
 import json
 import time
 
-from tests.harness import KubeletStandIn, LocalCluster
+from testbed import KubeletStandIn, LocalCluster
 
 JOB = {
     "apiVersion": "mindspore.gitee.com/v1",
@@ -88,7 +88,7 @@ def test_crd_object_pod_and_garbage_collection(
     )
     pod = kubelet.run(namespace, "smoke-worker-0")
     assert pod["spec"]["nodeName"].startswith("kwok-node-")
-    # Simulated pods get loopback IPs (tests.harness.cluster.pod_cidr): whatever connects
+    # Simulated pods get loopback IPs (testbed.cluster.pod_cidr): whatever connects
     # to them, the progress poller included, stays on this machine.
     assert ipaddress.ip_address(pod["status"]["podIP"]).is_loopback, pod["status"]["podIP"]
 

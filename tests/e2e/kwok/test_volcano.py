@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 
+from testbed import KubeletStandIn, LocalCluster
+from testbed.volcano import VOLCANO_QUEUES, Volcano, build
 from tests.e2e.msjobs import (
     apply,
     bound,
@@ -31,8 +33,6 @@ from tests.e2e.msjobs import (
     wait_queued,
 )
 from tests.e2e.sessions import DEVICE, POOL_LABEL, Pool, run_addon
-from tests.harness import KubeletStandIn, LocalCluster
-from tests.harness.volcano import VOLCANO_QUEUES, Volcano, build
 
 JSON = dict[str, Any]
 

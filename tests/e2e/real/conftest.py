@@ -1,8 +1,8 @@
-"""Fixtures for the real-node tier (see tests.harness.realnode).
+"""Fixtures for the real-node tier (see testbed.realnode).
 
 - ``real_cluster`` (session): Debian packages installed (hack/realnode/ensure-packages.sh),
   the control plane and kubelet/kube-proxy built (hack/cluster/build.sh), the images
-  built or taken from the cache (tests.harness.images), then one control plane and one real
+  built or taken from the cache (testbed.images), then one control plane and one real
   node in a network namespace of their own. A failure at any step fails every test of the
   tier with the step's (or the component's) output; nothing is skipped.
 - ``images``: the images imported into the node (``operator``, ``python``, ``pause``).
@@ -32,12 +32,12 @@ from typing import Any
 
 import pytest
 
+from testbed.cluster import ClusterStartError
+from testbed.paths import CACHE, REPO
+from testbed.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
 from tests.e2e.real.install import wait_available
 from tests.e2e.real.training import RESTART_REPORT
 from tests.e2e.sessions import run_session_cluster
-from tests.harness.cluster import ClusterStartError
-from tests.harness.paths import CACHE, REPO
-from tests.harness.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
 
 #: The module that removes the shared install (``installed``) to test the release's own.
 RUNS_LAST = Path(__file__).with_name("test_release.py")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from tests.harness.realnode import RealCluster
+from testbed.realnode import RealCluster
 
 OPERATOR_NAMESPACE = "msop-system"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from tests.harness.realnode import RealCluster
+from testbed.realnode import RealCluster
 
 JSON = dict[str, Any]
 

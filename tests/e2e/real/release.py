@@ -34,9 +34,9 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from tests.harness.images import Image, ImageBuilder, OciImage, oci_archive_image
-from tests.harness.paths import CACHE, REPO
-from tests.harness.realnode import RealCluster
+from testbed.images import Image, ImageBuilder, OciImage, oci_archive_image
+from testbed.paths import CACHE, REPO
+from testbed.realnode import RealCluster
 
 JSON = dict[str, Any]
 #: The version label of the image.

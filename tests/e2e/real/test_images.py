@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.realnode import NodeImages
+from testbed.realnode import NodeImages
 
 HOST_CAS = Path("/usr/local/share/ca-certificates")
 #: Files of the host that would say "this machine" if they showed up in an image.

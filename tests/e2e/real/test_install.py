@@ -19,9 +19,9 @@ import json
 import time
 from typing import Any
 
+from testbed.realnode import RealCluster
 from tests.e2e.msjobs import wait_for
 from tests.e2e.real.install import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
-from tests.harness.realnode import RealCluster
 
 SA_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{DEPLOYMENT}"
 

@@ -19,15 +19,15 @@ from typing import Any
 
 import pytest
 
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.examples import mindspore_example
+from testbed.kueue import Kueue, build
+from testbed.paths import CACHE, REPO
+from testbed.realnode import NodeImages, RealCluster, write_overlay
 from tests.e2e.msjobs import condition, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.real.training import apply, records, wait_training
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.kueue import Kueue, build
-from tests.harness.paths import CACHE, REPO
-from tests.harness.realnode import NodeImages, RealCluster, write_overlay
 
 JSON = dict[str, Any]
 URGENT = "urgent"

@@ -40,7 +40,6 @@ import ipaddress
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -48,33 +47,43 @@ from typing import Any
 import pytest
 
 from msop.sdk import MSJobClientSync
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.examples import mindspore_example
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     condition,
     env_of,
     events,
-    get,
     job_pods,
     wait_condition,
     wait_events,
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
+from tests.e2e.real.restarts import (
+    VICTIM,
+    assert_exit_reported,
+    assert_last_output_kept,
+    assert_no_failure,
+    assert_recreated,
+    assert_restarted_in_place,
+    assert_restarted_once,
+    assert_workers_resumed,
+    event_messages,
+    kill_a_worker,
+    the_restart_event,
+    time_the_restart,
+)
 from tests.e2e.real.training import (
-    CLUSTER_ENV,
     apply,
     exit_codes,
     kill_training_process,
     launch,
-    operator_writes,
     records,
     report_restart,
-    training_again,
     wait_training,
     worker_records,
 )
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 
@@ -101,9 +110,8 @@ def test_trains_to_success(
     workers = {n: p for n, p in pods.items() if "-worker-" in n}
     assert exit_codes(workers) == {f"{NAME}-worker-0": 0, f"{NAME}-worker-1": 0}
     assert job["status"]["replicaStatuses"]["Worker"]["succeeded"] == 2
-    logs = worker_records(cluster, namespace, 2)
     ranks = set()
-    for pod, lines in logs.items():
+    for pod, lines in worker_records(cluster, namespace, 2).items():
         joined = next(r for r in lines if r["event"] == "fresh")
         assert joined["size"] == 2, (pod, joined)  # one cluster of two workers
         ranks.add(joined["rank"])
@@ -119,31 +127,6 @@ def test_trains_to_success(
     assert (checkpoints / "latest.json").is_file()
 
 
-VICTIM = f"{NAME}-worker-1"
-
-
-def _kill_a_worker(
-    cluster: RealCluster, ns: str, logs: JobLogs
-) -> tuple[dict[str, JSON], float, JSON]:
-    """SIGKILL :data:`VICTIM`'s training process past epoch 3: the pods before, when, and
-    the ``Restarting`` condition that follows."""
-    wait_training(cluster, ns, VICTIM, 3, logs)
-    before = job_pods(cluster, ns, NAME)
-    killed_at = time.time()
-    kill_training_process(cluster, ns, VICTIM)
-    restarting: JSON = wait_for(
-        "Restarting=True",
-        lambda: (
-            (c := condition(get(cluster, ns, "msjob", NAME), "Restarting"))
-            and c["status"] == "True"
-            and c
-        ),
-        timeout=60,
-        details=logs.tail,
-    )
-    return before, killed_at, restarting
-
-
 def test_killed_worker_restarts_every_pod_in_place(
     installed: RealCluster,
     namespace: str,
@@ -153,7 +136,7 @@ def test_killed_worker_restarts_every_pod_in_place(
 ) -> None:
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1")
-    before, killed_at, restarting = _kill_a_worker(cluster, namespace, logs)
+    before, killed_at, restarting = kill_a_worker(cluster, namespace, logs)
     for pod in before.values():  # every member carries the agent
         assert pod["spec"]["initContainers"][0]["name"] == "msop-agent", pod["spec"]
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
@@ -162,70 +145,21 @@ def test_killed_worker_restarts_every_pod_in_place(
     reported = f"pod {namespace}/{VICTIM} exited with code 137" in restarting["message"]
     removed = f"pod {namespace}/{VICTIM} failed without an exit code (RestartedInPlace"
     assert reported or removed in restarting["message"], restarting
-    figures = _time_the_restart(cluster, namespace, killed_at, logs)
+    figures = time_the_restart(cluster, namespace, killed_at, logs)
     after = job_pods(cluster, namespace, NAME)
     assert figures["pod writes"] == 0, figures
     report_restart("in place (Scheduler/Worker, 3 pods)", figures)
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
-    status = job["status"]
-    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
-    assert condition(job, "Failed") is None
-    assert set(after) == set(before)
-    for name in before:  # the same pods, each of whose containers restarted once
-        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], name
-        assert after[name]["status"]["podIP"] == before[name]["status"]["podIP"], name
-        (main,) = [s for s in after[name]["status"]["containerStatuses"]
-                   if s["name"] == "mindspore"]  # fmt: skip
-        assert main["restartCount"] == 1, (name, main)
-    for pod, lines in worker_records(cluster, namespace, 2).items():
-        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
-        assert resumed["event"] == "resume" and resumed["epoch"] >= 3, (pod, resumed)
-        assert lines[-1]["event"] == "done"
-    evs = events(cluster, namespace, NAME)
-    messages = {(e["reason"], e["message"]) for e in evs}
-    restarts = [m for r, m in messages if r == "MSJobRestartingInPlace"]
-    assert len(restarts) == 1 and VICTIM in restarts[0], restarts
+    assert_restarted_once(job)
+    assert_restarted_in_place(before, after)
+    assert_workers_resumed(cluster, namespace)
+    messages = event_messages(cluster, namespace)
+    restart = the_restart_event(messages, "MSJobRestartingInPlace")
     if reported:
-        assert ("ExitedWithCode", f"Pod {namespace}/{VICTIM} exited with code 137") in messages
-        assert f"The last output of pod {namespace}/{VICTIM}:\n" in restarts[0], restarts
-    assert not {"MSJobFailed", "BackoffLimitExceeded", "MSJobRestarting"} & {r for r, _ in messages}
-
-
-def _time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: JobLogs) -> JSON:
-    """Wait for the job to run again after a kill at ``killed_at``; what it took."""
-    workers = [f"{NAME}-worker-0", f"{NAME}-worker-1"]
-    trained = wait_for("every rank training again", lambda: training_again(
-        cluster, ns, workers, killed_at), timeout=240, interval=0.5, details=logs.tail)  # fmt: skip
-
-    def running_again() -> float | None:
-        job = get(cluster, ns, "msjob", NAME)
-        done, running = condition(job, "Restarting"), condition(job, "Running")
-        ok = done and done["status"] == "False" and running and running["status"] == "True"
-        return time.time() if ok else None
-
-    running = wait_for("Running again", running_again, timeout=240, interval=0.2,
-                       details=logs.tail)  # fmt: skip
-    writes = operator_writes(cluster.audit_log, ns, killed_at, running)
-    # Where the time went: the training processes started again (the container and
-    # Python's start), joined MindSpore's cluster and loaded the checkpoint (resume), and
-    # trained (the first step): the latest of the Workers' for each.
-    marks: dict[str, float] = {}
-    for pod in workers:
-        for r in records(cluster, ns, pod):
-            event = r.get("event")
-            if r.get("time", 0) > killed_at and event in ("start", "resume", "step"):
-                key = f"seconds to every {event}"
-                first = min(marks.get(f"{pod} {event}", r["time"]), r["time"])
-                marks[f"{pod} {event}"] = first
-                marks[key] = max(marks.get(key, 0.0), first)
-    return {
-        **{k: round(v - killed_at, 1) for k, v in marks.items() if k.startswith("seconds")},
-        "seconds to every rank training": round(trained - killed_at, 1),
-        "seconds to Running": round(running - killed_at, 1),
-        "pod writes": sum(n for k, n in writes.items() if k.split()[1] == "pods"),
-        "writes": writes,
-    }
+        assert_exit_reported(messages, namespace)
+        assert_last_output_kept(restart, namespace)
+    assert_no_failure(messages, "MSJobRestarting")
 
 
 def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
@@ -238,35 +172,23 @@ def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
     """spec.restartInPlace: false: the pods are recreated, as before in-place restarts."""
     cluster = installed
     launch(cluster, namespace, images, checkpoints, {"restartInPlace": False}, STEP_DELAY="0.1")
-    before, killed_at, restarting = _kill_a_worker(cluster, namespace, logs)
+    before, killed_at, restarting = kill_a_worker(cluster, namespace, logs)
     assert not any("initContainers" in p["spec"] for p in before.values())
     assert f"pod {namespace}/{VICTIM} exited with code 137" in restarting["message"], restarting
     assert "they are recreated: its spec.restartInPlace is false" in restarting["message"]
     report_restart("recreation (Scheduler/Worker, 3 pods)",
-                   _time_the_restart(cluster, namespace, killed_at, logs))  # fmt: skip
+                   time_the_restart(cluster, namespace, killed_at, logs))  # fmt: skip
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
-    status = job["status"]
-    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
-    assert condition(job, "Failed") is None
-    after = job_pods(cluster, namespace, NAME)
-    assert set(after) == set(before)
-    for name in before:  # every pod was recreated, with the same MS_* values
-        assert after[name]["metadata"]["uid"] != before[name]["metadata"]["uid"], name
-        old, new = env_of(before[name]), env_of(after[name])
-        assert {k: new[k] for k in CLUSTER_ENV} == {k: old[k] for k in CLUSTER_ENV}, name
-    for pod, lines in worker_records(cluster, namespace, 2).items():
-        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
-        assert resumed["event"] == "resume" and resumed["epoch"] >= 3, (pod, resumed)
-        assert lines[-1]["event"] == "done"
-    evs = events(cluster, namespace, NAME)
-    messages = {(e["reason"], e["message"]) for e in evs}
-    assert ("ExitedWithCode", f"Pod {namespace}/{VICTIM} exited with code 137") in messages
-    restarts = [m for r, m in messages if r == "MSJobRestarting"]
-    assert len(restarts) == 1 and VICTIM in restarts[0] and "137" in restarts[0], restarts
-    # The killed run's last lines outlive its pod, in the Event (and the condition).
-    assert f"The last output of pod {namespace}/{VICTIM}:\n" in restarts[0], restarts
-    assert not {"MSJobFailed", "BackoffLimitExceeded"} & {r for r, _ in messages}
+    assert_restarted_once(job)
+    assert_recreated(before, job_pods(cluster, namespace, NAME))
+    assert_workers_resumed(cluster, namespace)
+    messages = event_messages(cluster, namespace)
+    assert_exit_reported(messages, namespace)
+    restart = the_restart_event(messages, "MSJobRestarting")
+    assert "137" in restart, restart
+    assert_last_output_kept(restart, namespace)
+    assert_no_failure(messages)
 
 
 def test_script_error_fails_the_job(

@@ -34,12 +34,12 @@ from typing import Any
 import pytest
 import yaml
 
+from testbed.monitoring import ALERTS, alert_exprs, panel_exprs
+from testbed.realnode import NodeImages, Prepared, RealCluster
+from testbed.serviceaccount import service_account_token, service_account_user
 from tests.e2e.msjobs import sample, wait_condition, wait_for
 from tests.e2e.real.install import DEPLOYMENT, LEASE, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
-from tests.harness.monitoring import ALERTS, alert_exprs, panel_exprs
-from tests.harness.realnode import NodeImages, Prepared, RealCluster
-from tests.harness.serviceaccount import service_account_token, service_account_user
 
 FIRES_WHEN_STOPPED = {"MsopDown", "MsopNoLeader"}
 #: Series that exist only while a job's Worker 0 runs and reports progress.

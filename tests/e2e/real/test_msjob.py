@@ -18,6 +18,7 @@ import json
 from typing import Any
 
 from msop.sdk import MSJobClient
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     event_reasons,
     events,
@@ -29,7 +30,6 @@ from tests.e2e.msjobs import (
     wait_for,
 )
 from tests.e2e.real.training import PRINT_ENV, apply_job, real_job
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 

@@ -28,12 +28,12 @@ from typing import Any
 
 import pytest
 
+from testbed.examples import MSRUN_EXAMPLE, mindspore_example
+from testbed.examples import MSRUN_JOB as NAME
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import condition, env_of, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.real.training import apply, exit_codes, operator_writes, records
-from tests.harness.examples import MSRUN_EXAMPLE, mindspore_example
-from tests.harness.examples import MSRUN_JOB as NAME
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 

@@ -25,11 +25,11 @@ import pytest
 
 from msop.api.report import summary
 from msop.sdk.statusline import format_progress
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import get, wait_condition, wait_for
 from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import launch
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 #: Polls every few seconds here (default 30 s) so that a short run shows several reports.

@@ -87,6 +87,11 @@ from typing import Any
 import pytest
 
 from msop.api.constants import LABEL_OPERATOR_NAME, OPERATOR_NAME
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.examples import mindspore_example
+from testbed.paths import CACHE, REPO
+from testbed.realnode import NodeImages, RealCluster, write_overlay
+from testbed.serviceaccount import service_account_token, service_account_user
 from tests.e2e.msjobs import (
     event_reasons,
     get,
@@ -117,11 +122,6 @@ from tests.e2e.real.training import (
     wait_training,
     worker_records,
 )
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.paths import CACHE, REPO
-from tests.harness.realnode import NodeImages, RealCluster, write_overlay
-from tests.harness.serviceaccount import service_account_token, service_account_user
 
 JSON = dict[str, Any]
 NS = OPERATOR_NAMESPACE

@@ -9,16 +9,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from testbed.examples import MINDSPORE_EXAMPLE, mindspore_example
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.paths import CACHE
+from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import (
     get,
     wait_for,
 )
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.reliability import audit_events
-from tests.harness.examples import MINDSPORE_JOB as NAME
-from tests.harness.examples import mindspore_example
-from tests.harness.paths import CACHE
-from tests.harness.realnode import NodeImages, RealCluster
 
 JSON = dict[str, Any]
 
@@ -42,7 +42,9 @@ def launch(
 ) -> None:
     """Apply the example (its ConfigMap and MSJob) with ``env`` on every replica (and
     ``spec`` merged into the MSJob's spec)."""
-    config_map, job = mindspore_example(cluster, images.mindspore.ref, checkpoints, **env)
+    config_map, job = mindspore_example(
+        cluster, images.mindspore.ref, checkpoints, MINDSPORE_EXAMPLE, **env
+    )
     job["spec"].update(spec or {})
     apply(cluster, ns, config_map, job)
 
@@ -101,7 +103,7 @@ PRINT_ENV = "env | grep '^MS_' | sort"
 def real_job(base: JSON, image: str, commands: dict[str, str], workers: int) -> JSON:
     """The sample with an image that exists here and the given shell commands: no GPU
     limits, no hostPath data (what a user trying the operator on CPU changes)."""
-    job = json.loads(json.dumps(base))
+    job: JSON = json.loads(json.dumps(base))
     specs = job["spec"]["msReplicaSpecs"]
     specs["Worker"]["replicas"] = workers
     for rtype, spec in specs.items():
@@ -129,7 +131,7 @@ RESTART_REPORT = CACHE / "e2e-logs" / "restart-report.json"
 def training_again(cluster: RealCluster, ns: str, pods: list[str], after: float) -> float | None:
     """When every one of ``pods`` logged a training step again after ``after`` (epoch
     seconds): the latest of their first such steps; None until all have."""
-    firsts = []
+    firsts: list[float] = []
     for pod in pods:
         steps = [r["time"] for r in records(cluster, ns, pod)
                  if r.get("event") == "step" and r.get("time", 0) > after]  # fmt: skip

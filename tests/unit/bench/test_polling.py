@@ -182,7 +182,7 @@ def test_render_progress_section() -> None:
         "targets": [],
     }  # fmt: skip
     md = render_markdown(report)
-    assert "## Training progress: N reporting jobs (issue 16)" in md
+    assert "## Training progress: N reporting jobs" in md
     assert "| steady | 60.00 |" in md
     assert "report 4" in md
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.audit import WRITE_VERBS, count_requests
-from bench.report import judge, judge_issue17, judge_issue26, render_markdown
+from bench.report import judge, judge_scale_goals, judge_throttled_goals, render_markdown
 from bench.stats import cdf, percentile, ratio, summarize
 
 
@@ -135,12 +135,12 @@ def _scenario(events_dropped: int, exit_code: int, sigterm_s: float) -> dict[str
     }  # fmt: skip
 
 
-def test_issue17_goals_next_to_previous_figures() -> None:
+def test_throttled_goals_next_to_previous_figures() -> None:
     report: dict[str, object] = {
         "load": {"qps20": _scenario(0, 0, 1.5), "defaults": _scenario(3, 1, 2.0)},
         "targets": [],
     }
-    rows = {r["goal"]: r for r in judge_issue17(report)}
+    rows = {r["goal"]: r for r in judge_throttled_goals(report)}
     assert rows["all pods / raw creates, N=200, qps 20"]["met"] is True
     assert rows["all pods / raw creates, N=500, default flags"]["met"] is False
     assert rows["events dropped, N=500, default flags"]["met"] is False
@@ -148,9 +148,9 @@ def test_issue17_goals_next_to_previous_figures() -> None:
     assert rows["SIGTERM to exit, N=500, default flags"]["met"] is False  # exit code 1
     assert rows["RSS idle (synced, empty cluster)"]["met"] is None  # not run
     assert rows["Event writes per job, N=200, qps 20"]["met"] is None  # reported only
-    report["issue17"] = list(rows.values())
+    report["throttled_goals"] = list(rows.values())
     md = render_markdown(report)
-    assert "## Issue 17 goals" in md and "99.5 s / 17.6 s = 5.6x (issue)" in md
+    assert "## Goals under a client-side limit" in md and "99.5 s / 17.6 s = 5.6x (issue)" in md
     assert "## Load scenarios" in md and "| qps20 | 200 |" in md
 
 
@@ -162,19 +162,19 @@ def test_a_goal_below_the_flags_floor_is_out_of_reach_not_missed() -> None:
         ratio_operator_to_floor=70.0 / 68.5, ratio_floor_to_raw=68.5 / 5.0,
     )  # fmt: skip
     report: dict[str, object] = {"load": {"qps20": qps20}, "targets": []}
-    rows = {r["goal"]: r for r in judge_issue17(report)}
+    rows = {r["goal"]: r for r in judge_throttled_goals(report)}
     raw = rows["all pods / raw creates, N=200, qps 20"]
     assert raw["met"] is False and raw["out_of_reach"] == 68.5 / 5.0
     floor = rows["all pods / the flags' floor ((creates - burst) / qps), N=200, qps 20"]
     assert floor["met"] is True
-    report["issue17"] = list(rows.values())
+    report["throttled_goals"] = list(rows.values())
     md = render_markdown(report)
     assert "out of reach here: the flags' floor is 13.70 x" in md
     assert "| 68.50 |" in md  # the floor column of the load scenarios
 
     # Slower than the floor allows, and the floor itself within reach: missed.
     qps20.update(ratio_operator_to_floor=1.2, ratio_floor_to_raw=3.0)
-    rows = {r["goal"]: r for r in judge_issue17(report)}
+    rows = {r["goal"]: r for r in judge_throttled_goals(report)}
     assert "out_of_reach" not in rows["all pods / raw creates, N=200, qps 20"]
     assert (
         rows["all pods / the flags' floor ((creates - burst) / qps), N=200, qps 20"]["met"] is False
@@ -191,7 +191,7 @@ def test_the_flags_floor_of_a_client_side_limit() -> None:
     assert client_limit_floor_s(["--max-concurrent-reconciles", "50"], 1400) is None
 
 
-def test_issue26_goals_come_first_with_the_scale_scenarios() -> None:
+def test_scale_goals_come_first_with_the_scale_scenarios() -> None:
     n2000 = _scenario(0, 0, 1.0)
     n2000["ratio_operator_to_raw"] = 1.2
     n2000["operator"]["operator_rss_mib_peak"] = 151.0  # type: ignore[index]
@@ -200,18 +200,22 @@ def test_issue26_goals_come_first_with_the_scale_scenarios() -> None:
         "memory": {"bytes_per_cached_pod": 1900.0, "rss_mib_empty": 41.0},
         "targets": [],
     }
-    rows = {r["goal"]: r for r in judge_issue26(report)}
+    rows = {r["goal"]: r for r in judge_scale_goals(report)}
     assert rows["all pods / raw creates, N=2,000"]["met"] is True
     assert rows["RSS peak, N=2,000"]["met"] is False
     assert rows["CPU per job, N=100"]["met"] is True  # 20.0 <= 20
     assert rows["CPU per job, N=500"]["met"] is None  # scenario not run
     assert rows["bytes per cached pod"]["met"] is True
     assert rows["RSS idle (synced, empty cluster)"]["met"] is False
-    report["issue26"] = list(rows.values())
-    report["issue17"] = judge_issue17(report)
+    report["scale_goals"] = list(rows.values())
+    report["throttled_goals"] = judge_throttled_goals(report)
     del report["memory"]  # the memory section needs the whole scenario
     md = render_markdown(report)
-    assert md.index("## Issue 26 goals") < md.index("## Targets") < md.index("## Issue 17 goals")
+    assert (
+        md.index("## Scale goals")
+        < md.index("## Targets")
+        < md.index("## Goals under a client-side limit")
+    )
     assert "6.2 KB (make bench)" in md
 
 
@@ -223,7 +227,7 @@ def test_a_rotated_audit_log_gives_no_per_job_figures(tmp_path: Path) -> None:
     api = api_efficiency(log, jobs=10)
     assert api["audit_complete"] is False
     assert api["writes_per_job"] is None and api["event_writes_per_job"] is None
-    rows = {r["goal"]: r for r in judge_issue26({"load": {"n2000": {"api": api}}})}
+    rows = {r["goal"]: r for r in judge_scale_goals({"load": {"n2000": {"api": api}}})}
     assert rows["writes per job excl. Events, N=2,000"]["met"] is None
 
 

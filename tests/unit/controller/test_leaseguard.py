@@ -14,7 +14,7 @@ import pytest
 from msop.controller.leaseguard import LeaseGuard, lease_held
 from msop.kube.errors import ApiError
 from msop.kube.objects import JSON, format_micro_time
-from tests.unit.controller.test_manager import Sleeper, manager
+from tests.support.managers import Sleeper, manager
 
 WALL = datetime(2026, 11, 27, 12, 0, 0, tzinfo=UTC)
 

@@ -17,24 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from msop.controller.delegatedauth import AuthOptions
 from msop.controller.health import parse_bind_address
 from msop.controller.manager import Manager, SecureServing
-
-
-class Sleeper:
-    """A runnable that needs a moment to stop after cancellation."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.started = asyncio.Event()
-        self.finished_cleanly = False
-
-    async def run(self) -> None:
-        self.started.set()
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            await asyncio.sleep(0)  # in-flight work finishing
-            self.finished_cleanly = True
-            raise
+from tests.support.managers import Sleeper, manager
 
 
 class Crasher:
@@ -63,15 +46,6 @@ class Stubborn:
                 self.cancels += 1
                 if self.cancels >= 2:
                     raise
-
-
-def manager(**kw: object) -> Manager:
-    return Manager(
-        None,  # type: ignore[arg-type]
-        metrics_bind_address="127.0.0.1:0",
-        health_probe_bind_address="127.0.0.1:0",
-        **kw,  # type: ignore[arg-type]
-    )
 
 
 async def fake_api_server(method: str, handler: Any, port: int) -> tuple[Any, Any]:

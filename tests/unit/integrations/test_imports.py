@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 PACKAGE = REPO / "msop" / "integrations"
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from msop.integrations import msrun
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 FAKES = Path(__file__).resolve().parent / "msrun_fakes"
 POD = {

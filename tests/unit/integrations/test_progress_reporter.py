@@ -25,7 +25,7 @@ from msop.integrations.reporter import (
     metric_name,
     metric_value,
 )
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 from tests.support.clocks import FakeClock
 
 MakeReporter = Callable[..., Reporter]

@@ -16,7 +16,7 @@ from msop.kube import PODS, KubeClient
 from msop.kube.errors import ApiUnavailable
 from msop.kube.transport import ReadyGate, server_unreachable
 from msop.metrics import REGISTRY
-from tests.harness.ports import free_port
+from testbed.ports import free_port
 
 
 class Probe:

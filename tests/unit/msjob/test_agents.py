@@ -21,8 +21,8 @@ from msop.integrations import signing, wire
 from msop.kube.errors import ApiError
 from msop.msjob import agents
 from msop.msjob.plan import AgentRequest
-from tests.harness.paths import REPO
-from tests.harness.ports import free_port
+from testbed.paths import REPO
+from testbed.ports import free_port
 
 JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}}
 

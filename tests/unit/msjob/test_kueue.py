@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -14,86 +15,34 @@ from msop.api import constants as c
 from msop.kube.errors import ApiError
 from msop.msjob import kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
-from msop.msjob.scheduling import Writer
 from tests.support.builders import NOW, T0, job, pod, queue, service
+from tests.support.kueue import (
+    FLAVORS,
+    QUEUE,
+    WorkloadApi,
+    admitted,
+    apply_decision,
+    evicted,
+    kueue_of,
+    queued,
+    queued_job,
+    wl_of,
+)
 
 JSON = dict[str, Any]
-QUEUE = "team-a"
-
-
-def queued_job(**kw: Any) -> JSON:
-    j = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")}, **kw)
-    j["metadata"]["labels"] = {kueue_workload.QUEUE_LABEL: QUEUE}
-    for spec in j["spec"]["msReplicaSpecs"].values():
-        spec["template"]["spec"]["containers"][0]["resources"] = {"requests": {"cpu": "1"}}
-    return j
-
-
-def wl_of(j: JSON, *conditions: tuple[str, str, str], **status: Any) -> JSON:
-    w = kueue_workload.workload(j, active=True)
-    w["metadata"].update(uid="wl-uid", resourceVersion="7", generation=1)
-    w["status"] = {
-        "conditions": [
-            {"type": t, "status": s, "reason": r, "message": f"{t} {r}", "lastTransitionTime": T0}
-            for t, s, r in conditions
-        ],
-        **status,
-    }
-    return w
-
-
-ADMISSION = {
-    "clusterQueue": "cq",
-    "podSetAssignments": [
-        {"name": "scheduler", "flavors": {"cpu": "pool-a"}, "count": 1},
-        {"name": "worker", "flavors": {"cpu": "pool-b"}, "count": 2},
-    ],
-}
-FLAVORS: dict[str, JSON | None] = {
-    "pool-a": {"metadata": {"name": "pool-a"}, "spec": {"nodeLabels": {"pool": "a"}}},
-    "pool-b": {
-        "metadata": {"name": "pool-b"},
-        "spec": {
-            "nodeLabels": {"pool": "b"},
-            "tolerations": [{"key": "pool", "operator": "Equal", "value": "b"}],
-        },
-    },
-}
-
-
-def admitted(j: JSON) -> JSON:
-    return wl_of(
-        j, ("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"),
-        admission=ADMISSION,
-    )  # fmt: skip
-
-
-def evicted(j: JSON, reason: str = "Preempted") -> JSON:
-    return wl_of(
-        j,
-        ("QuotaReserved", "True", "QuotaReserved"),
-        ("Admitted", "True", "Admitted"),
-        ("Evicted", "True", reason),
-        admission=ADMISSION,
-    )
 
 
 def run(
     j: JSON,
     wl: JSON | None = None,
-    pods: list[JSON] = (),  # type: ignore[assignment]
-    others: list[JSON] = (),  # type: ignore[assignment]
+    pods: Sequence[JSON] = (),
+    others: Sequence[JSON] = (),
     flavors: dict[str, JSON | None] | None = None,
     kueue_on: bool = True,
 ) -> Plan:
     seen = kueue.Seen(wl, list(others), FLAVORS if flavors is None else flavors)
     obs = Observed(j, list(pods), [service()], NOW, scheduling=[seen] if kueue_on else [])
     return plan(obs)
-
-
-def queued(p: Plan) -> JSON | None:
-    assert p.status is not None
-    return next((x for x in p.status["conditions"] if x["type"] == c.QUEUED), None)
 
 
 def test_the_workload_is_named_as_kueue_names_its_own() -> None:
@@ -452,50 +401,6 @@ def test_a_running_job_keeps_the_admitted_reason_without_gang_scheduling() -> No
 # --- the reconciler's Workload writes ----------------------------------------------------
 
 
-class _Api:
-    """The client seam for Workload writes: records calls, serves one Workload."""
-
-    def __init__(self, wl: JSON | None, conflict: bool = False) -> None:
-        self.wl = wl
-        self.conflict = conflict
-        self.calls: list[tuple[str, str, Any]] = []
-
-    async def create(self, res: Any, obj: JSON, ns: str) -> JSON:
-        self.calls.append(("create", res.kind, obj["metadata"]["name"]))
-        return obj
-
-    async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
-        self.calls.append(("get", res.kind, name))
-        return {"metadata": {"name": name}, "value": 1000}
-
-    async def patch(self, res: Any, name: str, body: Any, ns: str, **kw: Any) -> JSON:
-        self.calls.append(("patch", f"{res.kind}/{kw.get('subresource') or ''}", body))
-        if res.kind == "Workload" and self.conflict:
-            raise ApiError(409, "Conflict", "the object has been modified")
-        if res.kind != "Workload":
-            return {"metadata": {"resourceVersion": "99"}}
-        assert self.wl is not None
-        rv = str(int(self.wl["metadata"]["resourceVersion"]) + 1)
-        self.wl = {**self.wl, "metadata": {**self.wl["metadata"], "resourceVersion": rv}}
-        return self.wl
-
-    async def delete(self, res: Any, name: str, ns: str, **kw: Any) -> None:
-        self.calls.append(("delete", res.kind, name))
-
-
-def _kueue(api: _Api) -> kueue.Kueue:
-    """Kueue's side of the reconciler, with empty caches."""
-    return kueue.Kueue(
-        api,  # type: ignore[arg-type]
-        owned_by=lambda uid: [], in_namespace=lambda ns: [], flavor=lambda name: None,
-    )  # fmt: skip
-
-
-def _apply(api: _Api, d: kueue.Decision, j: JSON) -> bool:
-    recorder = type("R", (), {"event": lambda *a: None})()
-    return asyncio.run(d.apply(Writer(api, recorder, j)))  # type: ignore[arg-type]
-
-
 def _decided(wl: JSON | None, **writes: Any) -> kueue.Decision:
     """A Decision about ``wl`` with the given writes."""
     d = kueue.Seen(wl).decide()
@@ -507,14 +412,14 @@ def _decided(wl: JSON | None, **writes: Any) -> kueue.Decision:
 def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
     j = queued_job()
     j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "urgent"
-    api = _Api(None)
-    seen = asyncio.run(_kueue(api).observe(j))
+    api = WorkloadApi(None)
+    seen = asyncio.run(kueue_of(api).observe(j))
     assert api.calls == [("get", "WorkloadPriorityClass", "urgent")]
     assert seen.priority == kueue_workload.priority_ref("WorkloadPriorityClass", "urgent", 1000)
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     created = queue(p).create_workload
     assert created is not None and created["spec"]["priority"] == 1000
-    assert _apply(api, queue(p), j)
+    assert apply_decision(api, queue(p), j)
     assert api.calls[1][0:2] == ("create", "Workload")
 
 
@@ -527,8 +432,8 @@ def test_a_spec_patch_then_the_status_patch_on_the_newer_version_then_the_finali
         workload_status=kueue_workload.finish_patch(wl, True, "done", T0),
         release_workloads=[wl],
     )
-    api = _Api(wl)
-    assert _apply(api, d, j)
+    api = WorkloadApi(wl)
+    assert apply_decision(api, d, j)
     kinds = [(c_[0], c_[1]) for c_ in api.calls]
     assert kinds == [("patch", "Workload/"), ("patch", "Workload/status"), ("patch", "Workload/")]
     assert api.calls[1][2]["metadata"]["resourceVersion"] == "8"  # after the spec patch
@@ -539,18 +444,18 @@ def test_a_workload_that_moved_is_planned_again() -> None:
     j = queued_job()
     wl = evicted(j)
     d = _decided(wl, workload_status=kueue_workload.requeue_patch(wl, T0))
-    assert not _apply(_Api(wl, conflict=True), d, j)
+    assert not apply_decision(WorkloadApi(wl, conflict=True), d, j)
 
 
 def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     j = queued_job()
     j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "nope"
 
-    class Missing(_Api):
+    class Missing(WorkloadApi):
         async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
             raise ApiError(404, "NotFound", f'"{name}" not found')
 
-    seen = asyncio.run(_kueue(Missing(None)).observe(j))
+    seen = asyncio.run(kueue_of(Missing(None)).observe(j))
     assert seen.priority == kueue_workload.MissingClass("WorkloadPriorityClass", "nope")
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     assert queue(p).create_workload is None and p.create_pods == []

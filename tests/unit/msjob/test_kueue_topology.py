@@ -6,6 +6,7 @@ does with gated pods (nothing)."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.projection import pod_projection
 from msop.msjob.scheduling import Placement
 from tests.support.builders import NOW, T0, job, pod, queue, running_status, service
-from tests.unit.msjob.test_kueue import FLAVORS, queued, queued_job, wl_of
+from tests.support.kueue import FLAVORS, queued, queued_job, wl_of
 
 JSON = dict[str, Any]
 INDEX = c.LABEL_REPLICA_INDEX
@@ -58,7 +59,9 @@ def admitted_by_tas(j: JSON, **worker: Any) -> JSON:
     )  # fmt: skip
 
 
-def run(j: JSON, wl: JSON | None = None, pods: list[JSON] = (), svc: JSON | None = None) -> Plan:  # type: ignore[assignment]
+def run(
+    j: JSON, wl: JSON | None = None, pods: Sequence[JSON] = (), svc: JSON | None = None
+) -> Plan:
     seen = kueue.Seen(wl, [], FLAVORS)
     return plan(Observed(j, list(pods), [svc or service()], NOW, scheduling=[seen]))
 

@@ -12,14 +12,14 @@ from msop.api.validation import validate
 from msop.msjob import gang, kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
 from tests.support.builders import NOW, T0, pod, queue, service
-from tests.unit.msjob.test_kueue import (
+from tests.support.kueue import (
     ADMISSION,
     FLAVORS,
-    _Api,
-    _apply,
-    _kueue,
+    WorkloadApi,
     admitted,
+    apply_decision,
     evicted,
+    kueue_of,
     queued,
     queued_job,
     wl_of,
@@ -43,7 +43,7 @@ def on_worker(wl: JSON, cluster: str = WORKER) -> JSON:
 def run(j: JSON, wl: JSON | None = None, *, pods: list[JSON] | None = None) -> Plan:
     seen = asyncio.run(
         kueue.Kueue(
-            _Api(wl),  # type: ignore[arg-type]
+            WorkloadApi(wl),  # type: ignore[arg-type]
             owned_by=lambda uid: [wl] if wl is not None else [],
             in_namespace=lambda ns: [wl] if wl is not None else [],
             flavor=FLAVORS.get,
@@ -182,7 +182,7 @@ def test_an_evicted_dispatched_job_is_handed_back_to_kueue_and_says_so() -> None
 def test_a_dispatched_job_without_a_queue_or_kueue_is_left_alone() -> None:
     j = dispatched_job()
     j["metadata"]["labels"] = {}
-    assert asyncio.run(_kueue(_Api(None)).observe(j)) is None
+    assert asyncio.run(kueue_of(WorkloadApi(None)).observe(j)) is None
     p = plan(Observed(j, [], [], NOW))
     assert p.status is None and p.create_pods == [] and p.create_services == []
 
@@ -285,8 +285,8 @@ def test_the_adoption_patch_then_the_status_patch_on_the_adopted_version() -> No
     j = worker_copy(wl["metadata"]["name"])
     d = queue(run(j, wl))
     d.workload_status = kueue_workload.pods_ready_patch(wl, True, T0)
-    api = _Api(wl)
-    assert _apply(api, d, j)
+    api = WorkloadApi(wl)
+    assert apply_decision(api, d, j)
     assert [x[:2] for x in api.calls] == [("patch", "Workload/"), ("patch", "Workload/status")]
     assert api.calls[1][2]["metadata"]["resourceVersion"] == "8"
 
@@ -297,4 +297,4 @@ def test_the_adoption_that_conflicts_is_planned_again() -> None:
     j = worker_copy(wl["metadata"]["name"])
     d = queue(run(j, wl))
     assert d.adopt_workload is not None
-    assert not _apply(_Api(wl, conflict=True), d, j)
+    assert not apply_decision(WorkloadApi(wl, conflict=True), d, j)

@@ -9,6 +9,7 @@ later ones, and what each adds to the pods is combined.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,7 +75,7 @@ class SeenBy:
         return self.gate
 
 
-def run(j: JSON, *gates: Gate, pods: list[JSON] = (), services: list[JSON] = ()) -> Plan:  # type: ignore[assignment]
+def run(j: JSON, *gates: Gate, pods: Sequence[JSON] = (), services: Sequence[JSON] = ()) -> Plan:
     seen = [SeenBy(g) for g in gates]
     return plan(Observed(j, list(pods), list(services), NOW, scheduling=list(seen)))
 

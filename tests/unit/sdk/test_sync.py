@@ -10,7 +10,7 @@ import pytest
 
 from msop.kube.errors import ApiUnavailable
 from msop.sdk import MSJobClientSync, MSJobValidationError, dataparallel_job
-from tests.harness.ports import free_port
+from testbed.ports import free_port
 
 KUBECONFIG = """\
 apiVersion: v1

@@ -1,4 +1,4 @@
-"""tests.harness.ports: servers' ports come from below the ephemeral range, never twice."""
+"""testbed.ports: servers' ports come from below the ephemeral range, never twice."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import ports
+from testbed import ports
 
 
 def test_ports_are_below_the_ephemeral_range_and_never_given_twice() -> None:

@@ -10,8 +10,8 @@ import urllib.request
 from collections.abc import Iterable
 from pathlib import Path
 
-from tests.harness.cluster import Kubectl
-from tests.harness.paths import REPO
+from testbed.cluster import Kubectl
+from testbed.paths import REPO
 
 
 def build(name: str, what: str) -> Path:

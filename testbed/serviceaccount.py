@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.harness.cluster import Kubectl
+from testbed.cluster import Kubectl
 
 #: The operator's identity, as config/rbac names it.
 OPERATOR_NAMESPACE = "msop-system"

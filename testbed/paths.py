@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 """The root of the checkout (``config/``, ``hack/``, ``examples/`` are under it)."""
 
 CACHE = Path(os.environ.get("MSOP_CACHE_DIR", REPO / ".cache"))

@@ -24,7 +24,7 @@ import time
 from datetime import UTC, datetime
 
 from msop.kube.objects import JSON
-from tests.harness.cluster import Kubectl
+from testbed.cluster import Kubectl
 
 
 def _now() -> str:

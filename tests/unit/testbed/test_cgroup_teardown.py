@@ -1,5 +1,5 @@
 """The real node's teardown walks its cgroup tree while the kubelet may still be removing
-the cgroups of ending containers (tests.harness.realnode._kill_cgroup_tree).
+the cgroups of ending containers (testbed.realnode._kill_cgroup_tree).
 
 On a plain directory tree: every cgroup is visited deepest first and removed, and one
 that vanishes during the walk is skipped instead of failing the teardown (it did:
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import realnode
+from testbed import realnode
 
 
 def test_cgroup_dirs_lists_deepest_first(tmp_path: Path) -> None:

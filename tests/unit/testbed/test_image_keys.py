@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.harness.images import Image, ImageBuilder
+from testbed.images import Image, ImageBuilder
 
 
 def make_repo(root: Path) -> Path:

@@ -13,10 +13,10 @@ machine, inside one network namespace that the harness creates (``msop-real-<pid
 
 The namespace has no interface but its loopback and the bridge, so nothing leaves this
 machine and nothing listens on its external interfaces; forwarding out of the bridge is
-dropped as well. Two TCP relays (``tests.harness.netns``) cross it: the host's loopback
+dropped as well. Two TCP relays (``testbed.netns``) cross it: the host's loopback
 to the API server (so kubectl and tests on the host use ``kubeconfig``), and inside the
 namespace the bridge gateway to the API server, so pods reach the ``kubernetes``
-Service. Images come from ``tests.harness.images`` and are imported into containerd.
+Service. Images come from ``testbed.images`` and are imported into containerd.
 
 The fixes this machine needs (docs/development/real-node.md): cgroup v1 (the kubelet's
 ``failCgroupV1: false``), no CAP_SYS_RESOURCE (containerd's ``restrict_oom_score_adj``
@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from tests.harness.cluster import ClusterStartError, LocalCluster
-from tests.harness.images import Image, ImageBuilder, ImageBuildError
-from tests.harness.monitoring import prometheus_tools
-from tests.harness.netns import NETNS_DIR, NetNamespace
-from tests.harness.process import terminate
+from testbed.cluster import ClusterStartError, LocalCluster
+from testbed.images import Image, ImageBuilder, ImageBuildError
+from testbed.monitoring import prometheus_tools
+from testbed.netns import NETNS_DIR, NetNamespace
+from testbed.process import terminate
 
 NODE_NAME = "msop-real-node"
 BRIDGE = "msop0"
@@ -278,7 +278,7 @@ class RealCluster:
         self, name: str, listen: tuple[str, int], connect: str, listen_netns: Path | None
     ) -> int:
         argv = [
-            sys.executable, "-m", "tests.harness.netns", "forward",
+            sys.executable, "-m", "testbed.netns", "forward",
             "--listen", f"{listen[0]}:{listen[1]}", "--connect", connect,
             "--connect-netns", str(self.netns.path),
         ]  # fmt: skip
@@ -578,7 +578,7 @@ def prepare(repo: Path, cache: Path) -> Prepared:
     """Everything a RealCluster needs, each step skipped when already done: the Debian
     packages (hack/realnode/ensure-packages.sh), the control-plane and node binaries
     (hack/cluster/build.sh), Prometheus (hack/prometheus/build.sh) and the images
-    (tests.harness.images). Raises ClusterStartError naming the step that failed, with
+    (testbed.images). Raises ClusterStartError naming the step that failed, with
     its output."""
 
     def step(argv: list[str], what: str) -> str:

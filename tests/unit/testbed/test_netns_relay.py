@@ -1,4 +1,4 @@
-"""The TCP relay of the real-node tier (tests.harness.netns forward), on loopback.
+"""The TCP relay of the real-node tier (testbed.netns forward), on loopback.
 
 Without namespaces (they need root) the relay is the same program: it prints the port it
 listens on, carries bytes both ways, passes a half-close on, closes a connection the
@@ -42,7 +42,7 @@ def echo_server() -> Iterator[int]:
 
 def start_relay(target: int) -> tuple[subprocess.Popen[bytes], int]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.harness.netns", "forward",
+        [sys.executable, "-m", "testbed.netns", "forward",
          "--listen", "127.0.0.1:0", "--connect", f"127.0.0.1:{target}"],
         stdout=subprocess.PIPE,
     )  # fmt: skip

@@ -2,7 +2,7 @@
 
 ``mindspore_example`` renders ``examples/mindspore`` (or ``examples/mindspore-msrun``)
 with ``kubectl kustomize`` (as ``kubectl apply -k`` would) and changes only what this
-machine needs: the image built here (``tests.harness.images``), a checkpoint directory of
+machine needs: the image built here (``testbed.images``), a checkpoint directory of
 the caller's, and ``env`` on every replica (the run's length, for instance).
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from msop.kube.objects import JSON
-from tests.harness.cluster import Kubectl
-from tests.harness.paths import REPO
+from testbed.cluster import Kubectl
+from testbed.paths import REPO
 
 MINDSPORE_EXAMPLE = REPO / "examples" / "mindspore"
 MINDSPORE_JOB = "mindspore-linear"

@@ -1,6 +1,6 @@
 """A real Kueue for the kwok tier: the manager built from the Go module
 ``sigs.k8s.io/kueue`` (``hack/kueue/build.sh``), run as a child process against a
-:class:`~tests.harness.cluster.LocalCluster`.
+:class:`~testbed.cluster.LocalCluster`.
 
 ``Kueue.start()`` installs the module's CRDs, writes a certificate for 127.0.0.1
 (``certgen``), registers Kueue's own webhooks (those for its API: Workload, ClusterQueue,
@@ -31,10 +31,10 @@ from typing import Any
 
 import yaml
 
-from tests.harness import addons
-from tests.harness.cluster import Kubectl
-from tests.harness.ports import free_port
-from tests.harness.process import terminate
+from testbed import addons
+from testbed.cluster import Kubectl
+from testbed.ports import free_port
+from testbed.process import terminate
 
 #: How Kueue's configuration names MSJob among its external frameworks (Kind.version.group).
 EXTERNAL_FRAMEWORK = "MSJob.v1.mindspore.gitee.com"

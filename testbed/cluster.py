@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from tests.harness.ports import free_port
+from testbed.ports import free_port
 
 COMPONENTS = (
     "etcd",

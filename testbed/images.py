@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 #: The Dockerfile's default ``PYTHON_IMAGE``; the Debian base is tagged with it.
 PYTHON_IMAGE = "docker.io/library/python:3.11.11-slim-bookworm"

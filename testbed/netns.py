@@ -1,6 +1,6 @@
 """Network namespaces for the real-node test tier, and a TCP forwarder between them.
 
-The real-node cluster (``tests.harness.realnode``) lives in a network namespace of its
+The real-node cluster (``testbed.realnode``) lives in a network namespace of its
 own: the API server, the pod bridge, the pods and the Service IPs exist only there, and
 the namespace has no interface but its loopback and the bridge, so nothing it runs can
 reach or be reached from outside this machine. Two things cross the boundary, both
@@ -10,7 +10,7 @@ through :func:`forward`, a plain TCP relay:
 - inside the namespace, the bridge gateway to the API server on the namespace's own
   loopback (pods reach the ``kubernetes`` Service through kube-proxy to that gateway).
 
-``python -m tests.harness.netns forward`` runs one relay; it prints the port it listens
+``python -m testbed.netns forward`` runs one relay; it prints the port it listens
 on and serves until it is terminated. Linux only; creating a namespace needs root.
 """
 
@@ -168,7 +168,7 @@ def _addr(text: str) -> tuple[str, int]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tests.harness.netns")
+    parser = argparse.ArgumentParser(prog="python -m testbed.netns")
     sub = parser.add_subparsers(dest="command", required=True)
     fwd = sub.add_parser("forward", help="relay TCP from one namespace to another")
     fwd.add_argument("--listen", type=_addr, required=True, help="HOST:PORT (port 0: any)")

@@ -1,6 +1,6 @@
 """A real Volcano for the kwok tier: ``vc-scheduler`` and ``vc-controller-manager`` built
 from the Go module ``volcano.sh/volcano`` (``hack/volcano/build.sh``), run as child
-processes against a :class:`~tests.harness.cluster.LocalCluster`.
+processes against a :class:`~testbed.cluster.LocalCluster`.
 
 ``Volcano.start()`` installs the module's CRDs (PodGroup, Queue, Command, HyperNode,
 Numatopology, NodeShard), starts both with their health checks on loopback ports and no
@@ -23,10 +23,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness import addons
-from tests.harness.cluster import Kubectl
-from tests.harness.ports import free_port
-from tests.harness.process import terminate
+from testbed import addons
+from testbed.cluster import Kubectl
+from testbed.ports import free_port
+from testbed.process import terminate
 
 #: Fully qualified: with Kueue's CRDs installed, ``queue`` is Kueue's LocalQueue.
 VOLCANO_QUEUES = "queues.scheduling.volcano.sh"

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from msop.integrations import wire
 from msop.kube.objects import JSON
-from tests.harness.cluster import Kubectl
+from testbed.cluster import Kubectl
 
 MAIN = "mindspore"
 

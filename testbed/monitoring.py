@@ -30,8 +30,8 @@ from prometheus_client import CollectorRegistry
 
 import msop
 from msop.metrics import REGISTRY
-from tests.harness.paths import REPO
-from tests.harness.ports import free_port
+from testbed.paths import REPO
+from testbed.ports import free_port
 
 __all__ = [
     "ALERTS",

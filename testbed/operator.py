@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.harness.ports import free_port
-from tests.harness.process import terminate
+from testbed.ports import free_port
+from testbed.process import terminate
 
 
 @dataclass

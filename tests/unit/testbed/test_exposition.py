@@ -1,10 +1,10 @@
-"""tests.harness.exposition: the one Prometheus text reader of bench/ and the tests."""
+"""testbed.exposition: the one Prometheus text reader of bench/ and the tests."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.harness.exposition import Sample, read_samples
+from testbed.exposition import Sample, read_samples
 
 PAGE = """\
 # HELP msop_progress_polls_total Progress polls

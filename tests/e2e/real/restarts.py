@@ -1,0 +1,150 @@
+"""A killed Worker on the real node, and what every restart of the real tier must show: the
+kill, the time the job took to train again, and the checks that the in-place and the
+recreating restart share (one restart counted, the Workers resumed from their checkpoint,
+one restart Event that names the pod, no failure) or do not (the same pods restarted, or
+new pods with the same ``MS_*`` values)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from testbed.examples import MINDSPORE_JOB as NAME
+from testbed.realnode import RealCluster
+from tests.e2e.msjobs import condition, env_of, events, get, job_pods, wait_for
+from tests.e2e.real.joblogs import JobLogs
+from tests.e2e.real.training import (
+    CLUSTER_ENV,
+    kill_training_process,
+    operator_writes,
+    records,
+    training_again,
+    wait_training,
+    worker_records,
+)
+
+JSON = dict[str, Any]
+
+#: The Worker whose training process the restart tests kill.
+VICTIM = f"{NAME}-worker-1"
+WORKERS = [f"{NAME}-worker-0", VICTIM]
+
+
+def kill_a_worker(
+    cluster: RealCluster, ns: str, logs: JobLogs
+) -> tuple[dict[str, JSON], float, JSON]:
+    """SIGKILL :data:`VICTIM`'s training process past epoch 3: the pods before, when, and
+    the ``Restarting`` condition that follows."""
+    wait_training(cluster, ns, VICTIM, 3, logs)
+    before = job_pods(cluster, ns, NAME)
+    killed_at = time.time()
+    kill_training_process(cluster, ns, VICTIM)
+    restarting: JSON = wait_for(
+        "Restarting=True",
+        lambda: (
+            (c := condition(get(cluster, ns, "msjob", NAME), "Restarting"))
+            and c["status"] == "True"
+            and c
+        ),
+        timeout=60,
+        details=logs.tail,
+    )
+    return before, killed_at, restarting
+
+
+def time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: JobLogs) -> JSON:
+    """Wait for the job to run again after a kill at ``killed_at``; what it took."""
+    trained = wait_for("every rank training again", lambda: training_again(
+        cluster, ns, WORKERS, killed_at), timeout=240, interval=0.5, details=logs.tail)  # fmt: skip
+
+    def running_again() -> float | None:
+        job = get(cluster, ns, "msjob", NAME)
+        done, running = condition(job, "Restarting"), condition(job, "Running")
+        ok = done and done["status"] == "False" and running and running["status"] == "True"
+        return time.time() if ok else None
+
+    running = wait_for("Running again", running_again, timeout=240, interval=0.2,
+                       details=logs.tail)  # fmt: skip
+    writes = operator_writes(cluster.audit_log, ns, killed_at, running)
+    # Where the time went: the training processes started again (the container and
+    # Python's start), joined MindSpore's cluster and loaded the checkpoint (resume), and
+    # trained (the first step): the latest of the Workers' for each.
+    marks: dict[str, float] = {}
+    for pod in WORKERS:
+        for r in records(cluster, ns, pod):
+            event = r.get("event")
+            if r.get("time", 0) > killed_at and event in ("start", "resume", "step"):
+                key = f"seconds to every {event}"
+                first = min(marks.get(f"{pod} {event}", r["time"]), r["time"])
+                marks[f"{pod} {event}"] = first
+                marks[key] = max(marks.get(key, 0.0), first)
+    return {
+        **{k: round(v - killed_at, 1) for k, v in marks.items() if k.startswith("seconds")},
+        "seconds to every rank training": round(trained - killed_at, 1),
+        "seconds to Running": round(running - killed_at, 1),
+        "pod writes": sum(n for k, n in writes.items() if k.split()[1] == "pods"),
+        "writes": writes,
+    }
+
+
+def assert_restarted_once(job: JSON) -> None:
+    """One restart counted on the job, and it did not fail."""
+    status = job["status"]
+    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
+    assert condition(job, "Failed") is None
+
+
+def assert_restarted_in_place(before: dict[str, JSON], after: dict[str, JSON]) -> None:
+    """The same pods (UIDs, IPs), each of whose training containers restarted once."""
+    assert set(after) == set(before)
+    for name in before:
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], name
+        assert after[name]["status"]["podIP"] == before[name]["status"]["podIP"], name
+        (main,) = [s for s in after[name]["status"]["containerStatuses"]
+                   if s["name"] == "mindspore"]  # fmt: skip
+        assert main["restartCount"] == 1, (name, main)
+
+
+def assert_recreated(before: dict[str, JSON], after: dict[str, JSON]) -> None:
+    """Every pod recreated (a new UID), with the same ``MS_*`` values."""
+    assert set(after) == set(before)
+    for name in before:
+        assert after[name]["metadata"]["uid"] != before[name]["metadata"]["uid"], name
+        old, new = env_of(before[name]), env_of(after[name])
+        assert {k: new[k] for k in CLUSTER_ENV} == {k: old[k] for k in CLUSTER_ENV}, name
+
+
+def assert_workers_resumed(cluster: RealCluster, ns: str) -> None:
+    """Both Workers resumed from a checkpoint past the kill's epoch 3 and trained to the
+    end."""
+    for pod, lines in worker_records(cluster, ns, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert resumed["event"] == "resume" and resumed["epoch"] >= 3, (pod, resumed)
+        assert lines[-1]["event"] == "done"
+
+
+def event_messages(cluster: RealCluster, ns: str) -> set[tuple[str, str]]:
+    """The job's Events as (reason, message)."""
+    return {(e["reason"], e["message"]) for e in events(cluster, ns, NAME)}
+
+
+def the_restart_event(messages: set[tuple[str, str]], reason: str) -> str:
+    """The message of the one Event of ``reason``, which names :data:`VICTIM`."""
+    restarts = [m for r, m in messages if r == reason]
+    assert len(restarts) == 1 and VICTIM in restarts[0], restarts
+    return restarts[0]
+
+
+def assert_exit_reported(messages: set[tuple[str, str]], ns: str) -> None:
+    """An Event says that :data:`VICTIM` exited with the SIGKILL's code."""
+    assert ("ExitedWithCode", f"Pod {ns}/{VICTIM} exited with code 137") in messages
+
+
+def assert_last_output_kept(restart: str, ns: str) -> None:
+    """The killed run's last lines outlive it, in the restart's Event (and condition)."""
+    assert f"The last output of pod {ns}/{VICTIM}:\n" in restart, restart
+
+
+def assert_no_failure(messages: set[tuple[str, str]], *also: str) -> None:
+    """No Event says the job failed or ran out of restarts (nor any of ``also``)."""
+    assert not {"MSJobFailed", "BackoffLimitExceeded", *also} & {r for r, _ in messages}
