@@ -155,9 +155,9 @@ class Controller:
         self._clock: Clock = clock or MonotonicClock()
         if queue is not None and rate_limiter is not None:
             raise ValueError("a given queue comes with its own rate limiter")
-        self.queue: WorkQueue[Request] = queue or WorkQueue(
-            name, rate_limiter=rate_limiter, clock=self._clock
-        )
+        if queue is None:  # not ``queue or``: an empty queue is falsy
+            queue = WorkQueue(name, rate_limiter=rate_limiter, clock=self._clock)
+        self.queue: WorkQueue[Request] = queue
         self.log: Any = (log or structlog.get_logger("msop.controller")).bind(controller=name)
         self._watches: list[_Watch] = []
         self._started = False

@@ -51,8 +51,9 @@ resources changed)                      pods are deleted and a new Workload queu
 ======================================  ==============================================
 
 **MultiKueue.** A job whose ``spec.managedBy`` is ``kueue.x-k8s.io/multikueue`` is
-*dispatched*: on this (the manager) cluster msop queues its Workload as above, but never
-creates its pods or Services; Kueue's MultiKueue admission check picks a worker cluster
+*dispatched* (Kueue's answer to the planner: :meth:`Decision.runs_elsewhere`): on this
+(the manager) cluster msop queues its Workload as above, but never creates its pods or
+Services; Kueue's MultiKueue admission check picks a worker cluster
 with free quota, creates a copy of the job there (without ``managedBy``, labelled with
 the name of the Workload it pre-built there) and copies the worker's status back. msop
 writes the status only while the job is not on a worker (its Workload has no

@@ -14,7 +14,7 @@ from msop.controller.controller import Controller
 from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner
 from msop.controller.ratelimiter import ItemExponentialFailureRateLimiter
 from msop.controller.reconcile import Request, Result, TerminalError
-from msop.controller.workqueue import PRIORITY_LOW
+from msop.controller.workqueue import PRIORITY_LOW, WorkQueue
 from msop.kube.errors import ApiError
 from msop.metrics import REGISTRY
 
@@ -308,6 +308,20 @@ def test_watch_after_run_and_bad_config_raise() -> None:
         Controller("x", FakeReconciler(), max_concurrent_reconciles=0)
     with pytest.raises(ValueError):
         Controller("", FakeReconciler())
+    with pytest.raises(ValueError):  # a given queue has its own rate limiter
+        limiter: ItemExponentialFailureRateLimiter[Request] = ItemExponentialFailureRateLimiter(
+            1, 60
+        )
+        Controller("x", FakeReconciler(), queue=WorkQueue("x"), rate_limiter=limiter)
+
+
+def test_a_queue_made_first_is_the_one_the_controller_fills() -> None:
+    # What the controller drives can read the queue's length from its construction on.
+    queue: WorkQueue[Request] = WorkQueue("t-given")
+    c = Controller("t-given", FakeReconciler(), queue=queue)
+    assert c.queue is queue
+    queue.add(Request("ns", "o"))
+    assert len(c.queue) == 1
 
 
 async def test_run_twice_raises() -> None:

@@ -317,9 +317,10 @@ async def test_deferrable_events_wait_while_busy_behind_every_other_event(
 ) -> None:
     client = RecordingClient()
     now = [0.0]
-    rec = EventRecorder(client, component="c", host="h", writers=1, clock=lambda: now[0])  # type: ignore[arg-type]
     busy = [True]
-    rec.busy = lambda: busy[0]
+    rec = EventRecorder(  # type: ignore[arg-type]
+        client, component="c", host="h", writers=1, clock=lambda: now[0], busy=lambda: busy[0]
+    )
     task = asyncio.create_task(rec.run())
     rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
     rec.event(OBJ, "Normal", "MSJobRunning", "running")
@@ -343,9 +344,9 @@ async def test_a_deferred_event_waits_max_defer_at_most(quick_recheck: None) -> 
     client = RecordingClient()
     now = [0.0]
     rec = EventRecorder(  # type: ignore[arg-type]
-        client, component="c", host="h", writers=1, max_defer=30, clock=lambda: now[0]
-    )
-    rec.busy = lambda: True  # a queue that never empties
+        client, component="c", host="h", writers=1, max_defer=30, clock=lambda: now[0],
+        busy=lambda: True,  # a queue that never empties
+    )  # fmt: skip
     task = asyncio.create_task(rec.run())
     rec.event(OBJ, "Normal", "SuccessfulCreateService", "Created service: s", deferrable=True)
     now[0] = 29.0
@@ -362,8 +363,7 @@ async def test_a_deferred_event_waits_max_defer_at_most(quick_recheck: None) -> 
 
 async def test_a_graceful_stop_writes_the_deferred_events() -> None:
     client = RecordingClient()
-    rec = EventRecorder(client, component="c", host="h")  # type: ignore[arg-type]
-    rec.busy = lambda: True
+    rec = EventRecorder(client, component="c", host="h", busy=lambda: True)  # type: ignore[arg-type]
     task = asyncio.create_task(rec.run())
     await asyncio.sleep(0)
     for i in range(3):
@@ -381,8 +381,7 @@ async def test_a_stop_at_once_ends_a_writer_waiting_on_a_deferred_event() -> Non
     deferred event must stop then, not go on to write it against an API server that
     never answers (asyncio.wait_for on 3.11 swallowed that second cancellation)."""
     client = BlockedClient()
-    rec = EventRecorder(client, component="c-cut", host="h", writers=1)  # type: ignore[arg-type]
-    rec.busy = lambda: True
+    rec = EventRecorder(client, component="c-cut", host="h", writers=1, busy=lambda: True)  # type: ignore[arg-type]
     task = asyncio.create_task(rec.run())
     rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
     await asyncio.sleep(0.01)  # the writer waits on it

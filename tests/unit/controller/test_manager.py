@@ -282,3 +282,14 @@ async def test_secure_metrics_ask_the_api_server_once_per_token_and_never_when_i
         await task
         await client.close()
         await runner.cleanup()
+
+
+def test_an_event_recorder_is_made_whole_by_its_first_call() -> None:
+    m = manager()
+    busy = lambda: True  # noqa: E731
+    recorder = m.event_recorder("made-whole", busy=busy)
+    assert recorder.busy is busy
+    assert m.event_recorder("made-whole") is recorder
+    with pytest.raises(ValueError):  # not rewired after it is made
+        m.event_recorder("made-whole", busy=lambda: False)
+    assert recorder.busy is busy

@@ -1,0 +1,50 @@
+"""The MSJob controller's wiring: made whole, with the caches its systems ask for."""
+
+from __future__ import annotations
+
+from msop.api.resources import MSJOBS
+from msop.controller.manager import Manager
+from msop.controller.reconcile import Request
+from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS
+from msop.msjob import gang, kueue
+from msop.msjob.reconciler import MSJobReconciler
+from msop.msjob.settings import Settings
+from msop.msjob.setup import setup
+
+
+def _manager() -> Manager:
+    return Manager(
+        None,  # type: ignore[arg-type]
+        metrics_bind_address="0",
+        health_probe_bind_address="0",
+    )
+
+
+def test_the_reconciler_and_its_recorder_read_the_controllers_own_queue() -> None:
+    controller = setup(_manager(), Settings(max_concurrent_reconciles=2, progress_port=0))
+    reconciler = controller.reconciler
+    assert isinstance(reconciler, MSJobReconciler)
+    assert reconciler.recorder.busy is not None
+    assert reconciler.backlog() == 0 and not reconciler.recorder.busy()
+    controller.queue.add(Request("ns", "a"))
+    assert reconciler.backlog() == 1 and not reconciler.recorder.busy()
+    controller.queue.add(Request("ns", "b"))
+    assert reconciler.backlog() == 2 and reconciler.recorder.busy()
+
+
+def test_the_enabled_systems_start_with_the_caches_they_ask_for() -> None:
+    m = _manager()
+    settings = Settings(namespaces=("a", "b"), kueue=True, gang_scheduling=True, progress_port=0)
+    controller = setup(m, settings)
+    reconciler = controller.reconciler
+    assert isinstance(reconciler, MSJobReconciler)
+    assert [type(s) for s in reconciler.scheduling] == [kueue.Kueue, gang.Volcano]
+    kinds = [(inf.resource.kind, inf.namespace) for inf in m.informers.informers()]
+    for res in (MSJOBS, PODS, SERVICES, WORKLOADS, PODGROUPS):
+        assert (res.kind, "a") in kinds and (res.kind, "b") in kinds
+    assert (RESOURCEFLAVORS.kind, None) in kinds
+
+    plain = _manager()
+    setup(plain, Settings(progress_port=0))
+    kinds = [inf.resource.kind for inf in plain.informers.informers()]
+    assert sorted(kinds) == sorted([MSJOBS.kind, PODS.kind, SERVICES.kind])
