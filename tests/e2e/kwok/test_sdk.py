@@ -191,7 +191,7 @@ def test_wait_for_job_failure_and_timeout(
         client.wait_for_job(name, conditions=("Succeeded",), timeout=1, progress=False)
     assert isinstance(timeout.value, TimeoutError)
     assert timeout.value.job is not None and timeout.value.job["metadata"]["name"] == name
-    assert "within 1s; last state: " in str(timeout.value)
+    assert "timed out after 1s waiting for Succeeded; last state: " in str(timeout.value)
 
     kubelet.run(namespace, f"{name}-worker-0")
     kubelet.fail(namespace, f"{name}-worker-0", exit_code=3)
