@@ -39,11 +39,6 @@ REPO = Path(__file__).resolve().parent.parent
 VARIANTS = {
     "all": "",
     "no heap thresholds": "import msop.malloc as m; m.limit_heap_growth = lambda: False",
-    "no lazy prometheus_client": "import prometheus_client",
-    "no pure-Python frozenlist": "import frozenlist",
-    "no CA-less aiohttp contexts": (
-        "import msop.bootstrap as b; b.import_aiohttp_without_default_cas = lambda: None"
-    ),
     "no lazy kubernetes_asyncio": "import kubernetes_asyncio.config",
 }
 

@@ -5,7 +5,7 @@
   one ``[-]name failed`` line per failing check, like controller-runtime's healthz. Add
   ``?verbose`` to list passing checks too.
 * ``/metrics`` serves a Prometheus registry (default :data:`msop.metrics.REGISTRY`) in the
-  text exposition format.
+  text exposition format, or OpenMetrics, gzip-compressed or not, as the scraper asks.
 
 A bind address is ``host:port``; ``:port`` means every interface; ``"0"`` disables the
 endpoint; port ``0`` picks a free port (see :attr:`HttpServer.port`).
@@ -27,13 +27,16 @@ gets the client a ``500``.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
-from msop.metrics import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.exposition import choose_encoder, gzip_accepted
+
+from msop.metrics import REGISTRY, CollectorRegistry
 
 __all__ = [
     "Checks",
@@ -152,10 +155,16 @@ def health_routes(routes: Routes, healthz: Checks, readyz: Checks) -> None:
 
 
 def metrics_routes(routes: Routes, registry: CollectorRegistry = REGISTRY) -> None:
-    """Mount ``/metrics`` (Prometheus text format of ``registry``) on ``routes``."""
+    """Mount ``/metrics`` on ``routes``: ``registry`` rendered by prometheus_client's
+    exposition in the format the scraper's ``Accept`` asks for (OpenMetrics, else the
+    Prometheus text format), gzip-compressed when its ``Accept-Encoding`` allows."""
 
     def handle(request: Request) -> Response:
-        return Response(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        body = encoder(registry)
+        if gzip_accepted(request.headers.get("accept-encoding", "")):
+            return Response(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))
+        return Response(200, body, content_type)
 
     routes["/metrics"] = handle
 

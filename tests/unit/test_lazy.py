@@ -1,9 +1,6 @@
-"""prometheus_client as a lazy package (msop.lazy), as ``msop run``'s bootstrap
-(msop.bootstrap) registers it, in fresh interpreters.
-
-The operator's metrics never run that package's ``__init__``; everything else that uses
-the package still works, and the log lines are the same bytes with and without the
-bootstrap. Also: the operator loads fractions only when it needs it.
+"""``msop run``'s bootstrap (msop.bootstrap), in fresh interpreters: the log lines are the
+same bytes with and without it, and the operator loads fractions only when it needs it.
+(kubernetes_asyncio as a lazy package: tests/unit/kube/test_k8sconfig.py.)
 """
 
 from __future__ import annotations
@@ -28,46 +25,6 @@ def _run(code: str) -> str:
         text=True, check=True, timeout=60,
     )  # fmt: skip
     return out.stdout
-
-
-def test_the_operators_metrics_do_not_run_the_package_initializer() -> None:
-    out = _run(
-        f"""
-        import json, sys
-        {BOOTSTRAP}
-        import msop.logs, msop.cli.run, msop.controller.health
-        msop.logs.configure("json", "info")
-        import structlog
-        structlog.get_logger("x")
-        mods = sorted(m for m in sys.modules if m.startswith(("prometheus_client", "structlog")))
-        print(json.dumps(mods))
-        """
-    )
-    mods = json.loads(out.splitlines()[-1])
-    assert "prometheus_client.metrics" in mods and "structlog.stdlib" in mods
-    # structlog is imported the ordinary way: as a lazy package it saved 0.1 MiB.
-    for unwanted in ("prometheus_client.exposition", "prometheus_client.gc_collector"):
-        assert unwanted not in mods
-
-
-def test_the_rest_of_a_lazy_package_still_works() -> None:
-    out = _run(
-        f"""
-        {BOOTSTRAP}
-        import msop.logs, msop.metrics
-        import prometheus_client, structlog
-        from prometheus_client import generate_latest, start_http_server
-        from prometheus_client.core import GaugeMetricFamily
-        assert callable(start_http_server) and GaugeMetricFamily
-        assert generate_latest(msop.metrics.REGISTRY) == msop.metrics.generate_latest()
-        assert structlog.testing.capture_logs and structlog.PrintLogger
-        assert isinstance(structlog.__version__, str)
-        from structlog import *  # noqa: F403
-        from prometheus_client import *  # noqa: F403
-        print("ok")
-        """
-    )
-    assert out.splitlines()[-1] == "ok"
 
 
 _LOGS = """
