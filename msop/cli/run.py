@@ -119,7 +119,7 @@ async def _restart_in_place(
         key = await agents_mod.load_key(client, own)
     except (ApiError, RuntimeError) as e:
         # The operator runs all the same; its jobs' pods are recreated, saying why.
-        key = 0
+        key = None
         why = f"msop cannot read or make its signing key Secret {own}/{agents_mod.KEY_SECRET}: {e}"
     client_ = agents_mod.AgentClient(key) if key else None
     if not image and not why:

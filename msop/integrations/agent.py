@@ -21,12 +21,12 @@ this module, both mounting one emptyDir at ``$MSOP_AGENT_DIR``:
 
 Why signatures: the pods have no API credentials to check who is calling, and anything in
 the cluster network can reach the port. msop signs each request with its private P-256 key
-(ECDSA, SHA-256; :mod:`msop.integrations.p256`); the agent holds only the public key
-(``$MSOP_AGENT_KEY``). The signed message names the action, the job's UID and the
-generation (:func:`signed_message`), so a request cannot be replayed on another job, turned
-into the other action, or moved to another generation; a replay of the same request finds
-the pod at that generation already and does nothing. It names no pod: msop signs once per
-job, action and generation, and sends the same request to every pod.
+(ECDSA, SHA-256, from ``cryptography``: :mod:`msop.integrations.signature`); the agent
+holds only the public key (``$MSOP_AGENT_KEY``). The signed message names the action, the
+job's UID and the generation (:func:`signed_message`), so a request cannot be replayed on
+another job, turned into the other action, or moved to another generation; a replay of the
+same request finds the pod at that generation already and does nothing. It names no pod:
+msop signs once per job, action and generation, and sends the same request to every pod.
 
 Generations: the pod's state is ``state.json`` in ``$MSOP_AGENT_DIR``,
 ``{"generation": g, "requested": bool, "waiting": bool}``, plus ``released``, the highest
@@ -56,10 +56,11 @@ read-modify-writes of ``state.json`` by the two containers take an ``flock`` on 
 The barrier has no timeout of its own: msop bounds the wait and falls back to deleting the
 pod.
 
-Standard library only, and nothing of msop but the contract (:mod:`msop.integrations.wire`)
-and the curve (:mod:`msop.integrations.p256`). Importing it has no side effect and does not
-load the HTTP server (``http.server`` costs 2.5 MiB of resident memory), so the operator
-can import :func:`signed_message` from here.
+The standard library and ``cryptography`` (the agent runs from the operator's image, never
+a training image), and nothing of msop but the contract (:mod:`msop.integrations.wire`)
+and the signatures (:mod:`msop.integrations.signature`). Importing it has no side effect
+and does not load the HTTP server (``http.server`` costs 2.5 MiB of resident memory), so
+the operator can import :func:`signed_message` from here.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from msop.integrations import p256
+from msop.integrations import signature
 from msop.integrations.wire import (
     AGENT_RELEASE_PATH,
     AGENT_RESTART_EXIT_CODE,
@@ -132,7 +133,7 @@ _MAX_JOB = 128
 _MAX_CONNECTIONS = 16
 _DRAIN_BYTES = 65536
 _DRAIN_SECONDS = 1.0
-_SIGNATURE_HEX = 2 * p256.SIGNATURE_SIZE
+_SIGNATURE_HEX = 2 * signature.SIGNATURE_SIZE
 _HEX = frozenset("0123456789abcdefABCDEF")
 _JSON_SEPARATORS = (",", ":")
 
@@ -230,7 +231,7 @@ def _job(env: Mapping[str, str]) -> str:
 def _key(env: Mapping[str, str]) -> bytes:
     text = _required(env, ENV_AGENT_KEY)
     key = bytes.fromhex(text) if set(text) <= _HEX and len(text) % 2 == 0 else b""
-    if not p256.is_public_key(key):
+    if not signature.is_public_key(key):
         raise ConfigError(
             f"{ENV_AGENT_KEY} is not a P-256 public key (130 hex digits of an uncompressed point)"
         )
@@ -452,10 +453,10 @@ class Agent:
         parsed = _parse_request(body)
         if isinstance(parsed, Reply):
             return parsed
-        generation, signature = parsed
+        generation, sig = parsed
         action = RESTART if path == AGENT_RESTART_PATH else RELEASE
         message = signed_message(action, self.config.job, generation)
-        if not p256.verify(self.config.key, message, signature):
+        if not signature.verify(self.config.key, message, sig):
             return _error(
                 403, f"the signature is not msop's for {action} of this job at {generation}"
             )

@@ -2,11 +2,12 @@
 supports, and the requests to the pods' agents.
 
 - **The key.** Agents accept only requests signed by the operator's P-256 key
-  (:mod:`msop.integrations.p256`); each pod carries the public key. Every replica of the
-  operator signs with the same key, so a new leader (an upgrade, a lost lease) can
-  restart the jobs the old one started: it is kept in the Secret ``msop-agent-key`` of
-  the operator's namespace, made by the first replica that needs it. Only the operator
-  reads that Secret (its Role in its own namespace); a pod can read none.
+  (ECDSA with ``cryptography``: :mod:`msop.integrations.signature`); each pod carries
+  the public key. Every replica of the operator signs with the same key, so a new leader
+  (an upgrade, a lost lease) can restart the jobs the old one started: it is kept in the
+  Secret ``msop-agent-key`` of the operator's namespace, made by the first replica that
+  needs it. Only the operator reads that Secret (its Role in its own namespace); a pod
+  can read none.
 - **Detection, not a guess from the version.** :func:`detect` asks the API server to
   dry-run a pod with a ``RestartAllContainers`` rule (an API server without the feature
   drops or refuses it), and lists the nodes: every schedulable node must declare
@@ -31,7 +32,7 @@ import aiohttp
 import structlog
 from cachetools import LRUCache
 
-from msop.integrations import p256, wire
+from msop.integrations import signature, wire
 from msop.integrations.agent import signed_message
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.objects import JSON
@@ -49,16 +50,18 @@ TIMEOUT_SECONDS = 3.0
 CONCURRENCY = 32
 
 
-async def load_key(client: Any, namespace: str) -> int:
-    """The operator's signing key, from its Secret (made if missing)."""
+async def load_key(client: Any, namespace: str) -> signature.PrivateKey:
+    """The operator's signing key, from its Secret (made if missing). The Secret keeps
+    the key's scalar as 64 hex digits."""
     for _ in range(3):
         try:
             secret = await client.get(SECRETS, KEY_SECRET, namespace)
-            return int(base64.b64decode(secret["data"]["key"]).decode(), 16)
+            d = int(base64.b64decode(secret["data"]["key"]).decode(), 16)
+            return signature.load_private_key(d)
         except ApiError as e:
             if not is_not_found(e):
                 raise
-        key = p256.generate_private_key()
+        key = signature.generate_private_key()
         body = {
             "apiVersion": "v1",
             "kind": "Secret",
@@ -68,7 +71,7 @@ async def load_key(client: Any, namespace: str) -> int:
                 "namespace": namespace,
                 "labels": {"app.kubernetes.io/name": "msop", "app.kubernetes.io/part-of": "msop"},
             },
-            "data": {"key": base64.b64encode(f"{key:064x}".encode()).decode()},
+            "data": {"key": _encode(signature.private_scalar(key))},
         }
         try:
             await client.create(SECRETS, body, namespace)
@@ -77,6 +80,10 @@ async def load_key(client: Any, namespace: str) -> int:
             if not is_already_exists(e):
                 raise
     raise RuntimeError(f"cannot read or create Secret {namespace}/{KEY_SECRET}")
+
+
+def _encode(d: int) -> str:
+    return base64.b64encode(f"{d:064x}".encode()).decode()
 
 
 async def own_image(client: Any, namespace: str) -> str:
@@ -148,9 +155,9 @@ def _node_features(node: JSON) -> JSON:
 class AgentClient:
     """Sends a plan's :class:`~msop.msjob.plan.AgentRequest` s, signed."""
 
-    def __init__(self, key: int) -> None:
+    def __init__(self, key: signature.PrivateKey) -> None:
         self.key = key
-        self.public_key = p256.public_key(key).hex()
+        self.public_key = signature.public_key(key).hex()
         self._signatures: LRUCache[tuple[str, str, int], str] = LRUCache(maxsize=1024)
         self._session: aiohttp.ClientSession | None = None
         self._slots = asyncio.Semaphore(CONCURRENCY)
@@ -160,7 +167,7 @@ class AgentClient:
         sig = self._signatures.get(key)
         if sig is None:
             message = signed_message(action, job_uid, generation)
-            sig = self._signatures[key] = p256.sign(self.key, message).hex()
+            sig = self._signatures[key] = signature.sign(self.key, message).hex()
         return sig
 
     async def close(self) -> None:
@@ -178,11 +185,6 @@ class AgentClient:
                 connector=aiohttp.TCPConnector(limit=CONCURRENCY, force_close=True),
             )
         uid = str(job["metadata"]["uid"])
-        # A signature is tens of milliseconds of pure Python: made off the event loop,
-        # once per (job, action, generation), then cached.
-        for action, generation in {(r.action, r.generation) for r in requests}:
-            if (uid, action, generation) not in self._signatures:
-                await asyncio.to_thread(self.signature, uid, action, generation)
         results = await asyncio.gather(*(self._one(uid, r) for r in requests))
         return all(results)
 

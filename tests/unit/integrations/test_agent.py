@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from msop.integrations import p256
+from msop.integrations import signature as ecdsa
 from msop.integrations.agent import signed_message
 from tests.harness.paths import REPO
 from tests.harness.ports import free_port
@@ -26,14 +26,14 @@ from tests.harness.process import terminate
 
 JOB = "0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11"
 OTHER_JOB = "7d3e0c55-1b2a-4f6e-8c9d-0a1b2c3d4e5f"
-KEY = p256.generate_private_key()
-PUBLIC = p256.public_key(KEY)
+KEY = ecdsa.generate_private_key()
+PUBLIC = ecdsa.public_key(KEY)
 WAIT = 20.0
 """Seconds a process gets to start or to end: generous, the machine may be busy."""
 
 
 def signed(action: str, generation: int, *, job: str = JOB, key: int = KEY) -> dict[str, Any]:
-    signature = p256.sign(key, signed_message(action, job, generation))
+    signature = ecdsa.sign(key, signed_message(action, job, generation))
     return {"generation": generation, "signature": signature.hex()}
 
 
@@ -205,7 +205,7 @@ def test_a_replayed_generation_does_nothing(pod: Pod) -> None:
 
 def test_only_msops_signature_for_this_job_action_and_generation_is_accepted(pod: Pod) -> None:
     proc = pod.serve()
-    other_key = p256.generate_private_key()
+    other_key = ecdsa.generate_private_key()
     good = signed("restart", 9)
     hexed = good["signature"]
     tampered = hexed[:-1] + ("1" if hexed[-1] == "0" else "0")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from msop.integrations import p256, wire
+from msop.integrations import signature, wire
 from msop.kube.errors import ApiError
 from msop.msjob import agents
 from msop.msjob.plan import AgentRequest
@@ -42,11 +42,11 @@ def pod(port: int, generation: int = 0) -> dict[str, Any]:
 @pytest.fixture
 def running_agent(tmp_path: Path) -> Any:
     """A real agent serving on loopback for the job, and the operator's key."""
-    key = p256.generate_private_key()
+    key = signature.generate_private_key()
     port = free_port()
     env = {
         **os.environ, "PYTHONPATH": str(REPO), wire.ENV_AGENT_PORT: str(port),
-        wire.ENV_AGENT_JOB: "job-uid", wire.ENV_AGENT_KEY: p256.public_key(key).hex(),
+        wire.ENV_AGENT_JOB: "job-uid", wire.ENV_AGENT_KEY: signature.public_key(key).hex(),
         wire.ENV_AGENT_GENERATION: "0", wire.ENV_AGENT_DIR: str(tmp_path),
     }  # fmt: skip
     run = [sys.executable, "-m", "msop.integrations.agent"]
@@ -100,7 +100,7 @@ def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
     running_agent: Any,
 ) -> None:
     _, port, proc = running_agent
-    stranger = agents.AgentClient(p256.generate_private_key())
+    stranger = agents.AgentClient(signature.generate_private_key())
 
     async def go() -> list[bool]:
         try:
@@ -117,11 +117,11 @@ def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
 
 
 def test_one_signature_per_job_action_and_generation() -> None:
-    client = agents.AgentClient(p256.generate_private_key())
+    client = agents.AgentClient(signature.generate_private_key())
     first = client.signature("u", "restart", 1)
     assert client.signature("u", "restart", 1) == first
     message = b"msop-agent/1 restart u 1"
-    assert p256.verify(bytes.fromhex(client.public_key), message, bytes.fromhex(first))
+    assert signature.verify(bytes.fromhex(client.public_key), message, bytes.fromhex(first))
 
 
 # --- the key and the detection, against a fake API server -----------------------------------
@@ -166,16 +166,18 @@ def test_the_key_is_made_once_and_then_read() -> None:
     api = FakeAPI(get=[NOT_FOUND], create=[{}])
     made = asyncio.run(agents.load_key(api, "msop-system"))
     assert api.calls == [("get", "msop-agent-key"), ("create", "msop-agent-key")]
-    stored = {"data": {"key": base64.b64encode(f"{made:064x}".encode()).decode()}}
+    d = signature.private_scalar(made)
+    stored = {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
     again = FakeAPI(get=[stored])
-    assert asyncio.run(agents.load_key(again, "msop-system")) == made
+    assert signature.private_scalar(asyncio.run(agents.load_key(again, "msop-system"))) == d
 
 
 def test_two_replicas_making_the_key_agree_on_the_first() -> None:
-    first = p256.generate_private_key()
-    stored = {"data": {"key": base64.b64encode(f"{first:064x}".encode()).decode()}}
+    first = signature.generate_private_key()
+    d = signature.private_scalar(first)
+    stored = {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
     api = FakeAPI(get=[NOT_FOUND, stored], create=[TAKEN])
-    assert asyncio.run(agents.load_key(api, "msop-system")) == first
+    assert signature.private_scalar(asyncio.run(agents.load_key(api, "msop-system"))) == d
 
 
 RULE = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}
