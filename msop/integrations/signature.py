@@ -1,6 +1,6 @@
 """The agents' request signatures: ECDSA over NIST P-256 with SHA-256, from ``cryptography``.
 
-The operator signs (:mod:`msop.msjob.inplace.agents`), the pod's agent verifies
+The operator signs (:mod:`msop.msjob.inplace.client`), the pod's agent verifies
 (:mod:`msop.integrations.agent`); both run from the operator's image, which has
 ``cryptography``. What is signed is :func:`msop.integrations.wire.signed_message`.
 

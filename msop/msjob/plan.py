@@ -76,7 +76,8 @@ from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.api.validation import validate
 from msop.kube.objects import JSON, format_time, parse_time
-from msop.msjob import children, desired, inplace, restarts
+from msop.msjob import children, desired, restarts
+from msop.msjob.inplace import pods as inplace
 from msop.msjob.podstate import (
     final_progress,
     phase,

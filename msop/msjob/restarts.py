@@ -42,7 +42,8 @@ from msop.api import constants as c
 from msop.api import naming
 from msop.api.conditions import get_condition, is_true
 from msop.kube.objects import JSON, parse_time
-from msop.msjob import desired, inplace
+from msop.msjob import desired
+from msop.msjob.inplace import pods as inplace
 from msop.msjob.podstate import (
     exit_code,
     finished_at,

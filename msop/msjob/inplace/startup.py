@@ -1,5 +1,5 @@
-"""The operator's side of restarts in place (:mod:`.inplace`): its key, what the cluster
-supports, and the requests to the pods' agents.
+"""Start-up of restarts in place: the operator's key, the agent's image, and what the
+cluster supports (:func:`start`, called by ``msop run --restart-in-place``).
 
 - **The key.** Agents accept only requests signed by the operator's P-256 key
   (ECDSA with ``cryptography``: :mod:`msop.integrations.signature`); each pod carries
@@ -8,6 +8,8 @@ supports, and the requests to the pods' agents.
   Secret ``msop-agent-key`` of the operator's namespace, made by the first replica that
   needs it. Only the operator reads that Secret (its Role in its own namespace); a pod
   can read none.
+- **The image.** The agent runs from the operator's own image (``--agent-image``
+  overrides it).
 - **Detection, not a guess from the version.** :func:`detect` asks the API server to
   dry-run a pod with a ``RestartAllContainers`` rule (an API server without the feature
   drops or refuses it), and lists the nodes: every schedulable node must declare
@@ -15,30 +17,24 @@ supports, and the requests to the pods' agents.
   scheduler places such a pod only on a node that does; where one does not, jobs are
   restarted by recreation and their conditions say why. It runs at start and every few
   minutes (a node joins, a kubelet is downgraded).
-- **Requests** go to each pod's IP and agent port, a few at a time, each with a short
-  timeout; one that fails is asked again by the next pass (the plan requeues in 1 s).
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
-import json
 import socket
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import structlog
-from cachetools import LRUCache
 
-from msop.integrations import signature, wire
-from msop.integrations.agent import signed_message
+from msop.integrations import signature
 from msop.kube.errors import ApiError, is_already_exists, is_not_found
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, Resource
-from msop.msjob.inplace import SECURITY_CONTEXT, agent_of
-from msop.msjob.plan import AgentRequest
+from msop.msjob.inplace.client import AgentClient
+from msop.msjob.inplace.pods import DEFAULT_PORT, SECURITY_CONTEXT, InPlace
 
 log = structlog.get_logger("msop.msjob.agents")
 
@@ -152,79 +148,63 @@ def _node_features(node: JSON) -> JSON:
     }
 
 
-class AgentClient:
-    """Sends a plan's :class:`~msop.msjob.plan.AgentRequest` s, signed."""
+@dataclass(frozen=True)
+class Started:
+    """What restarting jobs in place needs, once started."""
 
-    def __init__(self, key: signature.PrivateKey) -> None:
-        self.key = key
-        self.public_key = signature.public_key(key).hex()
-        self._signatures: LRUCache[tuple[str, str, int], str] = LRUCache(maxsize=1024)
-        self._session: aiohttp.ClientSession | None = None
-        self._slots = asyncio.Semaphore(CONCURRENCY)
-
-    def signature(self, job_uid: str, action: str, generation: int) -> str:
-        key = (job_uid, action, generation)
-        sig = self._signatures.get(key)
-        if sig is None:
-            message = signed_message(action, job_uid, generation)
-            sig = self._signatures[key] = signature.sign(self.key, message).hex()
-        return sig
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
-
-    async def send(self, job: JSON, requests: Sequence[AgentRequest]) -> bool:
-        """Ask every pod; True if every agent answered as asked."""
-        if not requests:
-            return True
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=TIMEOUT_SECONDS),
-                connector=aiohttp.TCPConnector(limit=CONCURRENCY, force_close=True),
-            )
-        uid = str(job["metadata"]["uid"])
-        results = await asyncio.gather(*(self._one(uid, r) for r in requests))
-        return all(results)
-
-    async def _one(self, uid: str, request: AgentRequest) -> bool:
-        pod = request.pod
-        name = pod["metadata"]["name"]
-        agent = agent_of(pod)
-        ip = (pod.get("status") or {}).get("podIP")
-        if agent is None or not ip:
-            return False
-        body = {
-            "generation": request.generation,
-            "signature": self.signature(uid, request.action, request.generation),
-        }
-        path = wire.AGENT_RESTART_PATH if request.action == "restart" else wire.AGENT_RELEASE_PATH
-        host = f"[{ip}]" if ":" in ip else ip
-        assert self._session is not None
-        try:
-            async with (
-                self._slots,
-                self._session.post(f"http://{host}:{agent.port}{path}", json=body) as resp,
-            ):
-                answer = await resp.read()
-                if resp.status in (200, 202):
-                    log.info(
-                        "agent answered", pod=name, action=request.action,
-                        generation=request.generation, answer=_short(answer),
-                    )  # fmt: skip
-                    return True
-                log.warning(
-                    "agent refused", pod=name, action=request.action, status=resp.status,
-                    answer=_short(answer),
-                )  # fmt: skip
-        except (aiohttp.ClientError, TimeoutError, OSError) as e:
-            log.info("agent unreachable", pod=name, action=request.action, error=str(e))
-        return False
+    in_place: InPlace
+    """The settings new pods are built with (``unavailable`` says why not, if not)."""
+    client: AgentClient | None
+    """The signed client of the agents; None without a key."""
+    check: Callable[[], Awaitable[str]]
+    """Detects again whether the cluster can restart in place ("" if it can)."""
 
 
-def _short(data: bytes) -> Any:
+async def start(
+    client: Any,
+    *,
+    namespace: str,
+    probe_namespace: str,
+    image: str = "",
+    port: int = DEFAULT_PORT,
+    restart_timeout: float = 120.0,
+) -> Started:
+    """Load (or make) the signing key in ``namespace``, find the agent's image (``image``,
+    else the operator's own), and detect whether the cluster can restart in place by
+    dry-running a pod in ``probe_namespace``. ``port`` and ``restart_timeout`` go to
+    :class:`~.pods.InPlace` as they are.
+
+    Raises nothing for what the cluster refuses: the operator runs all the same, and its
+    jobs' pods are recreated, the reason in ``in_place.unavailable``.
+    """
+    why = ""
+    key: signature.PrivateKey | None = None
     try:
-        return json.loads(data)
-    except ValueError:
-        return data[:200].decode(errors="replace")
+        key = await load_key(client, namespace)
+    except (ApiError, RuntimeError) as e:
+        why = f"msop cannot read or make its signing key Secret {namespace}/{KEY_SECRET}: {e}"
+    agents = AgentClient(key) if key is not None else None
+    if not image and not why:
+        try:
+            image = await own_image(client, namespace)
+        except (ApiError, KeyError, IndexError) as e:
+            why = f"the agent's image is unknown (set --agent-image): {e}"
+
+    async def check() -> str:
+        if why:
+            return why
+        try:
+            return await detect(client, probe_namespace, image)
+        except ApiError as e:  # e.g. no right to list nodes: pods are recreated
+            return f"cannot tell whether the cluster restarts pods in place: {e}"
+
+    unavailable = await check()
+    log.info(
+        "restarts in place", available=not unavailable, why_not=unavailable or None,
+        agent_image=image or None,
+    )  # fmt: skip
+    in_place = InPlace(
+        image=image, public_key=agents.public_key if agents else "", port=port,
+        timeout=restart_timeout, unavailable=unavailable,
+    )  # fmt: skip
+    return Started(in_place, agents, check)
