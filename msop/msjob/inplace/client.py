@@ -18,7 +18,7 @@ import structlog
 from cachetools import LRUCache
 
 from msop.integrations import signature, wire
-from msop.integrations.agent import signed_message
+from msop.integrations.wire import signed_message
 from msop.kube.objects import JSON
 from msop.msjob.inplace.pods import agent_of
 from msop.msjob.plan import AgentRequest

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from msop.integrations import signature as ecdsa
-from msop.integrations.agent import signed_message
+from msop.integrations.wire import signed_message
 from tests.harness.paths import REPO
 from tests.harness.ports import free_port
 from tests.harness.process import terminate
@@ -32,7 +32,9 @@ WAIT = 20.0
 """Seconds a process gets to start or to end: generous, the machine may be busy."""
 
 
-def signed(action: str, generation: int, *, job: str = JOB, key: int = KEY) -> dict[str, Any]:
+def signed(
+    action: str, generation: int, *, job: str = JOB, key: ecdsa.PrivateKey = KEY
+) -> dict[str, Any]:
     signature = ecdsa.sign(key, signed_message(action, job, generation))
     return {"generation": generation, "signature": signature.hex()}
 

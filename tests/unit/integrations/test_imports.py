@@ -16,8 +16,13 @@ from pathlib import Path
 from tests.harness.paths import REPO
 
 PACKAGE = REPO / "msop" / "integrations"
-OPERATOR_IMAGE_ONLY = {"agent.py", "signature.py"}
-"""Modules that run only from the operator's image, where ``cryptography`` is installed."""
+AGENT = PACKAGE / "agent"
+
+
+def operator_image_only(path: Path) -> bool:
+    """The modules that run only from the operator's image, where ``cryptography`` is
+    installed: the restart agent's package and its signatures."""
+    return path.name == "signature.py" or AGENT in path.parents
 
 
 def test_importing_the_integrations_loads_only_the_standard_library() -> None:
@@ -28,7 +33,7 @@ def test_importing_the_integrations_loads_only_the_standard_library() -> None:
         import msop.integrations, msop.integrations.reporter, msop.integrations.mindspore
         import msop.integrations.msrun, msop.integrations.wire
         new = {name.split(".")[0] for name in set(sys.modules) - before}
-        import msop.integrations.agent
+        import msop.integrations.agent.main
         agent = {name.split(".")[0] for name in set(sys.modules) - before} - new
         print(json.dumps({
             "file": sys.modules["msop"].__file__, "new": sorted(new), "agent": sorted(agent),
@@ -62,10 +67,10 @@ def imports_of(path: Path) -> set[str]:
 
 def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
     # Also catches imports inside functions, which the runtime check above cannot see.
-    files = [*sorted(PACKAGE.glob("*.py")), REPO / "msop" / "__init__.py"]
-    assert len(files) >= 4
+    files = [*sorted(PACKAGE.rglob("*.py")), REPO / "msop" / "__init__.py"]
+    assert len(files) >= 10
     for path in files:
-        allowed = {"cryptography"} if path.name in OPERATOR_IMAGE_ONLY else set()
+        allowed = {"cryptography"} if operator_image_only(path) else set()
         for name in imports_of(path):
             top = name.split(".")[0]
             assert (
@@ -88,17 +93,21 @@ def test_the_agent_imports_only_the_contract_and_the_signatures() -> None:
                 names.add(node.module)
         return {n for n in names if n.split(".")[0] == "msop"}
 
-    assert msop_imports("agent.py") == {"msop.integrations.signature", "msop.integrations.wire"}
+    agent = set().union(*(msop_imports(f"agent/{p.name}") for p in AGENT.glob("*.py")))
+    assert {n for n in agent if not n.startswith("msop.integrations.agent")} == {
+        "msop.integrations.signature", "msop.integrations.wire", "msop.integrations.listener",
+    }  # fmt: skip
+    assert msop_imports("listener.py") == set()
     assert msop_imports("signature.py") == set()
     assert msop_imports("wire.py") == set()
 
 
 def test_importing_the_agent_does_not_load_its_http_server() -> None:
-    # The operator imports signed_message from the agent; http.server costs 2.5 MiB.
+    # Only serve loads it (http.server costs 2.5 MiB); the barrier runs without it.
     code = textwrap.dedent(
         """
         import json, sys
-        from msop.integrations.agent import signed_message
+        import msop.integrations.agent.main
         print(json.dumps(sorted(sys.modules)))
         """
     )
@@ -108,5 +117,5 @@ def test_importing_the_agent_does_not_load_its_http_server() -> None:
         timeout=60,
     )  # fmt: skip
     loaded = set(json.loads(out.stdout))
-    assert "msop.integrations.agent" in loaded
+    assert {"msop.integrations.agent.server", "msop.integrations.agent.barrier"} <= loaded
     assert loaded.isdisjoint({"http.server", "socketserver", "argparse"})
