@@ -23,11 +23,12 @@ this package (``python -m msop.integrations.agent``), both mounting one emptyDir
 Why signatures: the pods have no API credentials to check who is calling, and anything in
 the cluster network can reach the port. msop signs each request with its private P-256 key
 (ECDSA, SHA-256, from ``cryptography``: :mod:`msop.integrations.signature`); the agent
-holds only the public key (``$MSOP_AGENT_KEY``). The signed message names the action, the
-job's UID and the generation (:func:`signed_message`), so a request cannot be replayed on
-another job, turned into the other action, or moved to another generation; a replay of the
-same request finds the pod at that generation already and does nothing. It names no pod:
-msop signs once per job, action and generation, and sends the same request to every pod.
+holds only the public key (``$MSOP_AGENT_KEY``). The signed message
+(:func:`msop.integrations.wire.signed_message`) names the action, the job's UID and the
+generation, so a request cannot be replayed on another job, turned into the other action,
+or moved to another generation; a replay of the same request finds the pod at that
+generation already and does nothing. It names no pod: msop signs once per job, action and
+generation, and sends the same request to every pod.
 
 Generations: the pod's state is ``state.json`` in ``$MSOP_AGENT_DIR``,
 ``{"generation": g, "requested": bool, "waiting": bool}``, plus ``released``, the highest

@@ -23,7 +23,7 @@ from msop.kube.objects import JSON
 from msop.msjob.inplace.pods import agent_of
 from msop.msjob.plan import AgentRequest
 
-log = structlog.get_logger("msop.msjob.agents")
+log = structlog.get_logger("msop.msjob.inplace")
 
 TIMEOUT_SECONDS = 3.0
 CONCURRENCY = 32

@@ -36,7 +36,7 @@ from msop.kube.resources import PODS, Resource
 from msop.msjob.inplace.client import AgentClient
 from msop.msjob.inplace.pods import DEFAULT_PORT, SECURITY_CONTEXT, InPlace
 
-log = structlog.get_logger("msop.msjob.agents")
+log = structlog.get_logger("msop.msjob.inplace")
 
 SECRETS = Resource("", "v1", "secrets", "Secret")
 NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
