@@ -28,8 +28,8 @@ from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
 
 if TYPE_CHECKING:
-    from msop.msjob.agents import AgentClient
-    from msop.msjob.inplace import InPlace
+    from msop.msjob.inplace.client import AgentClient
+    from msop.msjob.inplace.pods import InPlace
 
 USER_AGENT = f"msop/{__version__}"
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
@@ -103,49 +103,20 @@ def _status_budget(qps: float) -> float:
 
 
 async def _restart_in_place(
-    client: Any, args: argparse.Namespace, log: Any
+    client: Any, args: argparse.Namespace
 ) -> tuple[InPlace | None, AgentClient | None, Callable[[], Awaitable[str]] | None]:
-    """What restarting jobs in place needs (``--restart-in-place``): the operator's signing
-    key, the agent's image and whether the cluster supports it (msop.msjob.agents)."""
+    """What restarting jobs in place needs (``--restart-in-place``): msop.msjob.inplace's
+    start-up, with the flags' values."""
     if not args.restart_in_place:
         return None, None, None
-    from msop.msjob import agents as agents_mod
-    from msop.msjob.inplace import InPlace
+    from msop.msjob.inplace import startup
 
     own = args.leader_election_namespace or _default_namespace()
-    probe_ns = args.namespaces[0] if args.namespaces else own
-    image, why = args.agent_image, ""
-    key = None
-    try:
-        key = await agents_mod.load_key(client, own)
-    except (ApiError, RuntimeError, ValueError) as e:  # ValueError: not a key in the Secret
-        # The operator runs all the same; its jobs' pods are recreated, saying why.
-        why = f"msop cannot read or make its signing key Secret {own}/{agents_mod.KEY_SECRET}: {e}"
-    client_ = agents_mod.AgentClient(key) if key is not None else None
-    if not image and not why:
-        try:
-            image = await agents_mod.own_image(client, own)
-        except (ApiError, KeyError, IndexError) as e:
-            why = f"the agent's image is unknown (set --agent-image): {e}"
-
-    async def check() -> str:
-        if why:
-            return why
-        try:
-            return await agents_mod.detect(client, probe_ns, image)
-        except ApiError as e:  # e.g. no right to list nodes: pods are recreated
-            return f"cannot tell whether the cluster restarts pods in place: {e}"
-
-    unavailable = await check()
-    log.info(
-        "restarts in place", available=not unavailable, why_not=unavailable or None,
-        agent_image=image or None,
+    started = await startup.start(
+        client, namespace=own, probe_namespace=args.namespaces[0] if args.namespaces else own,
+        image=args.agent_image, port=args.agent_port, restart_timeout=args.restart_in_place_timeout,
     )  # fmt: skip
-    in_place = InPlace(
-        image=image, public_key=client_.public_key if client_ else "", port=args.agent_port,
-        timeout=args.restart_in_place_timeout, unavailable=unavailable,
-    )  # fmt: skip
-    return in_place, client_, check
+    return started.in_place, started.client, started.check
 
 
 async def run_operator(args: argparse.Namespace) -> int:
@@ -191,7 +162,7 @@ async def run_operator(args: argparse.Namespace) -> int:
         if args.legacy_operator_lease:
             namespace, name = args.legacy_operator_lease.split("/")
             manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))
-        in_place, agents, recheck = await _restart_in_place(client, args, log)
+        in_place, agents, recheck = await _restart_in_place(client, args)
         setup(
             manager,
             Settings(

@@ -1,8 +1,12 @@
-"""What runs inside training pods: progress reporting for msop to read.
+"""What runs inside training pods: progress reporting for msop to read, and the restart
+agent.
 
-Everything under ``msop.integrations`` imports only the Python standard library, so a
-training image can ``pip install --no-deps msop`` and use it; framework glue (e.g.
-:mod:`msop.integrations.mindspore`) imports its framework only when first used.
+What a training image runs imports only the Python standard library, so the image can
+``pip install --no-deps msop`` and use it; framework glue (e.g.
+:mod:`msop.integrations.mindspore`) imports its framework only when first used. The
+restart agent (:mod:`msop.integrations.agent`) and its signatures
+(:mod:`msop.integrations.signature`) run from the operator's image and use
+``cryptography`` too.
 """
 
 from __future__ import annotations

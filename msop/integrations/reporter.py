@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import errno
 import json
 import logging
 import math
@@ -53,6 +52,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final
 
+from msop.integrations.listener import listen
 from msop.integrations.wire import (
     ENV_POD_NAME,
     ENV_POD_UID,
@@ -287,7 +287,9 @@ class Reporter:
         port = self._parse_port(port_text)
         if port is not None:
             try:
-                self._server = _ProgressServer(_listen(port), self._render, io_timeout)
+                self._server = _ProgressServer(
+                    listen(port, backlog=_LISTEN_BACKLOG), self._render, io_timeout
+                )
             except (OSError, RuntimeError) as exc:  # port taken; no thread to be had
                 log.warning(
                     "msop progress: cannot serve on port %s (%s); training continues without "
@@ -587,26 +589,6 @@ def _forget_in_forked_children(reporter: Reporter) -> None:
 def _disown_all() -> None:
     for reporter in list(_reporters):
         reporter._disown()
-
-
-def _listen(port: int) -> socket.socket:
-    """A listening socket on every address: dual-stack IPv6 where the host has it, else IPv4.
-
-    Raises OSError (EADDRINUSE if the port is taken).
-    """
-    if socket.has_dualstack_ipv6():
-        try:
-            return socket.create_server(
-                ("::", port),
-                family=socket.AF_INET6,
-                backlog=_LISTEN_BACKLOG,
-                dualstack_ipv6=True,
-            )
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise
-            # IPv6 disabled in this pod's network namespace: IPv4 only.
-    return socket.create_server(("0.0.0.0", port), backlog=_LISTEN_BACKLOG)
 
 
 _REASONS = {

@@ -1,4 +1,5 @@
-"""The contract between msop and what runs in its pods: environment names and wire limits.
+"""The contract between msop and what runs in its pods: environment names, wire limits, and
+the exact message the restart agents' requests are signed over (:func:`signed_message`).
 
 One module, ``typing`` only, so that the operator's API layer (``msop.api.constants``,
 ``msop.api.report``) can read the contract without loading the pod-side code (the
@@ -74,10 +75,58 @@ A request is signed (ECDSA P-256, SHA-256, by the operator's key) over exactly t
 ``generation`` the request's decimal generation; e.g.
 ``msop-agent/1 restart 0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11 3``. The body of a ``POST`` is
 ``{"generation": 3, "signature": "<r || s, 64 bytes as 128 hex digits>"}``.
-``msop.integrations.agent.signed_message`` builds the message."""
+:func:`signed_message` builds the message."""
 AGENT_STATE_PATH: Final = "/state"
 """``GET``: ``{"v", "job", "generation", "released", "waiting"}``."""
 AGENT_RESTART_PATH: Final = "/restart"
 """``POST``: move the pod to a newer generation by restarting all its containers."""
 AGENT_RELEASE_PATH: Final = "/release"
 """``POST``: let the pod's barrier pass for every generation up to the one given."""
+AGENT_RESTART: Final = "restart"
+"""The action of ``POST /restart`` in the signed message."""
+AGENT_RELEASE: Final = "release"
+"""The action of ``POST /release`` in the signed message."""
+AGENT_MAX_BODY: Final = 4096
+"""Bytes of a request body the agent reads; more is refused with 413."""
+AGENT_SIGNATURE_HEX: Final = 128
+"""The ``signature`` of a request body: ``r || s``, 64 bytes as hex digits."""
+MAX_GENERATION: Final = 2**63 - 1
+"""The highest restart generation."""
+MAX_JOB_UID: Final = 128
+"""The longest job UID the signed message takes."""
+
+
+def valid_job_uid(job_uid: object) -> bool:
+    """A job UID the signed message can carry: 1 to 128 printable ASCII characters, no
+    space."""
+    return (
+        isinstance(job_uid, str)
+        and 0 < len(job_uid) <= MAX_JOB_UID
+        and job_uid.isascii()
+        and job_uid.isprintable()
+        and " " not in job_uid
+    )
+
+
+def valid_generation(generation: object) -> bool:
+    """An integer (not a bool) in [0, :data:`MAX_GENERATION`]."""
+    return (
+        isinstance(generation, int)
+        and not isinstance(generation, bool)
+        and 0 <= generation <= MAX_GENERATION
+    )
+
+
+def signed_message(action: str, job_uid: str, generation: int) -> bytes:
+    """The exact bytes msop signs for a request: see :data:`AGENT_VERSION`.
+
+    ValueError for an unknown action, a job UID that is empty, not printable ASCII or holds
+    a space, or a generation that is not an integer in [0, 2**63-1].
+    """
+    if action not in (AGENT_RESTART, AGENT_RELEASE):
+        raise ValueError(f"unknown action {action!r}")
+    if not valid_job_uid(job_uid):
+        raise ValueError(f"not a job UID: {job_uid!r}")
+    if not valid_generation(generation):
+        raise ValueError(f"not a generation: {generation!r}")
+    return f"msop-agent/{AGENT_VERSION} {action} {job_uid} {generation}".encode("ascii")

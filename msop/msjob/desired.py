@@ -54,7 +54,7 @@ from msop.api.naming import (
 )
 from msop.api.types import MSJob, ReplicaSpec
 from msop.kube.objects import JSON
-from msop.msjob import inplace
+from msop.msjob.inplace import pods as inplace
 from msop.msjob.scheduling import Placement
 
 if TYPE_CHECKING:
@@ -287,8 +287,8 @@ def pod(
     rules out), tolerations, labels, annotations, scheduling gates (added to the
     template's, each once) and a scheduler (the template's wins).
 
-    ``in_place`` (when :func:`.inplace.wanted`) gives the pod what a restart in place
-    needs (:func:`.inplace.add_agent`), at the job's restart ``generation``.
+    ``in_place`` (when :func:`.inplace.pods.wanted`) gives the pod what a restart in place
+    needs (:func:`.inplace.pods.add_agent`), at the job's restart ``generation``.
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]

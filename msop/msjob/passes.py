@@ -22,7 +22,8 @@ from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.kube.objects import JSON, EventType, format_time, parse_time
-from msop.msjob import desired, inplace
+from msop.msjob import desired
+from msop.msjob.inplace import pods as inplace
 from msop.msjob.podstate import phase, slot_of, terminating
 from msop.msjob.scheduling import Decision, Seen, Wait
 

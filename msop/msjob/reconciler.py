@@ -129,7 +129,7 @@ from msop.msjob.plan import plan
 from msop.msjob.scheduling import System, Writer
 
 if TYPE_CHECKING:
-    from msop.msjob.agents import AgentClient
+    from msop.msjob.inplace.client import AgentClient
 from msop.msjob.statuswrite import status_write
 
 log = structlog.get_logger("msop.msjob")

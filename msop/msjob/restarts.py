@@ -13,7 +13,7 @@ a job with a Scheduler, not elastic) restarts the job as a whole:
   the job. Retryable by the failed replica's policy (``ExitCode``: a code >= 128, or no
   code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
   none) means every pod is restarted, counted once toward ``backoffLimit``: in place where
-  every pod carries the msop agent (:mod:`.inplacerestart` decides the steps), else
+  every pod carries the msop agent (:mod:`.inplace.decisions` decides the steps), else
   deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming
   the pod, its exit code and the container's reason; the failed run's last output stays
   in the condition's message.
@@ -42,7 +42,9 @@ from msop.api import constants as c
 from msop.api import naming
 from msop.api.conditions import is_true
 from msop.kube.objects import JSON, EventType
-from msop.msjob import desired, inplace, inplacerestart
+from msop.msjob import desired
+from msop.msjob.inplace import decisions as in_place_steps
+from msop.msjob.inplace import pods as inplace
 from msop.msjob.passes import ACTIVE_PHASES as ACTIVE
 from msop.msjob.passes import PlanningPass
 from msop.msjob.podstate import (
@@ -130,7 +132,7 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     """``restartScope: Job`` (see the module docstring); True if this pass failed or
     restarts the job."""
     if inplace.in_progress(p.status):
-        step = inplacerestart.advance(p)
+        step = in_place_steps.advance(p)
         if step.recreate:
             restart_all(p, "Warning", "MSJobRestarting", step.recreate)
         return not step.done
@@ -148,7 +150,7 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     ended: list[tuple[Slot, JSON, JSON]] = [(slot, pod, pod) for slot, pod in failed]
     for slot, pod in live:
         if phase(pod) in ACTIVE and (term := inplace.failed_in_place(pod, generation)):
-            ended.append((slot, inplacerestart.as_ended(pod, term), pod))
+            ended.append((slot, in_place_steps.as_ended(pod, term), pod))
     if ended:
         slot, shown, pod = min(
             ended,
@@ -213,9 +215,9 @@ def _job_failure(
         return True
     counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
     count = f"restart {restarts + 1}{f' of {limit}' if limit is not None else ''}"
-    why_not = inplacerestart.why_not(p, failed)
+    why_not = in_place_steps.why_not(p, failed)
     if not why_not:
-        inplacerestart.start(
+        in_place_steps.start(
             p, f"MSJob {p.ref} is restarting all its pods in place because {what} ({count})."
             f"{said}",
         )  # fmt: skip

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 from msop.api import constants as c
 
 if TYPE_CHECKING:
-    from msop.msjob.agents import AgentClient
-    from msop.msjob.inplace import InPlace
+    from msop.msjob.inplace.client import AgentClient
+    from msop.msjob.inplace.pods import InPlace
 
 
 @dataclass(frozen=True)

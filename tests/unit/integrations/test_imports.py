@@ -1,6 +1,7 @@
 """msop.integrations runs in training images: only the standard library, and no MindSpore
-until the callback is asked for; the restart agent, which the operator imports too, loads
-its HTTP server only when it serves."""
+until the callback is asked for. The restart agent runs from the operator's image, so it
+(and its signatures) may use ``cryptography`` too; the operator imports it as well, and it
+loads its HTTP server only when it serves."""
 
 from __future__ import annotations
 
@@ -12,37 +13,33 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-from testbed.paths import REPO
+from tests.harness.paths import REPO
 
 PACKAGE = REPO / "msop" / "integrations"
+AGENT = PACKAGE / "agent"
 
 
-@pytest.mark.parametrize(
-    ("modules", "allowed"),
-    [
-        # What a training image imports (installed with --no-deps): the standard library.
-        ("msop.integrations, msop.integrations.reporter, msop.integrations.mindspore", ()),
-        # The restart agent runs from the operator's image: it verifies with cryptography.
-        (
-            "msop.integrations.agent, msop.integrations.signing",
-            ("cryptography", "_cffi_backend", "_openssl"),
-        ),
-    ],
-)
-def test_importing_the_integrations_loads_only_the_standard_library(
-    modules: str, allowed: tuple[str, ...]
-) -> None:
+def operator_image_only(path: Path) -> bool:
+    """The modules that run only from the operator's image, where ``cryptography`` is
+    installed: the restart agent's package and its signatures."""
+    return path.name == "signature.py" or AGENT in path.parents
+
+
+def test_importing_the_integrations_loads_only_the_standard_library() -> None:
     code = textwrap.dedent(
         """
         import json, sys
         before = set(sys.modules)
-        import MODULES
+        import msop.integrations, msop.integrations.reporter, msop.integrations.mindspore
+        import msop.integrations.msrun, msop.integrations.wire
         new = {name.split(".")[0] for name in set(sys.modules) - before}
-        print(json.dumps({"file": sys.modules["msop"].__file__, "new": sorted(new)}))
+        import msop.integrations.agent.main
+        agent = {name.split(".")[0] for name in set(sys.modules) - before} - new
+        print(json.dumps({
+            "file": sys.modules["msop"].__file__, "new": sorted(new), "agent": sorted(agent),
+        }))
         """
-    ).replace("MODULES", modules)
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True,
@@ -52,9 +49,10 @@ def test_importing_the_integrations_loads_only_the_standard_library(
     assert Path(result["file"]).resolve() == REPO / "msop" / "__init__.py"  # this checkout
     new = result["new"]
     assert "msop" in new and "mindspore" not in new
-    assert [
-        m for m in new if m != "msop" and m not in sys.stdlib_module_names and m not in allowed
-    ] == []
+    assert [m for m in new if m != "msop" and m not in sys.stdlib_module_names] == []
+    assert "cryptography" in result["agent"]
+    agent_new = [m for m in result["agent"] if m not in sys.stdlib_module_names]
+    assert set(agent_new) <= {"cryptography", "_cffi_backend", "_openssl"}, agent_new
 
 
 def imports_of(path: Path) -> set[str]:
@@ -67,28 +65,23 @@ def imports_of(path: Path) -> set[str]:
     return names
 
 
-#: The modules that run from the operator's image, never from a training image: they may
-#: import the ``cryptography`` package (a dependency of msop).
-OPERATOR_IMAGE_ONLY = ("agent.py", "signing.py")
-
-
 def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
     # Also catches imports inside functions, which the runtime check above cannot see.
-    files = [*sorted(PACKAGE.glob("*.py")), REPO / "msop" / "__init__.py"]
-    assert len(files) >= 4
+    files = [*sorted(PACKAGE.rglob("*.py")), REPO / "msop" / "__init__.py"]
+    assert len(files) >= 10
     for path in files:
-        allowed = ("cryptography",) if path.name in OPERATOR_IMAGE_ONLY else ()
+        allowed = {"cryptography"} if operator_image_only(path) else set()
         for name in imports_of(path):
             top = name.split(".")[0]
             assert (
                 top in sys.stdlib_module_names
-                or name.startswith("msop.integrations")
                 or top in allowed
+                or name.startswith("msop.integrations")
             ), f"{path.relative_to(REPO)} imports {name}"
 
 
-def test_the_agent_imports_only_the_contract_and_the_curve() -> None:
-    # The agent's containers run it alone; the curve module is shared with the operator.
+def test_the_agent_imports_only_the_contract_and_the_signatures() -> None:
+    # The agent's containers run it alone; the signatures are shared with the operator.
     def msop_imports(name: str) -> set[str]:
         names = set()
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
@@ -100,17 +93,21 @@ def test_the_agent_imports_only_the_contract_and_the_curve() -> None:
                 names.add(node.module)
         return {n for n in names if n.split(".")[0] == "msop"}
 
-    assert msop_imports("agent.py") == {"msop.integrations.signing", "msop.integrations.wire"}
-    assert msop_imports("signing.py") == set()
+    agent = set().union(*(msop_imports(f"agent/{p.name}") for p in AGENT.glob("*.py")))
+    assert {n for n in agent if not n.startswith("msop.integrations.agent")} == {
+        "msop.integrations.signature", "msop.integrations.wire", "msop.integrations.listener",
+    }  # fmt: skip
+    assert msop_imports("listener.py") == set()
+    assert msop_imports("signature.py") == set()
     assert msop_imports("wire.py") == set()
 
 
 def test_importing_the_agent_does_not_load_its_http_server() -> None:
-    # The operator imports signed_message from the agent; http.server costs 2.5 MiB.
+    # Only serve loads it (http.server costs 2.5 MiB); the barrier runs without it.
     code = textwrap.dedent(
         """
         import json, sys
-        from msop.integrations.agent import signed_message
+        import msop.integrations.agent.main
         print(json.dumps(sorted(sys.modules)))
         """
     )
@@ -120,5 +117,5 @@ def test_importing_the_agent_does_not_load_its_http_server() -> None:
         timeout=60,
     )  # fmt: skip
     loaded = set(json.loads(out.stdout))
-    assert "msop.integrations.agent" in loaded
+    assert {"msop.integrations.agent.server", "msop.integrations.agent.barrier"} <= loaded
     assert loaded.isdisjoint({"http.server", "socketserver", "argparse"})

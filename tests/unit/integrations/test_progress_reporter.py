@@ -48,10 +48,10 @@ def test_without_the_port_variable_everything_is_a_no_op(
     registered: list[object] = []
     monkeypatch.setattr(progress, "atexit", types.SimpleNamespace(register=registered.append))
 
-    def no_socket(port: int) -> None:
+    def no_socket(port: int, **kwargs: object) -> None:
         raise AssertionError("a disabled reporter must not open a socket")
 
-    monkeypatch.setattr(progress, "_listen", no_socket)
+    monkeypatch.setattr(progress, "listen", no_socket)
     threads = threading.active_count()
     target = tmp_path / "termination-log"
     # Everything but the port: still disabled.
@@ -82,7 +82,7 @@ def test_without_the_port_variable_everything_is_a_no_op(
 def test_in_an_msrun_pod_only_rank_0_reports(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, env: dict[str, str], speaks: bool
 ) -> None:
-    monkeypatch.setattr(progress, "_listen", lambda port: (_ for _ in ()).throw(OSError("no")))
+    monkeypatch.setattr(progress, "listen", lambda port, **kw: (_ for _ in ()).throw(OSError("no")))
     target = tmp_path / "termination-log"
     reporter = Reporter(env={"MSOP_PROGRESS_PORT": "0", "MSOP_PROGRESS_FILE": str(target), **env})
     assert reporter.enabled is speaks

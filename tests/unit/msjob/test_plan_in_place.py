@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from msop.kube.objects import format_time
-from msop.msjob import inplace
-from msop.msjob.inplace import InPlace
+from msop.msjob.inplace import pods as inplace
+from msop.msjob.inplace.pods import InPlace
 from msop.msjob.plan import Plan
 from msop.msjob.projection import pod_projection
 from tests.support.builders import NOW, T0, cond, job, names, pod, run, running_status, service

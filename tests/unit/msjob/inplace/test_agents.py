@@ -1,4 +1,4 @@
-"""The operator's side of restarts in place (msop.msjob.agents): its signed requests to a
+"""The operator's side of restarts in place (msop.msjob.inplace): its signed requests to a
 real agent process, the signing key's Secret, and what it detects of the cluster (from
 an API server played by a small fake: these are units; the kwok and real tiers use the
 real one)."""
@@ -17,12 +17,14 @@ from typing import Any
 
 import pytest
 
-from msop.integrations import signing, wire
+from msop.integrations import signature, wire
 from msop.kube.errors import ApiError
-from msop.msjob import agents
+from msop.msjob.inplace import startup
+from msop.msjob.inplace.client import AgentClient
+from msop.msjob.inplace.pods import InPlace
 from msop.msjob.plan import AgentRequest
-from testbed.paths import REPO
-from testbed.ports import free_port
+from tests.harness.paths import REPO
+from tests.harness.ports import free_port
 
 JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}}
 
@@ -42,11 +44,11 @@ def pod(port: int, generation: int = 0) -> dict[str, Any]:
 @pytest.fixture
 def running_agent(tmp_path: Path) -> Any:
     """A real agent serving on loopback for the job, and the operator's key."""
-    key = signing.generate_private_key()
+    key = signature.generate_private_key()
     port = free_port()
     env = {
         **os.environ, "PYTHONPATH": str(REPO), wire.ENV_AGENT_PORT: str(port),
-        wire.ENV_AGENT_JOB: "job-uid", wire.ENV_AGENT_KEY: signing.public_key(key).hex(),
+        wire.ENV_AGENT_JOB: "job-uid", wire.ENV_AGENT_KEY: signature.public_key(key).hex(),
         wire.ENV_AGENT_GENERATION: "0", wire.ENV_AGENT_DIR: str(tmp_path),
     }  # fmt: skip
     run = [sys.executable, "-m", "msop.integrations.agent"]
@@ -67,7 +69,7 @@ def running_agent(tmp_path: Path) -> Any:
 
 def test_a_signed_restart_makes_the_agent_restart_its_pod(running_agent: Any) -> None:
     key, port, proc = running_agent
-    client = agents.AgentClient(key)
+    client = AgentClient(key)
 
     async def go() -> bool:
         try:
@@ -81,7 +83,7 @@ def test_a_signed_restart_makes_the_agent_restart_its_pod(running_agent: Any) ->
 
 def test_a_release_and_an_old_generation_are_answered(running_agent: Any) -> None:
     key, port, proc = running_agent
-    client = agents.AgentClient(key)
+    client = AgentClient(key)
 
     async def go() -> list[bool]:
         try:
@@ -100,7 +102,7 @@ def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
     running_agent: Any,
 ) -> None:
     _, port, proc = running_agent
-    stranger = agents.AgentClient(signing.generate_private_key())
+    stranger = AgentClient(signature.generate_private_key())
 
     async def go() -> list[bool]:
         try:
@@ -117,11 +119,11 @@ def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
 
 
 def test_one_signature_per_job_action_and_generation() -> None:
-    client = agents.AgentClient(signing.generate_private_key())
+    client = AgentClient(signature.generate_private_key())
     first = client.signature("u", "restart", 1)
     assert client.signature("u", "restart", 1) == first
     message = b"msop-agent/1 restart u 1"
-    assert signing.verify(bytes.fromhex(client.public_key), message, bytes.fromhex(first))
+    assert signature.verify(bytes.fromhex(client.public_key), message, bytes.fromhex(first))
 
 
 # --- the key and the detection, against a fake API server -----------------------------------
@@ -131,7 +133,6 @@ class FakeAPI:
     def __init__(self, **answers: Any) -> None:
         self.answers = answers
         self.calls: list[tuple[str, Any]] = []
-        self.created: list[Any] = []
 
     async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
         self.calls.append(("get", name))
@@ -142,7 +143,6 @@ class FakeAPI:
 
     async def create(self, res: Any, body: Any, namespace: str | None = None) -> Any:
         self.calls.append(("create", body["metadata"]["name"]))
-        self.created.append(body)
         answer = self.answers["create"].pop(0)
         if isinstance(answer, Exception):
             raise answer
@@ -166,22 +166,20 @@ TAKEN = ApiError(409, "AlreadyExists", "exists")
 
 def test_the_key_is_made_once_and_then_read() -> None:
     api = FakeAPI(get=[NOT_FOUND], create=[{}])
-    made = asyncio.run(agents.load_key(api, "msop-system"))
+    made = asyncio.run(startup.load_key(api, "msop-system"))
     assert api.calls == [("get", "msop-agent-key"), ("create", "msop-agent-key")]
-    written = api.created[0]["data"]["key"]
-    assert base64.b64decode(written).decode() == signing.private_key_hex(made)  # 64 hex digits
-    again = FakeAPI(get=[{"data": {"key": written}}])
-    read = asyncio.run(agents.load_key(again, "msop-system"))
-    assert signing.public_key(read) == signing.public_key(made)
+    d = signature.private_scalar(made)
+    stored = {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
+    again = FakeAPI(get=[stored])
+    assert signature.private_scalar(asyncio.run(startup.load_key(again, "msop-system"))) == d
 
 
 def test_two_replicas_making_the_key_agree_on_the_first() -> None:
-    first = signing.generate_private_key()
-    hexed = signing.private_key_hex(first)
-    stored = {"data": {"key": base64.b64encode(hexed.encode()).decode()}}
+    first = signature.generate_private_key()
+    d = signature.private_scalar(first)
+    stored = {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
     api = FakeAPI(get=[NOT_FOUND, stored], create=[TAKEN])
-    got = asyncio.run(agents.load_key(api, "msop-system"))
-    assert signing.public_key(got) == signing.public_key(first)
+    assert signature.private_scalar(asyncio.run(startup.load_key(api, "msop-system"))) == d
 
 
 RULE = {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [75]}}
@@ -196,19 +194,51 @@ def node(name: str, *features: str, unschedulable: bool = False) -> Any:
 @pytest.mark.parametrize(
     ("answer", "nodes", "why"),
     [
-        (KEPT, [node("a", agents.FEATURE), node("old", unschedulable=True)], ""),
+        (KEPT, [node("a", startup.FEATURE), node("old", unschedulable=True)], ""),
         ({"spec": {"containers": [{"name": "probe"}]}}, [],
          "the API server does not keep RestartAllContainers rules"),
         (ApiError(422, "Invalid", "Unsupported value: RestartAllContainers"), [],
          "the API server refused a pod with a RestartAllContainers rule"),
-        (KEPT, [node("a", agents.FEATURE), *(node(f"n{i}") for i in range(5))],
+        (KEPT, [node("a", startup.FEATURE), *(node(f"n{i}") for i in range(5))],
          "node(s) n0, n1, n2 and 2 more do not declare RestartAllContainersOnContainerExits"),
     ],
     ids=["supported", "dropped", "refused", "old-kubelets"],
 )  # fmt: skip
 def test_detection(answer: Any, nodes: list[Any], why: str) -> None:
     api = FakeAPI(request=answer, nodes=nodes)
-    found = asyncio.run(agents.detect(api, "ns", "msop:1"))
+    found = asyncio.run(startup.detect(api, "ns", "msop:1"))
     assert found.startswith(why) if why else found == "", found
     method, path, query = api.calls[0]
     assert (method, path, query) == ("POST", "/api/v1/namespaces/ns/pods", {"dryRun": "All"})
+
+
+def test_start_with_a_key_an_image_and_a_cluster_that_restarts_in_place() -> None:
+    key = signature.generate_private_key()
+    d = signature.private_scalar(key)
+    stored = {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
+    api = FakeAPI(get=[stored], request=KEPT, nodes=[node("a", startup.FEATURE)])
+    started = asyncio.run(
+        startup.start(api, namespace="msop-system", probe_namespace="ns", image="msop:1",
+                      port=1234, restart_timeout=9.0)
+    )  # fmt: skip
+    assert started.client is not None
+    assert started.in_place == InPlace(
+        image="msop:1", public_key=signature.public_key(key).hex(), port=1234, timeout=9.0,
+        unavailable="",
+    )  # fmt: skip
+    assert api.calls[0] == ("get", "msop-agent-key")
+    assert api.calls[1] == ("POST", "/api/v1/namespaces/ns/pods", {"dryRun": "All"})
+    assert asyncio.run(started.check()) == ""
+
+
+def test_start_without_a_key_says_why_and_has_no_client() -> None:
+    forbidden = ApiError(403, "Forbidden", "secrets is forbidden")
+    api = FakeAPI(get=[forbidden], request=KEPT, nodes=[])
+    started = asyncio.run(startup.start(api, namespace="msop-system", probe_namespace="ns"))
+    assert started.client is None
+    assert started.in_place.public_key == ""
+    assert started.in_place.unavailable.startswith(
+        "msop cannot read or make its signing key Secret msop-system/msop-agent-key"
+    )
+    assert asyncio.run(started.check()) == started.in_place.unavailable
+    assert api.calls == [("get", "msop-agent-key")]  # no image lookup, no detection

@@ -18,24 +18,24 @@ from typing import Any
 
 import pytest
 
-from msop.integrations import signing
-from msop.integrations.agent import signed_message
-from testbed.paths import REPO
-from testbed.ports import free_port
-from testbed.process import terminate
+from msop.integrations import signature as ecdsa
+from msop.integrations.wire import signed_message
+from tests.harness.paths import REPO
+from tests.harness.ports import free_port
+from tests.harness.process import terminate
 
 JOB = "0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11"
 OTHER_JOB = "7d3e0c55-1b2a-4f6e-8c9d-0a1b2c3d4e5f"
-KEY = signing.generate_private_key()
-PUBLIC = signing.public_key(KEY)
+KEY = ecdsa.generate_private_key()
+PUBLIC = ecdsa.public_key(KEY)
 WAIT = 20.0
 """Seconds a process gets to start or to end: generous, the machine may be busy."""
 
 
 def signed(
-    action: str, generation: int, *, job: str = JOB, key: signing.PrivateKey = KEY
+    action: str, generation: int, *, job: str = JOB, key: ecdsa.PrivateKey = KEY
 ) -> dict[str, Any]:
-    signature = signing.sign(key, signed_message(action, job, generation))
+    signature = ecdsa.sign(key, signed_message(action, job, generation))
     return {"generation": generation, "signature": signature.hex()}
 
 
@@ -138,7 +138,7 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
     made = Pod(tmp_path)
     yield made
     for proc in made.procs:
-        terminate(proc, 5)
+        terminate(proc, 5)  # type: ignore[arg-type]  # a text-mode Popen: the same calls
         proc.communicate()  # closes the pipes
 
 
@@ -207,7 +207,7 @@ def test_a_replayed_generation_does_nothing(pod: Pod) -> None:
 
 def test_only_msops_signature_for_this_job_action_and_generation_is_accepted(pod: Pod) -> None:
     proc = pod.serve()
-    other_key = signing.generate_private_key()
+    other_key = ecdsa.generate_private_key()
     good = signed("restart", 9)
     hexed = good["signature"]
     tampered = hexed[:-1] + ("1" if hexed[-1] == "0" else "0")

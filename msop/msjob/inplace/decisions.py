@@ -19,7 +19,7 @@ from msop.api import naming
 from msop.api.conditions import get_condition
 from msop.kube.objects import JSON, parse_time
 from msop.msjob import desired
-from msop.msjob import inplace as pods
+from msop.msjob.inplace import pods
 from msop.msjob.passes import ACTIVE_PHASES, PlanningPass
 from msop.msjob.podstate import how_it_ended, phase, terminating
 

@@ -23,8 +23,8 @@ Each pod of such a job gets, in front of its own init containers:
   128-255; ``OnFailure``/``Always``: any but 0). The failed pod thus restarts itself at
   once; the operator then restarts its peers.
 
-Everything here is pure: :mod:`.restarts` decides, the reconciler sends what the plan
-asks (:mod:`.agents`).
+Everything here is pure: :mod:`msop.msjob.restarts` decides, the reconciler sends what
+the plan asks (:mod:`.client`).
 """
 
 from __future__ import annotations

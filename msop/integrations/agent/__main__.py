@@ -1,0 +1,7 @@
+"""``python -m msop.integrations.agent``: see :mod:`.main`."""
+
+import sys
+
+from msop.integrations.agent.main import main
+
+sys.exit(main())
