@@ -65,7 +65,9 @@ done
 start=$(date +%s)
 echo "build.sh: building $target ($KUBE_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION) into $out" >&2
 cd "$here"
-CGO_ENABLED=0 go build -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${PACKAGES[@]}"
+# shellcheck source=../lib/go-build-progress.sh
+source "$here/../lib/go-build-progress.sh"
+CGO_ENABLED=0 go_build_progress "build.sh $target" -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${PACKAGES[@]}"
 have_all "$tmp" || { echo "build.sh: go build did not produce every binary" >&2; exit 1; }
 rm -rf "$out"; mv "$tmp" "$out"
 echo "build.sh: built in $(( $(date +%s) - start ))s" >&2

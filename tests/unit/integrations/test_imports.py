@@ -13,7 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.harness.paths import REPO
+from testbed.paths import REPO
 
 PACKAGE = REPO / "msop" / "integrations"
 AGENT = PACKAGE / "agent"

@@ -20,9 +20,9 @@ import pytest
 
 from msop.integrations import signature as ecdsa
 from msop.integrations.wire import signed_message
-from tests.harness.paths import REPO
-from tests.harness.ports import free_port
-from tests.harness.process import terminate
+from testbed.paths import REPO
+from testbed.ports import free_port
+from testbed.process import terminate
 
 JOB = "0f4c7b1e-8d2a-4c55-9d1e-3b6a2f0c9e11"
 OTHER_JOB = "7d3e0c55-1b2a-4f6e-8c9d-0a1b2c3d4e5f"

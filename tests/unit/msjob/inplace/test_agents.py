@@ -23,8 +23,8 @@ from msop.msjob.inplace import startup
 from msop.msjob.inplace.client import AgentClient
 from msop.msjob.inplace.pods import InPlace
 from msop.msjob.plan import AgentRequest
-from tests.harness.paths import REPO
-from tests.harness.ports import free_port
+from testbed.paths import REPO
+from testbed.ports import free_port
 
 JOB = {"metadata": {"name": "j", "namespace": "ns", "uid": "job-uid"}}
 
