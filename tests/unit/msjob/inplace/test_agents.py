@@ -242,3 +242,14 @@ def test_start_without_a_key_says_why_and_has_no_client() -> None:
     )
     assert asyncio.run(started.check()) == started.in_place.unavailable
     assert api.calls == [("get", "msop-agent-key")]  # no image lookup, no detection
+
+
+def test_start_with_a_secret_that_holds_no_key_says_why_and_goes_on() -> None:
+    # A Secret edited by hand: the operator starts, without restarts in place.
+    broken = {"data": {"key": base64.b64encode(b"not a key").decode()}}
+    api = FakeAPI(get=[broken], request=KEPT, nodes=[])
+    started = asyncio.run(startup.start(api, namespace="msop-system", probe_namespace="ns"))
+    assert started.client is None
+    assert started.in_place.unavailable.startswith(
+        "msop cannot read or make its signing key Secret msop-system/msop-agent-key"
+    )
