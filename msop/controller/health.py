@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from http import HTTPStatus
 from urllib.parse import parse_qsl, unquote
 
-from prometheus_client.exposition import choose_encoder, gzip_accepted
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, choose_encoder, gzip_accepted
 
 from msop.metrics import REGISTRY, CollectorRegistry
 
@@ -160,7 +160,10 @@ def metrics_routes(routes: Routes, registry: CollectorRegistry = REGISTRY) -> No
     Prometheus text format), gzip-compressed when its ``Accept-Encoding`` allows."""
 
     def handle(request: Request) -> Response:
-        encoder, content_type = choose_encoder(request.headers.get("accept", ""))
+        accept = request.headers.get("accept", "")
+        encoder, content_type = choose_encoder(accept)
+        if not accept:  # a plain GET (curl): the text format, labelled as it always was
+            content_type = CONTENT_TYPE_LATEST
         body = encoder(registry)
         if gzip_accepted(request.headers.get("accept-encoding", "")):
             return Response(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from msop.controller.health import Checks, HttpServer, Routes, health_routes, metrics_routes
 
@@ -61,7 +61,7 @@ async def test_probes_and_metrics(server: HttpServer) -> None:
         await exchange(server.port, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
     )
     assert status == "HTTP/1.1 200 OK"
-    assert headers["content-type"] == CONTENT_TYPE_PLAIN_0_0_4  # prometheus_client's default
+    assert headers["content-type"] == CONTENT_TYPE_LATEST
     assert b"things_total 1.0" in body
 
 
