@@ -7,7 +7,7 @@ the kubectl plugin ``kubectl-msjob`` (``kubectl msjob list``).
 :mod:`.render` and :mod:`.validate` the offline commands, :mod:`.jobs` the job commands,
 :mod:`.completion` the shell completion scripts. Each command imports only what it needs:
 ``msop validate`` and ``msop list`` never load the controller runtime. Only ``msop run``
-changes its process beyond importing (lazy packages, heap thresholds...): it calls
+changes its process beyond importing (the heap thresholds): it calls
 :func:`msop.bootstrap.apply` first.
 """
 
