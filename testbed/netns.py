@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -31,6 +32,18 @@ from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = Path("/run/netns")
+
+
+def private_loopback(argv: Sequence[str]) -> list[str]:
+    """The command line that runs ``argv`` in a network namespace of its own whose only
+    interface is its loopback, up (IPv4 and IPv6). A unit test runs there what binds every
+    address, a pod's server: nothing outside the namespace can reach it, and it listens on
+    none of this machine's interfaces. Needs root or unprivileged user namespaces."""
+    ip = shutil.which("ip", path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin")
+    if ip is None:
+        raise FileNotFoundError("ip (iproute2) is needed to bring a namespace's loopback up")
+    up = '"$0" link set lo up && exec "$@"'
+    return ["unshare", "--net", "--map-root-user", "--", "sh", "-c", up, ip, *argv]
 
 
 def setns(path: str | Path) -> None:

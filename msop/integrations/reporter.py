@@ -35,24 +35,21 @@ image on its own.
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
 import logging
 import math
 import numbers
 import os
-import selectors
-import socket
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
-from msop.integrations.listener import listen
+from msop.integrations.podhttp import Limits, Request, Response, Server, listen
 from msop.integrations.wire import (
     ENV_POD_NAME,
     ENV_POD_UID,
@@ -96,8 +93,6 @@ _ETA_TIME_CONSTANT = 30.0
 _MAX_CONNECTIONS = 8
 _MAX_REQUEST_BYTES = 8192
 _LISTEN_BACKLOG = 16
-_ACCEPT_RETRY = 0.5
-_STOP_JOIN_TIMEOUT = 1.0
 _MAX_POD_NAME = 253
 _MAX_POD_UID = 64
 _METRIC_NAME_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-/")
@@ -229,6 +224,7 @@ class Reporter:
         env: where to read the ``MSOP_*`` variables; ``os.environ`` by default.
         clock: monotonic seconds, for the rate limit, the ETA and ``age`` (tests inject one).
         io_timeout: seconds a client may take to send its request and read the answer.
+        host: the address to serve on; every address of the pod by default.
 
     Creating an enabled reporter binds the port and starts the server thread; if the port is
     taken it logs one warning and runs without a server (the final file is still written).
@@ -253,13 +249,14 @@ class Reporter:
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
         io_timeout: float = DEFAULT_IO_TIMEOUT,
+        host: str | None = None,
     ) -> None:
         env = os.environ if env is None else env
         port_text = env.get(ENV_PORT)
         self._on = port_text is not None and speaks_for_the_job(env)
         self._finished = False
         self._snapshot: _Snapshot | None = None
-        self._server: _ProgressServer | None = None
+        self._server: Server | None = None
         if not self._on:
             return
 
@@ -287,9 +284,15 @@ class Reporter:
         port = self._parse_port(port_text)
         if port is not None:
             try:
-                self._server = _ProgressServer(
-                    listen(port, backlog=_LISTEN_BACKLOG), self._render, io_timeout
+                limits = Limits(io_timeout, _MAX_CONNECTIONS, max_head=_MAX_REQUEST_BYTES)
+                self._server = Server(
+                    listen(port, host=host, backlog=_LISTEN_BACKLOG),
+                    _ProgressHandler(self._render),
+                    limits,
+                    log=_log_server,
+                    name="msop-progress",
                 )
+                self._server.start()
             except (OSError, RuntimeError) as exc:  # port taken; no thread to be had
                 log.warning(
                     "msop progress: cannot serve on port %s (%s); training continues without "
@@ -591,203 +594,27 @@ def _disown_all() -> None:
         reporter._disown()
 
 
-_REASONS = {
-    200: "OK",
-    204: "No Content",
-    400: "Bad Request",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    431: "Request Header Fields Too Large",
-    500: "Internal Server Error",
-}
+class _ProgressHandler:
+    """``GET /progress`` (a :class:`~msop.integrations.podhttp.Handler`): the snapshot that
+    ``render`` gives, 204 before the first one."""
 
-
-def _response(status: int, body: bytes = b"", content_type: str = "text/plain") -> bytes:
-    head = [f"HTTP/1.1 {status} {_REASONS[status]}"]
-    if status != 204:
-        head += [f"Content-Type: {content_type}", f"Content-Length: {len(body)}"]
-    if status == 405:
-        head.append("Allow: GET")
-    head += ["Cache-Control: no-store", "Connection: close", "", ""]
-    return "\r\n".join(head).encode("ascii") + body
-
-
-@dataclass
-class _Connection:
-    deadline: float
-    request: bytearray = field(default_factory=bytearray)
-    reply: bytes | None = None
-
-
-_ACCEPT = "accept"
-_WAKE = "wake"
-
-
-class _ProgressServer:
-    """A minimal HTTP/1.1 server for one resource, in one daemon thread.
-
-    It handles up to ``_MAX_CONNECTIONS`` clients at once with non-blocking sockets and a
-    selector. Each connection has ``io_timeout`` seconds in total to send its request and
-    read the answer (however slowly it trickles bytes) and at most ``_MAX_REQUEST_BYTES`` of
-    request, so neither a silent client nor a flood can hold the server or grow its memory.
-    When all slots are taken, new clients wait in the listen backlog. One request per
-    connection (``Connection: close``).
-    """
-
-    def __init__(
-        self,
-        listener: socket.socket,
-        render: Callable[[], tuple[int, bytes]],
-        io_timeout: float,
-    ) -> None:
-        listener.setblocking(False)
-        self._listener = listener
-        self.port: int = listener.getsockname()[1]
+    def __init__(self, render: Callable[[], tuple[int, bytes]]) -> None:
         self._render = render
-        self._io_timeout = io_timeout
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._thread = threading.Thread(target=self._serve, name="msop-progress", daemon=True)
-        self._thread.start()
 
-    def close(self) -> None:
-        """Stop serving and close every socket; waits at most about a second."""
-        with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        self._thread.join(_STOP_JOIN_TIMEOUT)
-        self._wake_w.close()
-
-    def close_in_child(self) -> None:
-        """In a forked child, where the thread does not exist: close the inherited sockets."""
-        for sock in (self._listener, self._wake_r, self._wake_w):
-            sock.close()
-
-    def _serve(self) -> None:
-        sel = selectors.DefaultSelector()
-        conns: dict[socket.socket, _Connection] = {}
-        accepting = True
-        retry_accept_at: float | None = None
-        try:
-            sel.register(self._listener, selectors.EVENT_READ, _ACCEPT)
-            sel.register(self._wake_r, selectors.EVENT_READ, _WAKE)
-            while True:
-                waits = [c.deadline for c in conns.values()]
-                if retry_accept_at is not None:
-                    waits.append(retry_accept_at)
-                timeout = max(0.0, min(waits) - time.monotonic()) if waits else None
-                for key, mask in sel.select(timeout):
-                    if key.data == _WAKE:
-                        return
-                    if key.data == _ACCEPT:
-                        if not self._accept(sel, conns):
-                            retry_accept_at = time.monotonic() + _ACCEPT_RETRY
-                    else:
-                        sock = key.fileobj
-                        assert isinstance(sock, socket.socket)
-                        self._io(sel, conns, sock, mask)
-                now = time.monotonic()
-                self._expire(sel, conns, now)
-                if retry_accept_at is not None and retry_accept_at <= now:
-                    retry_accept_at = None
-                want = len(conns) < _MAX_CONNECTIONS and retry_accept_at is None
-                if want != accepting:
-                    self._set_accepting(sel, want)
-                    accepting = want
-        except Exception as exc:
-            log.warning("msop progress: the progress server stopped: %r", exc)
-        finally:
-            for sock in conns:
-                sock.close()
-            sel.close()
-            self._listener.close()
-            self._wake_r.close()
-
-    def _expire(
-        self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Connection], now: float
-    ) -> None:
-        """Drop the connections whose deadline has passed."""
-        for sock, conn in list(conns.items()):
-            if conn.deadline <= now:
-                self._drop(sel, conns, sock)
-
-    def _set_accepting(self, sel: selectors.BaseSelector, accepting: bool) -> None:
-        """Listen for new clients, or stop (too many connections, or accept failing)."""
-        if accepting:
-            sel.register(self._listener, selectors.EVENT_READ, _ACCEPT)
-        else:
-            sel.unregister(self._listener)
-
-    def _accept(self, sel: selectors.BaseSelector, conns: dict[socket.socket, _Connection]) -> bool:
-        """Accept one client; False on an error that could repeat at once (e.g. EMFILE)."""
-        try:
-            sock, _ = self._listener.accept()
-        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
-            return True
-        except OSError:
-            return False
-        sock.setblocking(False)
-        conns[sock] = _Connection(deadline=time.monotonic() + self._io_timeout)
-        sel.register(sock, selectors.EVENT_READ)
-        return True
-
-    def _drop(
-        self,
-        sel: selectors.BaseSelector,
-        conns: dict[socket.socket, _Connection],
-        sock: socket.socket,
-    ) -> None:
-        del conns[sock]
-        sel.unregister(sock)
-        sock.close()
-
-    def _io(
-        self,
-        sel: selectors.BaseSelector,
-        conns: dict[socket.socket, _Connection],
-        sock: socket.socket,
-        mask: int,
-    ) -> None:
-        conn = conns[sock]
-        try:
-            if conn.reply is None and mask & selectors.EVENT_READ:
-                data = sock.recv(4096)
-                if not data:
-                    self._drop(sel, conns, sock)
-                    return
-                conn.request += data
-                reply = self._answer(conn.request)
-                if reply is None:
-                    return
-                conn.reply = reply
-                sel.modify(sock, selectors.EVENT_WRITE)
-            if conn.reply is not None:
-                sent = sock.send(conn.reply)
-                conn.reply = conn.reply[sent:]
-                if not conn.reply:
-                    self._drop(sel, conns, sock)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self._drop(sel, conns, sock)
-
-    def _answer(self, request: bytearray) -> bytes | None:
-        """The reply once the request head is complete; None while more is needed."""
-        end = request.find(b"\r\n\r\n")
-        if end < 0:
-            end = request.find(b"\n\n")
-        if end < 0:
-            return _response(431) if len(request) > _MAX_REQUEST_BYTES else None
-        line = bytes(request[: request.find(b"\n")]).decode("latin-1").strip()
-        parts = line.split()
-        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
-            return _response(400)
-        method, target = parts[0], parts[1].split("?", 1)[0]
-        if target != PROGRESS_PATH:
-            return _response(404, b"not found\n")
+    def route(self, method: str, path: str) -> Response | None:
+        if path != PROGRESS_PATH:
+            return Response(404, b"not found\n", "text/plain")
         if method != "GET":
-            return _response(405, b"only GET\n")
-        try:
-            status, body = self._render()
-        except Exception as exc:
-            log.warning("msop progress: cannot render the snapshot: %r", exc)
-            return _response(500)
-        return _response(status, body, "application/json")
+            return Response(405, b"only GET\n", "text/plain", allow="GET")
+        return None
+
+    def respond(self, request: Request) -> Response:
+        status, body = self._render()
+        return Response(status, body)
+
+    def error(self, status: int, message: str) -> Response:
+        return Response(status, f"{message}\n".encode(), "text/plain")
+
+
+def _log_server(message: str) -> None:
+    log.warning("msop progress: %s", message)

@@ -59,10 +59,10 @@ The barrier has no timeout of its own: msop bounds the wait and falls back to de
 pod.
 
 The package: :mod:`.config` (the environment), :mod:`.state` (the two files),
-:mod:`.server` (``serve``: the requests and their HTTP server), :mod:`.barrier` and
+:mod:`.server` (``serve``: the requests, served by the pod's one HTTP server,
+:mod:`msop.integrations.podhttp`), :mod:`.barrier` and
 :mod:`.main` (the command). The wire contract, the signed message included, is
 :mod:`msop.integrations.wire`; the signatures are :mod:`msop.integrations.signature`
 (``cryptography``: the agent runs from the operator's image, never a training image).
-Importing the package loads nothing; the HTTP server (``http.server`` costs 2.5 MiB of
-resident memory) is loaded only by ``serve``.
+Importing the package loads nothing; ``serve`` and the barrier import only what they run.
 """

@@ -41,6 +41,7 @@ def make_reporter(msop_env: dict[str, str], clock: FakeClock) -> Iterator[Callab
     def make(*args: Any, **kwargs: Any) -> Reporter:
         kwargs.setdefault("env", msop_env)
         kwargs.setdefault("clock", clock)
+        kwargs.setdefault("host", "127.0.0.1")  # never every address in a unit test
         reporter = Reporter(*args, **kwargs)
         made.append(reporter)
         return reporter

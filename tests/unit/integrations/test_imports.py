@@ -95,15 +95,25 @@ def test_the_agent_imports_only_the_contract_and_the_signatures() -> None:
 
     agent = set().union(*(msop_imports(f"agent/{p.name}") for p in AGENT.glob("*.py")))
     assert {n for n in agent if not n.startswith("msop.integrations.agent")} == {
-        "msop.integrations.signature", "msop.integrations.wire", "msop.integrations.listener",
+        "msop.integrations.signature", "msop.integrations.wire", "msop.integrations.podhttp",
     }  # fmt: skip
-    assert msop_imports("listener.py") == set()
+    assert msop_imports("podhttp.py") == set()
     assert msop_imports("signature.py") == set()
     assert msop_imports("wire.py") == set()
 
 
-def test_importing_the_agent_does_not_load_its_http_server() -> None:
-    # Only serve loads it (http.server costs 2.5 MiB); the barrier runs without it.
+def test_one_http_server_in_a_pod() -> None:
+    # The reporter and the agent both serve with msop.integrations.podhttp: no module here
+    # serves HTTP another way, or binds a socket itself.
+    for path in PACKAGE.rglob("*.py"):
+        names = imports_of(path)
+        assert names.isdisjoint({"http.server", "socketserver", "asyncio"}), path
+        if path.name != "podhttp.py":
+            assert "selectors" not in names, path
+            assert "create_server" not in path.read_text(), path
+
+
+def test_importing_the_agent_loads_neither_http_server_nor_argparse() -> None:
     code = textwrap.dedent(
         """
         import json, sys
@@ -118,4 +128,5 @@ def test_importing_the_agent_does_not_load_its_http_server() -> None:
     )  # fmt: skip
     loaded = set(json.loads(out.stdout))
     assert {"msop.integrations.agent.server", "msop.integrations.agent.barrier"} <= loaded
+    assert "msop.integrations.podhttp" in loaded
     assert loaded.isdisjoint({"http.server", "socketserver", "argparse"})

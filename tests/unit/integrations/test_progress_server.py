@@ -164,7 +164,7 @@ def test_a_port_in_use_is_one_warning_and_the_file_is_still_written(
     final_file: Path,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    with socket.create_server(("0.0.0.0", 0)) as taken:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
         env = {**msop_env, "MSOP_PROGRESS_PORT": str(taken.getsockname()[1])}
         with caplog.at_level(logging.WARNING, logger=progress.__name__):
             reporter = make_reporter(env=env)

@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ import pytest
 
 from msop.integrations import signature as ecdsa
 from msop.integrations.wire import signed_message
+from testbed.netns import private_loopback
 from testbed.paths import REPO
 from testbed.ports import free_port
 from testbed.process import terminate
@@ -422,7 +424,36 @@ def test_help_explains_the_protocol(pod: Pod) -> None:
         assert word in out
 
 
-def test_by_default_it_listens_on_every_address_and_sigterm_stops_it_with_0(pod: Pod) -> None:
-    proc = pod.serve(host=None)  # pod.serve checks that 127.0.0.1 answers
+def test_sigterm_stops_it_with_0(pod: Pod) -> None:
+    proc = pod.serve()
     proc.send_signal(signal.SIGTERM)
     assert exits(proc)[0] == 0
+
+
+def test_by_default_it_listens_on_every_address_ipv4_and_ipv6(pod: Pod) -> None:
+    # In a network namespace of its own (only its loopback): a unit test never listens on
+    # this machine's interfaces.
+    code = textwrap.dedent(
+        """
+        import json, os, signal, subprocess, sys, time, urllib.request
+        proc = subprocess.Popen([sys.executable, "-m", "msop.integrations.agent", "serve"])
+        port, answers, deadline = os.environ["MSOP_AGENT_PORT"], {}, time.monotonic() + 20
+        for host in ("127.0.0.1", "[::1]"):
+            while host not in answers:
+                try:
+                    with urllib.request.urlopen(f"http://{host}:{port}/state", timeout=5) as r:
+                        answers[host] = json.load(r)["generation"]
+                except OSError:
+                    assert time.monotonic() < deadline and proc.poll() is None
+                    time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        print(json.dumps({"answers": answers, "code": proc.wait(20)}))
+        """
+    )
+    env = {**pod.env, "no_proxy": "*", "NO_PROXY": "*"}
+    out = subprocess.run(
+        private_loopback([sys.executable, "-c", code]), env=env, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == {"answers": {"127.0.0.1": 3, "[::1]": 3}, "code": 0}
