@@ -639,7 +639,9 @@ def _add_logs(sub: Any) -> None:
     logs.add_argument(
         "--previous",
         action="store_true",
-        help="the previous run of each container (kubectl logs --previous)",
+        help="the previous run of each pod: after a restart in place the run msop-agent kept, "
+        "else the kubelet's previous run (kubectl logs --previous), else the failed run's "
+        "last output that the job's condition keeps",
     )
     logs.add_argument(
         "--tail",

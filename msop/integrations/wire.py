@@ -130,3 +130,16 @@ def signed_message(action: str, job_uid: str, generation: int) -> bytes:
     if not valid_generation(generation):
         raise ValueError(f"not a generation: {generation!r}")
     return f"msop-agent/{AGENT_VERSION} {action} {job_uid} {generation}".encode("ascii")
+
+
+# --- the kept run (msop.integrations.keeper, printed by the agent, read by msop logs) ------
+AGENT_CONTAINER: Final = "msop-agent"
+"""The sidecar's container name: its log holds the kept run."""
+KEEPER_DIR: Final = "runs"
+"""The directory of the agent's emptyDir where the keeper keeps the training container's
+run (mounted there with this ``subPath``)."""
+KEPT_RUN_BEGIN: Final = "----- msop: the stopped run of container "
+"""How the agent's log line that opens a kept run begins; the rest of the line names the
+container, when the run started and how much of it was kept."""
+KEPT_RUN_END: Final = "----- msop: end of the stopped run of container "
+"""How the line that closes it begins."""

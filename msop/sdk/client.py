@@ -23,6 +23,7 @@ from msop.api.conditions import get_condition
 from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.api.validation import beyond_admission
+from msop.integrations.wire import AGENT_CONTAINER
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_conflict, is_not_found
 from msop.kube.listwatch import list_then_watch
@@ -37,12 +38,13 @@ from msop.sdk.errors import (
     MSJobValidationError,
 )
 from msop.sdk.kubeconfig import kubeconfig_path, namespace_of_context
-from msop.sdk.logs import iter_lines, log_path, stream_log
+from msop.sdk.logs import iter_lines, keeps_runs, kept_run, log_path, stream_log
 from msop.sdk.manifests import load_job
 from msop.sdk.status import Condition, JobStatus
 from msop.sdk.statusline import ProgressLine, format_progress
 
 JSONList = list[JSON]
+Lines = list[str]
 
 #: The MSJob REST resource (``mindspore.gitee.com/v1``, ``msjobs``).
 
@@ -76,6 +78,10 @@ def _pod_order(pod: JSON) -> tuple[int, int, str]:
 
 #: How the job's conditions introduce a failed run's kept output (msop.msjob.plan).
 _LAST_OUTPUT = "\nThe last output of pod "
+
+
+KEPT_IN_CONDITION = "----- msop: the failed run's last output, kept in the job's condition -----"
+"""The line before the lines of :func:`_kept_output` in ``get_job_logs(previous=True)``."""
 
 
 def _kept_output(failure: Condition | None, ns: str) -> tuple[str, list[str]] | None:
@@ -388,15 +394,28 @@ class MSJobClient:
         query: Mapping[str, str],
         wanted: Callable[[str], bool],
     ) -> AsyncGenerator[tuple[str, str], None]:
-        """The previous run of each pod that has one (the kubelet restarted its container);
-        where the operator re-created the pod instead (a restart of the whole job) or
-        deleted it (the job failed), the failed run's last output the job keeps in its
-        condition (:attr:`JobStatus.last_failure`). MSJobLogsError when there is neither."""
+        """The previous run of each pod that has one:
+
+        - in a pod that msop restarted in place, the stopped run that the pod's msop-agent
+          kept (the kubelet removes the containers, and their logs, when it restarts them
+          all), between a line that says so and one that ends it;
+        - else the kubelet's previous run (it restarted the container);
+        - where the operator re-created the pod instead (a restart of the whole job) or
+          deleted it (the job failed), the failed run's last output that the job keeps in
+          its condition (:attr:`JobStatus.last_failure`), after a line that says so.
+
+        MSJobLogsError when there is none of these."""
         ns = status.namespace
         kept = _kept_output(status.last_failure, ns)
         found = False
         for pod in pods:
             pname = pod["metadata"]["name"]
+            lines = await self._kept_run(pod, query) if keeps_runs(pod, query["container"]) else []
+            for text in lines:
+                found = True
+                yield pname, text
+            if lines:
+                continue
             chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
             try:
                 async for text in iter_lines(chunks):
@@ -405,14 +424,32 @@ class MSJobClient:
             except MSJobLogsError:
                 continue  # no run before this one: the job may have kept what it said
         if kept is not None and wanted(kept[0]):
+            found = True
+            yield kept[0], KEPT_IN_CONDITION
             for text in kept[1]:
-                found = True
                 yield kept[0], text
         if not found:
             raise MSJobLogsError(
-                f"MSJob {ns}/{status.name}: no previous run to show (no container was "
-                "restarted, and the job keeps no failed run's output)"
+                f"MSJob {ns}/{status.name}: no previous run to show: no pod has one (a "
+                "container restarted by the kubelet, or a run kept by msop-agent before a "
+                "restart in place), and the job keeps no failed run's output"
             )
+
+    async def _kept_run(self, pod: JSON, query: Mapping[str, str]) -> Lines:
+        """The stopped run that the pod's msop-agent printed into its log ([] if none, or
+        if that log cannot be read); ``tailLines`` of it."""
+        ns, pname = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        path, agent = log_path(ns, pname), {"container": AGENT_CONTAINER}
+        try:
+            chunks = self._log_stream(self.kube, path, agent, f"pod {ns}/{pname}")
+            lines = kept_run([text async for text in iter_lines(chunks)])
+        except MSJobLogsError:
+            return []
+        tail = query.get("tailLines")
+        if len(lines) > 2 and tail is not None:
+            body = lines[1:-1]
+            lines = [lines[0], *body[max(0, len(body) - int(tail)) :], lines[-1]]
+        return lines
 
     async def _follow_logs(
         self,

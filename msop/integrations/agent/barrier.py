@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Final
 
 from msop.integrations.agent.config import Config
+from msop.integrations.agent.runs import install_keeper
 from msop.integrations.agent.state import State, StateDir
 
 __all__ = ["POLL", "barrier"]
@@ -55,6 +56,10 @@ def _say(line: str) -> None:
 def barrier(config: Config, *, poll: float = POLL, say: Callable[[str], None] = _say) -> int:
     """Run the init container: wait until msop released the pod's generation, then exit 0."""
     files = StateDir(config.directory, config.generation)
+    try:
+        install_keeper(config.directory)
+    except OSError as exc:  # the training then runs without its output kept
+        say(f"cannot install the keeper of the training's output: {exc}")
     target = _enter(files, say)
     if target is None:
         return 0

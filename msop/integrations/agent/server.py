@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from msop.integrations import signature
 from msop.integrations.agent.config import HEX, Config
+from msop.integrations.agent.runs import show_stopped_run
 from msop.integrations.agent.state import State, StateDir, log
 from msop.integrations.podhttp import Limits, Request, Response, Server, listen
 from msop.integrations.wire import (
@@ -219,6 +220,7 @@ def serve(config: Config, host: str | None = None) -> int:
     """Run the sidecar's server until SIGTERM (0), or until a restart (the process exits
     75). 1 if the port cannot be bound."""
     agent = Agent(config)
+    show_stopped_run(config.directory, log=log)  # before the barrier can be released
     try:
         sock = listen(config.port, host=host, backlog=_LISTEN_BACKLOG)
     except OSError as exc:

@@ -38,10 +38,19 @@ from msop.api.types import MSJob
 from msop.integrations import wire
 from msop.kube.objects import JSON
 
-AGENT_CONTAINER = "msop-agent"
+AGENT_CONTAINER = wire.AGENT_CONTAINER
 BARRIER_CONTAINER = "msop-barrier"
 VOLUME = "msop-agent"
 MOUNT_PATH = "/var/run/msop-agent"
+KEEPER_PATH = "/var/run/msop-keeper"
+"""Where the training container sees the runs directory of the agent's emptyDir."""
+KEEPER_LAUNCH = (
+    'if [ -f "$1/keeper.py" ]; then for py in python3 python; do'
+    ' command -v "$py" >/dev/null 2>&1 && exec "$py" -I "$1/keeper.py" "$@"; done; fi;'
+    ' shift 3; exec "$@"'
+)
+"""The training container's command becomes ``sh -c KEEPER_LAUNCH msop-keeper DIR NAME --
+COMMAND...``: the keeper with the image's Python, or the command alone if there is none."""
 DEFAULT_PORT = 28090
 """The agent's port unless ``--agent-port`` says otherwise."""
 RESTARTING_IN_PLACE = "MSJobRestartingInPlace"
@@ -196,14 +205,30 @@ def add_agent(
     }
     pod_spec["initContainers"] = [agent, barrier, *(pod_spec.get("initContainers") or [])]
     pod_spec["volumes"] = [*(pod_spec.get("volumes") or []), {"name": VOLUME, "emptyDir": {}}]
+    keep_output(main)
     rules = _rules(policy)
-    if not rules:
-        return  # never retried: restarted with its peers, never for its own failure
-    main["restartPolicy"] = c.NEVER
-    main["restartPolicyRules"] = rules
+    if rules:  # else never retried: restarted with its peers, never for its own failure
+        main["restartPolicy"] = c.NEVER
+        main["restartPolicyRules"] = rules
     pod_spec["containers"] = [
         main if cont.get("name") == main.get("name") else cont for cont in pod_spec["containers"]
     ]
+
+
+def keep_output(main: JSON) -> None:
+    """Run the training container's command under the keeper
+    (:mod:`msop.integrations.keeper`), which keeps the end of its output for after a
+    restart in place. A container without ``command`` (the image's entrypoint, which the
+    operator cannot see) runs as it is, and keeps nothing."""
+    command = main.get("command")
+    if not command:
+        return
+    name = str(main.get("name") or "")
+    wrapped = ["/bin/sh", "-c", KEEPER_LAUNCH, "msop-keeper", KEEPER_PATH, name, "--"]
+    main["command"] = [*wrapped, *command, *(main.get("args") or [])]
+    main.pop("args", None)
+    mount = {"name": VOLUME, "mountPath": KEEPER_PATH, "subPath": wire.KEEPER_DIR}
+    main["volumeMounts"] = [*(main.get("volumeMounts") or []), mount]
 
 
 # --- what a pod's status says --------------------------------------------------------------

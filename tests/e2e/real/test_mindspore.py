@@ -76,6 +76,7 @@ from tests.e2e.real.restarts import (
 )
 from tests.e2e.real.training import (
     apply,
+    assert_every_stopped_run_kept,
     exit_codes,
     kill_training_process,
     launch,
@@ -160,6 +161,7 @@ def test_killed_worker_restarts_every_pod_in_place(
         assert_exit_reported(messages, namespace)
         assert_last_output_kept(restart, namespace)
     assert_no_failure(messages, "MSJobRestarting")
+    assert_every_stopped_run_kept(cluster, namespace, NAME, sorted(after))
 
 
 def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(

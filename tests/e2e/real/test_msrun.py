@@ -33,7 +33,13 @@ from testbed.examples import MSRUN_JOB as NAME
 from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import condition, env_of, events, get, job_pods, wait_condition, wait_for
 from tests.e2e.real.joblogs import JobLogs
-from tests.e2e.real.training import apply, exit_codes, operator_writes, records
+from tests.e2e.real.training import (
+    apply,
+    assert_every_stopped_run_kept,
+    exit_codes,
+    operator_writes,
+    records,
+)
 
 JSON = dict[str, Any]
 
@@ -160,6 +166,7 @@ def test_one_cluster_of_4_ranks_survives_a_killed_worker_and_a_scale_to_6(
     resumed_at = time.time()
     writes = operator_writes(cluster.audit_log, namespace, killed_at - 5, resumed_at)
     assert not [k for k in writes if k.split()[1] == "pods"], writes
+    assert_every_stopped_run_kept(cluster, namespace, NAME, sorted(again))
     cluster.kubectl("scale", "msjob", NAME, "-n", namespace, "--replicas=3")
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=400, details=logs.tail)
 

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from msop.integrations.wire import KEPT_RUN_BEGIN, KEPT_RUN_END
 from testbed.examples import MINDSPORE_EXAMPLE, mindspore_example
 from testbed.examples import MINDSPORE_JOB as NAME
 from testbed.paths import CACHE
@@ -61,6 +63,35 @@ def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> 
             except ValueError:
                 continue
     return out
+
+
+def kept_runs(cluster: RealCluster, ns: str, job: str) -> dict[str, list[str]]:
+    """``msop logs JOB --previous --prefix`` as a user runs it, by pod: after a restart in
+    place, the stopped run each pod's msop-agent kept (the kubelet removed the containers
+    and their logs), its opening and closing lines included."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "msop.cli", "logs", job, "--previous", "--prefix", "-n", ns,
+         "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        pod, _, text = line.partition("] ")
+        out.setdefault(pod.removeprefix("["), []).append(text)
+    return out
+
+
+def assert_every_stopped_run_kept(cluster: RealCluster, ns: str, job: str, pods: list[str]) -> None:
+    """Every pod's stopped run is readable after the restart in place, and says where it
+    comes from; the Workers' have what train.py printed before the restart."""
+    kept = kept_runs(cluster, ns, job)
+    assert sorted(kept) == sorted(pods), sorted(kept)
+    for pod, lines in kept.items():
+        assert lines[0].startswith(KEPT_RUN_BEGIN + "mindspore "), (pod, lines[:2])
+        assert lines[-1].startswith(KEPT_RUN_END + "mindspore "), (pod, lines[-2:])
+        if "-worker-" in pod:
+            assert any(line.startswith("{") for line in lines), (pod, lines[-20:])
 
 
 def worker_records(cluster: RealCluster, ns: str, n: int) -> dict[str, list[JSON]]:

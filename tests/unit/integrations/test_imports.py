@@ -98,6 +98,7 @@ def test_the_agent_imports_only_the_contract_and_the_signatures() -> None:
         "msop.integrations.signature", "msop.integrations.wire", "msop.integrations.podhttp",
     }  # fmt: skip
     assert msop_imports("podhttp.py") == set()
+    assert msop_imports("keeper.py") == set()  # copied alone into the training container
     assert msop_imports("signature.py") == set()
     assert msop_imports("wire.py") == set()
 

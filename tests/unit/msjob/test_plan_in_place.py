@@ -10,7 +10,7 @@ import pytest
 
 from msop.kube.objects import format_time
 from msop.msjob.inplace import pods as inplace
-from msop.msjob.inplace.pods import InPlace
+from msop.msjob.inplace.pods import KEEPER_LAUNCH, InPlace
 from msop.msjob.plan import Plan
 from msop.msjob.projection import pod_projection
 from tests.support.builders import NOW, T0, cond, job, names, pod, run, running_status, service
@@ -141,6 +141,33 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert main["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": codes}]
     assert {"name": "msop-agent", "emptyDir": {}} in worker["volumes"]
     assert worker["restartPolicy"] == "Never"
+
+
+def test_the_training_command_runs_under_the_keeper_of_its_output() -> None:
+    j = cluster()
+    specs = j["spec"]["msReplicaSpecs"]
+    specs["Worker"]["template"]["spec"]["containers"][0].update(
+        command=["python", "train.py"], args=["--epochs", "3"],
+        volumeMounts=[{"name": "data", "mountPath": "/data"}],
+    )  # fmt: skip
+    specs["Scheduler"]["template"]["spec"]["containers"][0].pop("command", None)
+    pods = new_pods(j, in_place=ON)
+    main = pods["j-worker-0"]["spec"]["containers"][0]
+    assert main["command"] == [
+        "/bin/sh", "-c", KEEPER_LAUNCH, "msop-keeper", "/var/run/msop-keeper", "mindspore",
+        "--", "python", "train.py", "--epochs", "3",
+    ]  # fmt: skip
+    assert "args" not in main
+    assert main["volumeMounts"] == [
+        {"name": "data", "mountPath": "/data"},
+        {"name": "msop-agent", "mountPath": "/var/run/msop-keeper", "subPath": "runs"},
+    ]
+    # No command: the image's entrypoint, which msop cannot see, runs as it is.
+    scheduler = pods["j-scheduler-0"]["spec"]["containers"][0]
+    assert "command" not in scheduler and "volumeMounts" not in scheduler
+    # Without restart in place nothing is wrapped.
+    plain = new_pods(j)["j-worker-0"]["spec"]["containers"][0]
+    assert plain["command"] == ["python", "train.py"] and plain["args"] == ["--epochs", "3"]
 
 
 def test_the_agent_goes_before_the_templates_own_init_containers() -> None:

@@ -21,6 +21,7 @@ from msop.sdk import (
     msrun_job,
 )
 from msop.sdk import client as client_module
+from msop.sdk.client import KEPT_IN_CONDITION
 from tests.support import builders
 
 JSON = dict[str, Any]
@@ -80,7 +81,8 @@ def client(api: Api, logs: Mapping[str, list[str]] | None = None) -> MSJobClient
     ) -> AsyncIterator[bytes]:
         pod_name = path.rsplit("/", 2)[-2]
         served.append((pod_name, dict(query)))
-        key = f"{pod_name}@{query.get('previous', '')}"
+        which = "agent" if query.get("container") == "msop-agent" else query.get("previous", "")
+        key = f"{pod_name}@{which}"
         if logs is None or key not in logs:
             raise MSJobLogsError(f"logs of {what}: 400 BadRequest: container is waiting to start")
         for line in logs[key]:
@@ -267,16 +269,59 @@ async def test_the_previous_run_of_a_recreated_or_deleted_pod_is_the_output_the_
         "step 9\nKilled",
     )  # fmt: skip
     c = client(Api(builders.job(status=status), []))
-    assert [x async for x in c.get_job_logs("j", previous=True)] == [
-        ("j-worker-1", "step 9"), ("j-worker-1", "Killed"),
-    ]  # fmt: skip
+    kept = [("j-worker-1", KEPT_IN_CONDITION), ("j-worker-1", "step 9"), ("j-worker-1", "Killed")]
+    assert KEPT_IN_CONDITION.startswith("----- msop: the failed run's last output, kept in the")
+    assert [x async for x in c.get_job_logs("j", previous=True)] == kept
     assert [x async for x in c.get_job_logs("j", previous=True, replica_type="Worker",
-                                            index=1)] == [("j-worker-1", "step 9"),
-                                                          ("j-worker-1", "Killed")]  # fmt: skip
+                                            index=1)] == kept  # fmt: skip
     with pytest.raises(MSJobLogsError, match="no previous run"):
         _ = [x async for x in c.get_job_logs("j", previous=True, replica_type="Scheduler")]
     # A pod the kubelet restarted in place has a previous run of its own.
     c = client(Api(builders.job(status=status), [pod("Worker", 0, "w0")]),
                {"j-worker-0@true": ["run 1"]})  # fmt: skip
     got = [x async for x in c.get_job_logs("j", previous=True)]
-    assert got == [("j-worker-0", "run 1"), ("j-worker-1", "step 9"), ("j-worker-1", "Killed")]
+    assert got == [("j-worker-0", "run 1"), *kept]
+
+
+def kept_by_the_keeper(made: JSON) -> JSON:
+    """A pod msop restarts in place: the agent, and the training command under the keeper."""
+    spec = made["spec"]
+    spec["initContainers"] = [{"name": "msop-agent"}, {"name": "msop-barrier"}]
+    spec["containers"][0]["command"] = ["/bin/sh", "-c", "...", "msop-keeper", "/d", "mindspore",
+                                        "--", "python", "train.py"]  # fmt: skip
+    return made
+
+
+BEGIN = (
+    "----- msop: the stopped run of container mindspore (started 2026-11-28T10:00:00Z; ...) -----"
+)
+END = "----- msop: end of the stopped run of container mindspore -----"
+
+
+async def test_the_previous_run_of_a_pod_restarted_in_place_is_the_one_its_agent_kept() -> None:
+    # The kubelet removed the containers with their logs; each pod's msop-agent printed the
+    # stopped run into its own log (the last one counts), which is read in its place.
+    members = [("Scheduler", 0, "s0"), ("Worker", 0, "w0"), ("Worker", 1, "w1")]
+    pods = [kept_by_the_keeper(pod(*m)) for m in members]
+    logs = {
+        "j-scheduler-0@agent": ["msop agent: serving", BEGIN, "sched 1", END, "msop agent: x"],
+        "j-worker-0@agent": [BEGIN, "old", END, BEGIN, "epoch 1", "epoch 2", "Killed", END],
+        # Its agent printed nothing (a run that kept nothing): the kubelet's previous run.
+        "j-worker-1@agent": ["msop agent: serving"],
+        "j-worker-1@true": ["from the kubelet"],
+    }
+    c = client(Api(builders.job(), pods), logs)
+    got = [x async for x in c.get_job_logs("j", previous=True)]
+    assert got == [
+        ("j-scheduler-0", BEGIN), ("j-scheduler-0", "sched 1"), ("j-scheduler-0", END),
+        ("j-worker-0", BEGIN), ("j-worker-0", "epoch 1"), ("j-worker-0", "epoch 2"),
+        ("j-worker-0", "Killed"), ("j-worker-0", END),
+        ("j-worker-1", "from the kubelet"),
+    ]  # fmt: skip
+    tail = [x async for x in c.get_job_logs("j", previous=True, replica_type="Worker", index=0,
+                                            tail_lines=1)]  # fmt: skip
+    assert tail == [("j-worker-0", BEGIN), ("j-worker-0", "Killed"), ("j-worker-0", END)]
+    # Another container of the pod is not the one kept, and has no previous run.
+    with pytest.raises(MSJobLogsError, match="no previous run to show: no pod has one"):
+        _ = [x async for x in c.get_job_logs("j", previous=True, container="sidecar",
+                                             replica_type="Scheduler")]  # fmt: skip

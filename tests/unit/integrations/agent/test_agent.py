@@ -424,6 +424,34 @@ def test_help_explains_the_protocol(pod: Pod) -> None:
         assert word in out
 
 
+def test_on_start_it_prints_the_stopped_run_of_the_training_container(pod: Pod) -> None:
+    runs = pod.dir / "runs"
+    runs.mkdir()
+    (runs / "run.lock").touch()
+    (runs / "run.json").write_text(json.dumps({"container": "mindspore", "started": 0}))
+    (runs / "run.log").write_bytes(b"epoch 3 loss 0.5\nTraceback: boom")
+    proc = pod.serve()
+    proc.send_signal(signal.SIGTERM)
+    code, out, _ = exits(proc)
+    assert code == 0
+    assert out.splitlines() == [
+        "----- msop: the stopped run of container mindspore (started 1970-01-01T00:00:00Z; its"
+        " last 32 bytes, kept by msop before the restart in place) -----",
+        "epoch 3 loss 0.5",
+        "Traceback: boom",
+        "----- msop: end of the stopped run of container mindspore -----",
+    ]
+    second = pod.serve()  # the sidecar restarted alone: shown already
+    second.send_signal(signal.SIGTERM)
+    assert exits(second)[:2] == (0, "")
+
+
+def test_the_barrier_installs_the_keeper(pod: Pod) -> None:
+    assert exits(pod.barrier())[0] == 0
+    script = pod.dir / "runs" / "keeper.py"
+    assert script.read_bytes() == (REPO / "msop" / "integrations" / "keeper.py").read_bytes()
+
+
 def test_sigterm_stops_it_with_0(pod: Pod) -> None:
     proc = pod.serve()
     proc.send_signal(signal.SIGTERM)

@@ -1,0 +1,117 @@
+"""The training container's kept runs (:mod:`msop.integrations.keeper`), on the agent's side.
+
+- :func:`install_keeper`: the barrier puts the keeper script into the ``runs`` directory of
+  the pod's emptyDir on every start of the pod's containers, before the training container
+  starts (the training image runs it with its own Python).
+- :func:`show_stopped_run`: the sidecar, which starts first after a restart of every
+  container of the pod, prints the run that the restart stopped into its own log, once,
+  between a :data:`~msop.integrations.wire.KEPT_RUN_BEGIN` line and a
+  :data:`~msop.integrations.wire.KEPT_RUN_END` line, where ``msop logs --previous`` and
+  ``kubectl logs <pod> -c msop-agent`` read it. A run is stopped when no keeper holds its
+  lock; a sidecar that restarted alone while the training runs prints nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import BinaryIO, Final
+
+from msop.integrations.wire import KEEPER_DIR, KEPT_RUN_BEGIN, KEPT_RUN_END
+
+__all__ = ["KEEPER_SCRIPT", "install_keeper", "runs_dir", "show_stopped_run"]
+
+KEEPER_SCRIPT: Final = "keeper.py"
+_SHOWN = "shown"
+_LOG, _OLDER, _LOCK, _INFO = "run.log", "run.log.1", "run.lock", "run.json"
+
+
+def runs_dir(agent_dir: Path) -> Path:
+    return agent_dir / KEEPER_DIR
+
+
+def install_keeper(agent_dir: Path) -> Path:
+    """Write the keeper script into the runs directory (made writable for the training
+    container, whatever its user); its path."""
+    runs = runs_dir(agent_dir)
+    runs.mkdir(exist_ok=True)
+    runs.chmod(0o777)
+    source = resources.files("msop.integrations").joinpath("keeper.py").read_bytes()
+    target = runs / KEEPER_SCRIPT
+    tmp = runs / f".{KEEPER_SCRIPT}.{os.getpid()}"
+    tmp.write_bytes(source)
+    tmp.chmod(0o644)
+    tmp.replace(target)
+    return target
+
+
+def show_stopped_run(
+    agent_dir: Path, out: BinaryIO | None = None, log: Callable[[str], None] | None = None
+) -> bool:
+    """Print the stopped run, if there is one not shown yet; True if it printed one."""
+    runs = runs_dir(agent_dir)
+    out = sys.stdout.buffer if out is None else out
+    try:
+        fd = os.open(runs / _LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if log is not None:
+            log(f"cannot read the kept run in {runs}: {exc}")
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False  # a keeper runs: the training container was not restarted
+        return _show(runs, out)
+    except OSError as exc:
+        if log is not None:
+            log(f"cannot show the kept run in {runs}: {exc}")
+        return False
+    finally:
+        os.close(fd)
+
+
+def _show(runs: Path, out: BinaryIO) -> bool:
+    parts = [runs / _OLDER, runs / _LOG]
+    stats = [p.stat() for p in parts if p.exists()]
+    if not stats:
+        return False
+    identity = ",".join(f"{s.st_ino}:{s.st_size}:{s.st_mtime_ns}" for s in stats)
+    shown = runs / _SHOWN
+    with contextlib.suppress(FileNotFoundError):
+        if shown.read_text() == identity:
+            return False
+    try:
+        info = json.loads((runs / _INFO).read_text())
+        container = str(info.get("container") or "?")
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(info["started"])))
+    except (OSError, ValueError, KeyError, TypeError):
+        container, started = "?", "?"
+    size = sum(s.st_size for s in stats)
+    out.write(
+        f"{KEPT_RUN_BEGIN}{container} (started {started}; its last {size} bytes, kept by "
+        f"msop before the restart in place) -----\n".encode()
+    )
+    ends_with_newline = True
+    for part in parts:
+        with contextlib.suppress(FileNotFoundError), part.open("rb") as f:
+            while chunk := f.read(65536):
+                out.write(chunk)
+                ends_with_newline = chunk.endswith(b"\n")
+    if not ends_with_newline:
+        out.write(b"\n")
+    out.write(f"{KEPT_RUN_END}{container} -----\n".encode())
+    out.flush()
+    tmp = runs / f".{_SHOWN}.{os.getpid()}"
+    tmp.write_text(identity)
+    tmp.replace(shown)
+    return True
