@@ -90,7 +90,7 @@ realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, 
 	@hack/realnode/ensure-packages.sh
 
 .PHONY: e2e-real
-e2e-real: venv realnode-deps helm ## end-to-end tests on a real kubelet node, msop's release installed with helm and kubectl too (root; builds images offline)
+e2e-real: venv realnode-deps realnode-images helm ## end-to-end tests on a real kubelet node, msop's release installed with helm and kubectl too (root; builds images offline)
 	@hack/cluster/build.sh >/dev/null && hack/cluster/build.sh node >/dev/null
 	$(BIN)/pytest -q tests/e2e/real $(PYTEST_ARGS)
 
@@ -153,7 +153,13 @@ hadolint: venv $(BIN)/hadolint-$(HADOLINT_VERSION) ## lint the Dockerfile with h
 # What `test` needs, made two at a time: pip, apt and the Go builds overlap (each build is
 # cached, so a warm run passes through at once). Then the checks run one after another.
 .PHONY: test-deps
-test-deps: cluster-bin venv realnode-deps $(BIN)/hadolint-$(HADOLINT_VERSION) helm prometheus volcano kueue node-bin
+test-deps: cluster-bin venv realnode-deps realnode-images $(BIN)/hadolint-$(HADOLINT_VERSION) helm prometheus volcano kueue node-bin
+
+# The real tier's images (offline builds: buildah, a wheelhouse of MindSpore's wheels) are
+# mostly downloads and disk: made while the control plane compiles, not in the tier.
+.PHONY: realnode-images
+realnode-images: venv realnode-deps ## build (or reuse) the real-node tier's images: pause, python, operator, mindspore (root)
+	@$(BIN)/python -m testbed.images >/dev/null
 
 .PHONY: volcano
 volcano: ## build (or reuse) vc-scheduler and vc-controller-manager from their Go module (hack/volcano)

@@ -437,3 +437,25 @@ class ImageBuilder:
         out.parent.mkdir(parents=True, exist_ok=True)
         self._push(ref, out, "oci-archive")
         return Image(ref, out)
+
+
+def main() -> int:
+    """``python -m testbed.images``: build (or find in the cache) the real tier's four
+    images, as the tier's set-up would; one line per image. ``make test`` runs it while the
+    control plane compiles, so that the tier starts on images already made."""
+    from testbed.paths import CACHE
+
+    builder = ImageBuilder(CACHE)
+    try:
+        python = builder.python_base()
+        made = [builder.pause(), python, builder.operator(python), builder.mindspore(python)]
+    except ImageBuildError as e:
+        print(f"testbed.images: {e}", file=sys.stderr)
+        return 1
+    for image in made:
+        print(f"{image.ref} {image.archive}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
