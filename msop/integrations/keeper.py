@@ -10,8 +10,9 @@ that msop restarts in place, the training container's command runs under this sc
 It runs COMMAND as its child, passes its standard output and error through unchanged (the
 container's log is what it would be without the keeper), and appends the same bytes to
 ``DIR/run.log``, keeping the last :data:`SEGMENT` to twice :data:`SEGMENT` bytes of the run
-(``run.log.1`` holds the segment before). ``DIR/run.json`` says which container and when it
-started, and the keeper holds an exclusive ``flock`` on ``DIR/run.lock`` while it runs. After a
+(``run.log.1`` holds the segment before). ``DIR/run.json`` says which container, when it
+started and, once the command ended by itself, when and how (exit code, signal); the
+keeper holds an exclusive ``flock`` on ``DIR/run.lock`` while it runs. After a
 restart of the pod's containers, the msop-agent sidecar (which starts before the training
 container) prints the stopped run from these files into its own log, where ``msop logs
 --previous`` and ``kubectl logs <pod> -c msop-agent`` find it.
@@ -68,6 +69,7 @@ class Kept:
 
     def __init__(self, directory: str) -> None:
         self._dir = directory
+        self._info: dict[str, object] = {}
         self._lock = threading.Lock()
         self._file: IO[bytes] | None = None
         self._size = 0
@@ -80,8 +82,8 @@ class Kept:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(os.path.join(self._dir, name))
             self._file = open(os.path.join(self._dir, LOG), "ab")  # noqa: SIM115
-            info = {"container": container, "started": time.time(), "pid": os.getpid()}
-            _write_whole(os.path.join(self._dir, INFO), json.dumps(info).encode())
+            self._info = {"container": container, "started": time.time()}
+            _write_whole(os.path.join(self._dir, INFO), json.dumps(self._info).encode())
         except OSError as exc:
             self._stop(exc)
 
@@ -98,6 +100,20 @@ class Kept:
                 self._file.write(data[-2 * SEGMENT :])
                 self._file.flush()
                 self._size += len(data)
+            except OSError as exc:
+                self._stop(exc)
+
+    def ended(self, code: int, signum: int | None) -> None:
+        """The command ended by itself: ``run.json`` says how (a run killed with its
+        container says nothing)."""
+        with self._lock:
+            if self._file is None:
+                return
+            ended = {"ended": time.time(), "exit_code": code, "signal": signum}
+            try:
+                _write_whole(
+                    os.path.join(self._dir, INFO), json.dumps({**self._info, **ended}).encode()
+                )
             except OSError as exc:
                 self._stop(exc)
 
@@ -133,6 +149,7 @@ def _pump(source: IO[bytes], fd: int, kept: Kept) -> None:
             return
         if not data:
             return
+        kept.add(data)  # first: what the log shows is kept when a kill comes
         view = memoryview(data)
         while view:
             try:
@@ -141,7 +158,6 @@ def _pump(source: IO[bytes], fd: int, kept: Kept) -> None:
                 time.sleep(0.01)
             except OSError:
                 break  # our own output is gone: keep reading, so the child never blocks
-        kept.add(data)
 
 
 def _exit_code(returncode: int) -> int:
@@ -185,6 +201,7 @@ def run(directory: str, container: str, command: Sequence[str]) -> int:
     deadline = time.monotonic() + DRAIN_SECONDS
     for pump in pumps:
         pump.join(max(0.0, deadline - time.monotonic()))
+    kept.ended(_exit_code(returncode), -returncode if returncode < 0 else None)
     return _exit_code(returncode)
 
 

@@ -80,6 +80,29 @@ def show_stopped_run(
         os.close(fd)
 
 
+def _when(seconds: object) -> str:
+    if not isinstance(seconds, (int, float)):
+        raise ValueError(seconds)
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+
+
+def _describe(info_file: Path) -> tuple[str, str]:
+    """The container's name, and when and how its run started and ended (``run.json``)."""
+    try:
+        info = json.loads(info_file.read_text())
+        container = str(info.get("container") or "?")
+        how = f"started {_when(info['started'])}"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "?", "started ?"
+    try:
+        ended, code, signum = _when(info["ended"]), info["exit_code"], info.get("signal")
+    except (KeyError, ValueError):
+        return container, f"{how}, stopped with its container"
+    if isinstance(signum, int):
+        return container, f"{how}, ended {ended}: killed by signal {signum} (exit code {code})"
+    return container, f"{how}, ended {ended} with exit code {code}"
+
+
 def _show(runs: Path, out: BinaryIO) -> bool:
     parts = [runs / _OLDER, runs / _LOG]
     stats = [p.stat() for p in parts if p.exists()]
@@ -90,16 +113,11 @@ def _show(runs: Path, out: BinaryIO) -> bool:
     with contextlib.suppress(FileNotFoundError):
         if shown.read_text() == identity:
             return False
-    try:
-        info = json.loads((runs / _INFO).read_text())
-        container = str(info.get("container") or "?")
-        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(float(info["started"])))
-    except (OSError, ValueError, KeyError, TypeError):
-        container, started = "?", "?"
+    container, how = _describe(runs / _INFO)
     size = sum(s.st_size for s in stats)
     out.write(
-        f"{KEPT_RUN_BEGIN}{container} (started {started}; its last {size} bytes, kept by "
-        f"msop before the restart in place) -----\n".encode()
+        f"{KEPT_RUN_BEGIN}{container} ({how}; its last {size} bytes, kept by msop before "
+        "the restart in place) -----\n".encode()
     )
     ends_with_newline = True
     for part in parts:

@@ -37,9 +37,12 @@ def test_output_passes_through_and_is_kept_with_the_exit_code(tmp_path: Path) ->
     out, err = proc.communicate(timeout=WAIT)
     assert proc.returncode == 3
     assert (out, err) == (b"out\npartial", b"err\n")
-    assert sorted((tmp_path / "run.log").read_bytes().splitlines()) == [b"err", b"out", b"partial"]
+    # Both streams, whole; how they interleave depends on when each pipe was read.
+    assert sorted((tmp_path / "run.log").read_bytes()) == sorted(b"out\nerr\npartial")
     info = json.loads((tmp_path / "run.json").read_text())
-    assert info["container"] == "mindspore" and info["started"] <= time.time()
+    assert info["container"] == "mindspore"
+    assert info["started"] <= info["ended"] <= time.time()
+    assert (info["exit_code"], info["signal"]) == (3, None)
 
 
 def test_a_new_run_replaces_the_kept_one(tmp_path: Path) -> None:
@@ -81,6 +84,8 @@ def test_a_command_killed_by_a_signal_exits_128_plus_n(tmp_path: Path) -> None:
     proc = keep(tmp_path, "sh", "-c", "echo going; kill -9 $$")
     out, _ = proc.communicate(timeout=WAIT)
     assert proc.returncode == 137 and out == b"going\n"
+    info = json.loads((tmp_path / "run.json").read_text())
+    assert (info["exit_code"], info["signal"]) == (137, 9)
 
 
 def test_a_command_that_cannot_start_exits_127_and_says_why(tmp_path: Path) -> None:
@@ -116,11 +121,29 @@ def test_the_agent_shows_a_stopped_run_once_and_never_a_running_one(tmp_path: Pa
         assert show_stopped_run(agent_dir, out)
     text = shown.read_text().splitlines()
     assert text[0].startswith("----- msop: the stopped run of container mindspore (started ")
+    assert ", stopped with its container; its last 14 bytes," in text[0]
     assert text[1:3] == ["epoch 1", "ready"]
     assert text[3] == "----- msop: end of the stopped run of container mindspore -----"
     with shown.open("wb") as out:
         assert not show_stopped_run(agent_dir, out)  # shown once: a sidecar restart alone
     assert shown.read_bytes() == b""
+
+
+def test_the_agent_says_how_a_run_that_ended_by_itself_ended(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    keep(runs, "sh", "-c", "echo Traceback; exit 1").communicate(timeout=WAIT)
+    with (tmp_path / "shown.txt").open("wb") as out:
+        assert show_stopped_run(tmp_path, out)
+    head = (tmp_path / "shown.txt").read_text().splitlines()[0]
+    assert " with exit code 1; its last 10 bytes, kept by msop before the restart" in head
+    runs2 = tmp_path / "again" / "runs"
+    runs2.mkdir(parents=True)
+    keep(runs2, "sh", "-c", "kill -TERM $$").communicate(timeout=WAIT)
+    with (tmp_path / "shown2.txt").open("wb") as out:
+        assert show_stopped_run(runs2.parent, out)
+    head = (tmp_path / "shown2.txt").read_text().splitlines()[0]
+    assert ": killed by signal 15 (exit code 143); its last 0 bytes" in head
 
 
 def test_no_kept_run_shows_nothing(tmp_path: Path) -> None:

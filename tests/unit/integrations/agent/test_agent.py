@@ -435,8 +435,9 @@ def test_on_start_it_prints_the_stopped_run_of_the_training_container(pod: Pod) 
     code, out, _ = exits(proc)
     assert code == 0
     assert out.splitlines() == [
-        "----- msop: the stopped run of container mindspore (started 1970-01-01T00:00:00Z; its"
-        " last 32 bytes, kept by msop before the restart in place) -----",
+        "----- msop: the stopped run of container mindspore (started 1970-01-01T00:00:00Z,"
+        " stopped with its container; its last 32 bytes, kept by msop before the restart in"
+        " place) -----",
         "epoch 3 loss 0.5",
         "Traceback: boom",
         "----- msop: end of the stopped run of container mindspore -----",
