@@ -70,11 +70,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "msop") -> int:
         print(f"msop {__version__}")
         return 0
     if args.command == "render":
-        from msop.cli.render import render_files
+        from msop.cli.render import RENDER_VERSION, render_files
 
+        volcano = args.enable_gang_scheduling or args.gang_scheduler == "volcano"
         return render_files(
-            args.files, args.namespace, args.enable_gang_scheduling, sys.stdout, sys.stderr,
+            args.files, args.namespace, volcano, sys.stdout, sys.stderr,
             kueue=args.enable_kueue,
+            workload_api=RENDER_VERSION if args.gang_scheduler == "kubernetes" else None,
         )  # fmt: skip
     if args.command == "validate":
         from msop.cli.validate import validate_files

@@ -284,8 +284,20 @@ def _add_run(sub: Any) -> None:
     a(
         "--enable-gang-scheduling",
         "MSOP_ENABLE_GANG_SCHEDULING",
-        "create a Volcano PodGroup per job; its pods wait until Volcano admits the gang",
+        "create a Volcano PodGroup per job; its pods wait until Volcano admits the gang "
+        "(the same as --gang-scheduler=volcano)",
         action="store_true",
+    )
+    a(
+        "--gang-scheduler",
+        "MSOP_GANG_SCHEDULER",
+        "what places each job's pods whole or not at all: 'volcano' (a Volcano PodGroup per "
+        "job), 'kubernetes' (Kubernetes' Workload API, scheduling.k8s.io: a Workload and a "
+        "PodGroup per job; start-up fails if the API server does not serve it), 'none', or "
+        "'auto': Volcano with --enable-gang-scheduling, else the Workload API where the API "
+        "server serves it, else none (the choice is logged at start)",
+        "auto",
+        choices=("auto", "volcano", "kubernetes", "none"),
     )
     a(
         "--enable-kueue",
@@ -665,8 +677,9 @@ def _add_offline(sub: Any) -> None:
         "render",
         help="print the pods and Services the operator would create for an MSJob",
         description="Print, as multi-document YAML, the PodGroup (with "
-        "--enable-gang-scheduling), Kueue Workload (with --enable-kueue), Services and pods the "
-        "operator creates for each MSJob, "
+        "--enable-gang-scheduling), the Workload and PodGroup of Kubernetes' Workload API "
+        "(with --gang-scheduler=kubernetes), Kueue Workload (with --enable-kueue), Services "
+        "and pods the operator creates for each MSJob, "
         "computed offline by the operator's own planner. Cluster-assigned values are "
         "placeholders: the MSJob uid '<msjob-uid>' in ownerReferences and the Scheduler "
         "Service ClusterIP '<scheduler-service-cluster-ip>' in MS_SCHED_HOST. Invalid jobs "
@@ -678,6 +691,10 @@ def _add_offline(sub: Any) -> None:
                         help="namespace (default: the job's own, else 'default')")  # fmt: skip
     render.add_argument("--enable-gang-scheduling", action="store_true",
                         help="render as an operator run with --enable-gang-scheduling")  # fmt: skip
+    render.add_argument("--gang-scheduler", choices=("none", "volcano", "kubernetes"),
+                        default="none",
+                        help="render as an operator run with --gang-scheduler (kubernetes: "
+                        "the Workload API's v1alpha2, which Kubernetes 1.36 serves)")  # fmt: skip
     render.add_argument("--enable-kueue", action="store_true",
                         help="render as an operator run with --enable-kueue")  # fmt: skip
     check = sub.add_parser(

@@ -10,6 +10,10 @@ from msop.kube.objects import JSON
 from msop.sdk.manifests import read_msjobs
 from msop.sdk.render import InvalidJobError, render
 
+RENDER_VERSION = "v1alpha2"
+"""The Workload API version ``msop render --gang-scheduler=kubernetes`` draws: the one
+Kubernetes 1.36 serves."""
+
 
 def render_files(
     paths: list[str],
@@ -18,6 +22,7 @@ def render_files(
     out: TextIO,
     err: TextIO,
     kueue: bool = False,
+    workload_api: str | None = None,
 ) -> int:
     """The ``msop render`` command: 0 when every MSJob rendered, 1 on any error."""
     docs: list[JSON] = []
@@ -35,7 +40,11 @@ def render_files(
         for job in jobs:
             try:
                 result = render(
-                    job, namespace=namespace, gang_scheduling=gang_scheduling, kueue=kueue
+                    job,
+                    namespace=namespace,
+                    gang_scheduling=gang_scheduling,
+                    kueue=kueue,
+                    workload_api=workload_api,
                 )
             except InvalidJobError as e:
                 for fe in e.errors:

@@ -88,6 +88,43 @@ async def _preflight(
         raise StartupError(f"API server error: {e.status} {e.reason}: {e.message}") from None
 
 
+async def _gang_scheduler(client: Any, args: argparse.Namespace) -> tuple[bool, str | None]:
+    """``--gang-scheduler`` resolved: (Volcano?, the Workload API's version or None). One
+    log line says what was picked and why."""
+    from msop.msjob import systems
+
+    log = structlog.get_logger("msop")
+    choice = args.gang_scheduler
+    if args.enable_gang_scheduling:
+        if choice not in ("auto", "volcano"):
+            raise StartupError(
+                f"--enable-gang-scheduling means --gang-scheduler=volcano, not {choice}"
+            )
+        choice = "volcano"
+    if choice == "volcano":
+        log.info("gang scheduling with Volcano", gang_scheduler="volcano")
+        return True, None
+    if choice == "none":
+        log.info("no gang scheduling", gang_scheduler="none")
+        return False, None
+    version = await systems.workload_api_version(client)
+    if version is not None:
+        log.info(
+            "gang scheduling with Kubernetes' Workload API", gang_scheduler="kubernetes",
+            api=f"scheduling.k8s.io/{version}", picked_by=choice,
+        )  # fmt: skip
+        return False, version
+    missing = (
+        "the API server does not serve Kubernetes' Workload API (scheduling.k8s.io "
+        "v1beta1, or v1alpha2 with the feature gates GenericWorkload and GangScheduling and "
+        "--runtime-config=scheduling.k8s.io/v1alpha2=true)"
+    )
+    if choice == "kubernetes":
+        raise StartupError(f"--gang-scheduler=kubernetes: {missing}")
+    log.info(f"no gang scheduling: {missing}", gang_scheduler="none", picked_by="auto")
+    return False, None
+
+
 def _secure_metrics(args: argparse.Namespace) -> SecureServing | None:
     """HTTPS and authentication on /metrics, unless --metrics-secure=false."""
     if not args.metrics_secure:
@@ -131,7 +168,8 @@ async def run_operator(args: argparse.Namespace) -> int:
     except Exception as e:
         raise StartupError(f"cannot load Kubernetes config: {e}") from None
     async with client:
-        await _preflight(client, args.namespaces, args.enable_gang_scheduling, args.enable_kueue)
+        volcano, workload_api = await _gang_scheduler(client, args)
+        await _preflight(client, args.namespaces, volcano, args.enable_kueue)
         election = None
         if args.leader_elect:
             try:
@@ -168,7 +206,8 @@ async def run_operator(args: argparse.Namespace) -> int:
             Settings(
                 namespaces=tuple(args.namespaces),
                 max_concurrent_reconciles=args.max_concurrent_reconciles,
-                gang_scheduling=args.enable_gang_scheduling,
+                gang_scheduling=volcano,
+                workload_api=workload_api,
                 kueue=args.enable_kueue,
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,

@@ -349,6 +349,8 @@ def _place(pod_spec: JSON, placement: Placement) -> None:
         }
     if placement.tolerations:
         pod_spec["tolerations"] = [*(pod_spec.get("tolerations") or []), *placement.tolerations]
+    if placement.scheduling_group and "schedulingGroup" not in pod_spec:
+        pod_spec["schedulingGroup"] = {"podGroupName": placement.scheduling_group}
     if placement.scheduling_gates:
         gates = list(pod_spec.get("schedulingGates") or [])
         have = {g.get("name") for g in gates if isinstance(g, dict)}
@@ -387,6 +389,15 @@ def replica_slots(job: JSON) -> list[tuple[str, int]]:
     return [
         (rt, i) for rt in c.REPLICA_TYPES if rt in specs for i in range(max(0, specs[rt].replicas))
     ]
+
+
+def gang_size(job: JSON) -> int:
+    """How many of the job's pods a gang scheduler must place together:
+    ``runPolicy.schedulingPolicy.minAvailable``, or every replica."""
+    sp = MSJob(job).run_policy.scheduling_policy
+    if sp is not None and sp.min_available is not None:
+        return sp.min_available
+    return total_replicas(job)
 
 
 def total_replicas(job: JSON) -> int:

@@ -150,12 +150,8 @@ def waiting(job: JSON, pod_group: JSON | None) -> Wait | None:
 
 
 def min_member(job: JSON) -> int:
-    """How many pods Volcano must place together: ``schedulingPolicy.minAvailable``, or
-    every replica."""
-    sp = MSJob(job).run_policy.scheduling_policy
-    if sp is not None and sp.min_available is not None:
-        return sp.min_available
-    return desired.total_replicas(job)
+    """How many pods Volcano must place together (:func:`~.desired.gang_size`)."""
+    return desired.gang_size(job)
 
 
 def min_resources(job: JSON) -> dict[str, str]:

@@ -1,6 +1,7 @@
 """The seam between an MSJob and the systems that queue or gang-schedule it.
 
-A scheduling system (Kueue in :mod:`.kueue`, Volcano in :mod:`.gang`) does the same few
+A scheduling system (Kueue in :mod:`.kueue`, Volcano in :mod:`.gang`, Kubernetes' Workload
+API in :mod:`.workloadapi`) does the same few
 things for every job it manages, and nothing else in the MSJob controller knows about its
 objects:
 
@@ -79,7 +80,8 @@ class Wait:
 class Placement:
     """What scheduling systems add to a replica's pods: node labels and tolerations
     (Kueue's admitted flavors), the scheduler that places them (Volcano), labels,
-    annotations and scheduling gates (Kueue's topology gate). The template's own node
+    annotations, scheduling gates (Kueue's topology gate) and the scheduling group
+    (the Workload API's PodGroup). The template's own node
     labels and scheduler win; the operator's labels win over these."""
 
     node_selector: dict[str, str] = field(default_factory=dict)
@@ -90,6 +92,9 @@ class Placement:
     scheduling_gates: list[str] = field(default_factory=list)
     """Names of ``spec.schedulingGates`` the pods are created with (each once): the pod
     is not scheduled until whoever owns a gate removes it."""
+    scheduling_group: str | None = None
+    """The ``PodGroup`` (Kubernetes' Workload API) the pods are placed with, whole or not
+    at all (``spec.schedulingGroup.podGroupName``)."""
 
     def __add__(self, other: Placement) -> Placement:
         return Placement(
@@ -99,6 +104,7 @@ class Placement:
             annotations={**self.annotations, **other.annotations},
             scheduler_name=other.scheduler_name or self.scheduler_name,
             scheduling_gates=list(dict.fromkeys([*self.scheduling_gates, *other.scheduling_gates])),
+            scheduling_group=other.scheduling_group or self.scheduling_group,
         )
 
 

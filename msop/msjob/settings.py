@@ -28,6 +28,9 @@ class Settings:
     default of ``msop run --max-concurrent-reconciles``."""
     gang_scheduling: bool = False
     """Create Volcano PodGroups and hold pods until their group is Inqueue."""
+    workload_api: str | None = None
+    """Gang-schedule with Kubernetes' Workload API of this version (``v1alpha2``,
+    ``v1beta1``): a Workload and a PodGroup per job, ``schedulingGroup`` on its pods."""
     kueue: bool = False
     """Queue jobs labelled ``kueue.x-k8s.io/queue-name`` in Kueue through a Workload
     each, and run their pods only while it is admitted."""

@@ -208,7 +208,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # the caches it asks for.
     caches = _Caches(factory, informers, lean)
     enabled = systems.enabled(
-        kueue_enabled=settings.kueue, gang_scheduling=settings.gang_scheduling
+        kueue_enabled=settings.kueue,
+        gang_scheduling=settings.gang_scheduling,
+        workload_api=settings.workload_api,
     )
     scheduling = [integration.start(manager.client, caches) for integration in enabled]
 

@@ -1,5 +1,6 @@
-"""The scheduling systems msop integrates with, in the order they decide: Kueue, then
-Volcano (a job queued by Kueue and placed as a gang by Volcano waits for Kueue first).
+"""The scheduling systems msop integrates with, in the order they decide: Kueue, then the
+gang scheduler, Volcano or Kubernetes' Workload API (a job queued by Kueue and placed as a
+gang waits for Kueue first).
 
 The operator (``setup.py``) starts the enabled ones, each with the caches it asks for;
 ``msop render`` plans a job with what each would see of it. Both go through the seam
@@ -8,12 +9,28 @@ The operator (``setup.py``) starts the enabled ones, each with the caches it ask
 
 from __future__ import annotations
 
-from msop.msjob import gang, kueue
+from typing import TYPE_CHECKING
+
+from msop.msjob import gang, kueue, workloadapi
 from msop.msjob.scheduling import Integration
 
+if TYPE_CHECKING:
+    from msop.kube.client import KubeClient
 
-def enabled(*, kueue_enabled: bool, gang_scheduling: bool) -> list[Integration]:
-    """The systems switched on (``--enable-kueue``, ``--enable-gang-scheduling``), in the
-    order they decide."""
+
+def enabled(
+    *, kueue_enabled: bool, gang_scheduling: bool, workload_api: str | None = None
+) -> list[Integration]:
+    """The systems switched on (``--enable-kueue``; ``--gang-scheduler``: Volcano, or the
+    Workload API of the version ``workload_api``), in the order they decide."""
     switched = ((kueue.INTEGRATION, kueue_enabled), (gang.INTEGRATION, gang_scheduling))
-    return [integration for integration, on in switched if on]
+    on = [integration for integration, wanted in switched if wanted]
+    if workload_api is not None:
+        on.append(workloadapi.integration(workload_api))
+    return on
+
+
+async def workload_api_version(client: KubeClient) -> str | None:
+    """The version of Kubernetes' Workload API the API server serves, or None
+    (:func:`.workloadapi.served_version`)."""
+    return await workloadapi.served_version(client)

@@ -83,10 +83,13 @@ def render(
     gang_scheduling: bool = False,
     kueue: bool = False,
     now: datetime | None = None,
+    workload_api: str | None = None,
 ) -> Rendered:
     """Plan ``job`` (raw, as a user wrote it) and return what would be created.
 
     ``namespace`` overrides ``metadata.namespace`` (else the job's, else ``default``).
+    ``workload_api``: as an operator gang-scheduling with Kubernetes' Workload API of that
+    version.
     Raises InvalidJobError with the admission field errors when ``job`` is invalid.
     """
     errors = validate_admission(job) + beyond_admission(job)
@@ -98,7 +101,9 @@ def render(
     meta.setdefault("uid", UID_PLACEHOLDER)
     job.pop("status", None)  # a new job: the plan must not depend on a stale status
     when = now or datetime.now(UTC)
-    integrations = systems.enabled(kueue_enabled=kueue, gang_scheduling=gang_scheduling)
+    integrations = systems.enabled(
+        kueue_enabled=kueue, gang_scheduling=gang_scheduling, workload_api=workload_api
+    )
     seen = [integration.unseen() for integration in integrations]
     scheduling: list[JSON] = []
     notes: list[str] = []

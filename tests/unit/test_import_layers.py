@@ -129,7 +129,7 @@ def _imported(path: str) -> set[str]:
     }
 
 
-SYSTEM_MODULES = ("msop.msjob.gang", "msop.msjob.kueue")  # kueue.py and kueue_workload.py
+SYSTEM_MODULES = ("msop.msjob.gang", "msop.msjob.kueue", "msop.msjob.workloadapi")
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,187 @@
+"""Gang scheduling with Kubernetes' own Workload API (scheduling.k8s.io/v1alpha2), no
+add-on: a control plane of its own with the GenericWorkload and GangScheduling feature
+gates on (the API server, the scheduler and the controller-manager) and the API served
+(``--runtime-config``). ``msop run`` with its default ``--gang-scheduler=auto`` finds the
+API and gives every job a Workload and a PodGroup; the real kube-scheduler places the
+pods whole or not at all.
+
+The node has room for two of the job's three pods: none is bound, and ``Queued`` says
+why; a second node makes room, and all three are bound. Deleting the job lets the
+garbage collector delete both objects.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from testbed import LocalCluster
+from testbed.cluster import create_namespace, fake_node, pod_cidr
+from testbed.paths import CACHE
+from tests.e2e.msjobs import apply, bound, get, job_pods, queued, wait_for, wait_queued
+from tests.e2e.sessions import (
+    OperatorFactory,
+    build_binaries,
+    install_crds,
+    operator_factory,
+    run_session_cluster,
+)
+
+JSON = dict[str, Any]
+GATES = "GenericWorkload=true,GangScheduling=true"
+
+
+def gated(name: str) -> JSON:
+    """kwokctl's components with the gates on and the API served."""
+
+    def args(**kv: str) -> list[JSON]:
+        return [{"key": k, "value": v} for k, v in kv.items()]
+
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "componentsPatches": [
+            {"name": "kube-apiserver", "extraArgs": args(
+                **{"feature-gates": GATES, "runtime-config": "scheduling.k8s.io/v1alpha2=true"})},
+            {"name": "kube-scheduler", "extraArgs": args(**{"feature-gates": GATES})},
+            {"name": "kube-controller-manager", "extraArgs": args(**{"feature-gates": GATES})},
+        ],
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalCluster]:
+    """A control plane of its own (the session's has the gates off), with no node: each
+    test adds the ones it needs."""
+    c = LocalCluster(
+        name=f"msop-wlapi-{os.getpid()}", bin_dir=build_binaries(), workdir=CACHE / "kwok",
+        nodes=0, extra_config_docs=[gated("wlapi")],
+    )  # fmt: skip
+    yield from run_session_cluster(c, install_crds)
+
+
+@pytest.fixture
+def namespace(cluster: LocalCluster) -> Iterator[str]:
+    name = create_namespace(cluster, prefix="wl", timeout=30)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFactory]:
+    with operator_factory(cluster.kubeconfig, namespace) as start:
+        yield start
+
+
+AddNode = Callable[[str, str], None]
+
+
+@pytest.fixture
+def add_node(cluster: LocalCluster, namespace: str) -> Iterator[AddNode]:
+    """``add_node(name, cpu)``: a kwok node of ``cpu`` CPUs for this test; the test's pods
+    go nowhere else, and its nodes are deleted afterwards."""
+    made: list[str] = []
+
+    def add(name: str, cpu: str) -> None:
+        capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
+        node = fake_node(f"{namespace}-{name}", pod_cidr(60 + len(made)), capacity, {}, [])
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
+        made.append(f"{namespace}-{name}")
+        cluster.kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"node/{made[-1]}")
+
+    yield add
+    cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
+                    check=False)  # fmt: skip
+    if made:
+        cluster.kubectl("delete", "node", *made, "--wait=false", check=False)
+
+
+def job(name: str) -> JSON:
+    """A Scheduler and two Workers of 3 CPUs each: two fit on a node of 8 CPUs, not three."""
+    template = {
+        "spec": {
+            "containers": [
+                {
+                    "name": "mindspore",
+                    "image": "mindspore:e2e",
+                    "resources": {"requests": {"cpu": "3"}},
+                }
+            ]
+        }
+    }
+    return {
+        "apiVersion": "mindspore.gitee.com/v1", "kind": "MSJob", "metadata": {"name": name},
+        "spec": {"msReplicaSpecs": {
+            "Scheduler": {"replicas": 1, "restartPolicy": "Never", "template": template},
+            "Worker": {"replicas": 2, "restartPolicy": "Never", "template": template},
+        }},
+    }  # fmt: skip
+
+
+def test_a_gang_that_does_not_fit_waits_whole_then_binds_whole(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
+) -> None:
+    add_node("a", "8")
+    op = start_operator()
+    assert wait_for("the start-up line", lambda: "Workload API" in op.log_path.read_text())
+    apply(cluster, namespace, job("gang"))
+    wait_for("three pods", lambda: len(job_pods(cluster, namespace, "gang")) == 3)
+    for pod in job_pods(cluster, namespace, "gang").values():
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "gang"}
+    workload = get(cluster, namespace, "workloads.scheduling.k8s.io", "gang")
+    assert workload is not None
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert workload["metadata"]["ownerReferences"][0]["kind"] == "MSJob"
+    # Room for two of three: none is bound, and the job says why.
+    wait = wait_queued(cluster, namespace, "gang", "Unschedulable", timeout=90)
+    assert "cannot place its gang of 3 pods whole yet" in wait["message"], wait
+    assert bound(cluster, namespace, "gang") == {}
+    # A second node: the whole gang is bound.
+    add_node("b", "8")
+    wait_for("all three bound", lambda: len(bound(cluster, namespace, "gang")) == 3, timeout=120)
+    wait_for(
+        "Queued False",
+        lambda: (q := queued(cluster, namespace, "gang")) is not None and q["status"] == "False",
+        timeout=60,
+    )
+    # Deleted with the job (the garbage collector, through their owner references).
+    cluster.kubectl("delete", "msjob", "gang", "-n", namespace, "--wait=false")
+    for kind in ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io"):
+        wait_for(f"the {kind} deleted", lambda k=kind: get(cluster, namespace, k, "gang") is None,
+                 timeout=90)  # fmt: skip
+
+
+def test_two_gangs_that_fit_one_at_a_time_never_share_the_room(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
+) -> None:
+    # Room for three pods of 3 CPUs (two on a node of 8, one on a node of 4): each job of
+    # three fits alone, not both. One runs whole, the other waits whole, never a part of
+    # each.
+    add_node("a", "8")
+    add_node("b", "4")
+    start_operator()
+    for name in ("first", "second"):
+        apply(cluster, namespace, job(name))
+
+    def split() -> tuple[int, int] | None:
+        counts = (len(bound(cluster, namespace, "first")), len(bound(cluster, namespace, "second")))
+        return counts if sum(counts) == 3 else None
+
+    counts = wait_for("one gang bound", split, timeout=120)
+    assert sorted(counts) == [0, 3], counts
+    waiting = "first" if counts[0] == 0 else "second"
+    wait_queued(cluster, namespace, waiting, "Unschedulable", timeout=90)
+    # Whatever the scheduler retries meanwhile, the waiting gang stays whole-or-nothing.
+    assert len(bound(cluster, namespace, waiting)) == 0
+    # The placed job is deleted: its room goes to the other gang, whole.
+    placed = "second" if waiting == "first" else "first"
+    cluster.kubectl("delete", "msjob", placed, "-n", namespace, "--wait=false")
+    selector = f"training.kubeflow.org/job-name={placed}"
+    cluster.kubectl("delete", "pods", "-n", namespace, "-l", selector, "--grace-period=0",
+                    "--force")  # fmt: skip
+    wait_for(f"{waiting} bound whole", lambda: len(bound(cluster, namespace, waiting)) == 3,
+             timeout=120)  # fmt: skip
