@@ -1,11 +1,22 @@
-"""The controller manager without a cluster: a manager on loopback ports with no client, and
-a runnable that takes a moment to stop (the manager's and the lease guard's tests)."""
+"""The controller manager without a cluster: a manager on loopback ports whose client has no
+API server behind it, and a runnable that takes a moment to stop (the manager's and the
+lease guard's tests)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from msop.controller.manager import Manager
+from msop.kube.client import KubeClient
+
+
+class NoApiServer(KubeClient):
+    """A client never connected to an API server (it has no transport), for a manager whose
+    test reaches none: the first request it made would fail the test."""
+
+    def __init__(self) -> None:
+        """Nothing to set up: no configuration, no session, no rate limits."""
 
 
 class Sleeper:
@@ -26,10 +37,10 @@ class Sleeper:
             raise
 
 
-def manager(**kw: object) -> Manager:
+def manager(**kw: Any) -> Manager:
     return Manager(
-        None,  # type: ignore[arg-type]
+        NoApiServer(),
         metrics_bind_address="127.0.0.1:0",
         health_probe_bind_address="127.0.0.1:0",
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )
