@@ -8,15 +8,7 @@ import asyncio
 from typing import Any
 
 from msop.controller.manager import Manager
-from msop.kube.client import KubeClient
-
-
-class NoApiServer(KubeClient):
-    """A client never connected to an API server (it has no transport), for a manager whose
-    test reaches none: the first request it made would fail the test."""
-
-    def __init__(self) -> None:
-        """Nothing to set up: no configuration, no session, no rate limits."""
+from tests.support.clients import NoApiServer
 
 
 class Sleeper:

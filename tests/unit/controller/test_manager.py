@@ -17,7 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from msop.controller.delegatedauth import AuthOptions
 from msop.controller.health import parse_bind_address
 from msop.controller.manager import Manager, SecureServing
-from tests.support.managers import NoApiServer, Sleeper, manager
+from tests.support.clients import NoApiServer
+from tests.support.managers import Sleeper, manager
 
 
 class Crasher:

@@ -11,7 +11,7 @@ from msop.msjob import gang, kueue
 from msop.msjob.reconciler import MSJobReconciler
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
-from tests.support.managers import NoApiServer
+from tests.support.clients import NoApiServer
 
 
 def _manager() -> Manager:
