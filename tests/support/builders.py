@@ -13,7 +13,7 @@ sees, statuses, and a one-call plan.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -53,7 +53,7 @@ def valid_job(name: str = "ms-job", **replica_specs: JSON) -> JSON:
 
 
 def job(
-    replicas: dict[str, int | tuple[int, str]] | None = None,
+    replicas: Mapping[str, int | tuple[int, str]] | None = None,
     run_policy: JSON | None = None,
     status: JSON | None = None,
     *,
