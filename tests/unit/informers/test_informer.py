@@ -165,11 +165,14 @@ def test_list_already_transformed_by_the_reflector_is_not_transformed_again() ->
 def test_compact_informer_encodes_pages_and_hands_dicts_to_handlers() -> None:
     inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, compact=True)
     assert isinstance(inf.store, EncodedStore)
-    rec, seen = Recorder(), []
+    rec = Recorder()
+    seen: list[dict[str, Any]] = []
     inf.add_event_handler(rec.on_add, rec.on_update, rec.on_delete)
     inf.add_event_handler(lambda obj, initial: seen.append(obj))
     # The reflector's list transform applies the default transform, then encodes.
-    page = [inf.reflector.list_transform(cm(n, "1", managedFields=[{}])) for n in ("x", "y")]
+    transform = inf.reflector.list_transform
+    assert transform is not None
+    page = [transform(cm(n, "1", managedFields=[{}])) for n in ("x", "y")]
     assert all(isinstance(raw, bytes) for raw in page)
     inf.replace(page, "1", transformed=True)
     assert rec.events == [("add", "x", True), ("add", "y", True)]
