@@ -30,6 +30,7 @@ from msop.sdk import (
     MSJobTimeoutError,
 )
 from tests.support.builders import NOW, T0, job, running_status
+from tests.support.parsers import subcommands
 
 JSON = dict[str, Any]
 
@@ -148,7 +149,7 @@ def test_bad_usage_exits_2_with_one_line(
 def test_the_help_documents_the_exit_codes() -> None:
     parser = build_parser()
     assert "3  the job does not exist" in parser.format_help()
-    wait = parser._subparsers._group_actions[0].choices["wait"]  # type: ignore[union-attr]
+    wait = subcommands(parser)["wait"]
     text = wait.format_help()
     assert "4  wait (or delete --wait) timed out" in text and "exit codes:" in text
 
@@ -158,7 +159,7 @@ def test_the_plugin_is_named_kubectl_msjob_in_usage_and_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     parser = build_parser(PLUGIN_PROG)
-    ls = parser._subparsers._group_actions[0].choices["list"]  # type: ignore[union-attr]
+    ls = subcommands(parser)["list"]
     assert ls.format_usage().startswith("usage: kubectl msjob list ")
     with pytest.raises(SystemExit) as exc:
         msop.cli.kubectl_plugin(["list", "--bogus"])
@@ -192,16 +193,14 @@ def test_pyproject_installs_the_plugin_executable() -> None:
 
 def test_the_plugin_has_the_job_commands_only(capsys: pytest.CaptureFixture[str]) -> None:
     # It runs with the user's credentials: it must never start a second reconciler.
-    commands = set(build_parser(PLUGIN_PROG)._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(subcommands(build_parser(PLUGIN_PROG)))
     assert commands == {*JOB_COMMANDS, "version"}
     for offline_or_operator in ("run", "render", "validate", "completion"):
         with pytest.raises(SystemExit) as exc:
             msop.cli.kubectl_plugin([offline_or_operator])
         assert exc.value.code == 2
         assert "invalid choice" in capsys.readouterr().err
-    assert {"run", "render", "validate", "completion"} <= set(
-        build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    )
+    assert {"run", "render", "validate", "completion"} <= set(subcommands(build_parser()))
 
 
 def test_kubectl_completes_the_plugin_through_kubectl_complete_msjob(
