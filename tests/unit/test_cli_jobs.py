@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import io
 import json
 import subprocess
@@ -335,7 +336,7 @@ def test_ages_read_as_kubectls(seconds: int, text: str) -> None:
 
 
 def test_status_summarizes_state_replicas_progress_failure_times_and_events() -> None:
-    events = [
+    events: list[JSON] = [
         {"type": "Normal", "reason": f"R{i}", "message": f"event {i}", "lastTimestamp": T0}
         for i in range(6)
     ]
@@ -460,7 +461,7 @@ class FakeClient:
                 raise MSJobNotFoundError(f"MSJob {namespace}/{name} not found")
         return self._job(name, namespace)
 
-    async def get_events(self, name: str, namespace: str | None = None) -> list[JSON]:
+    async def get_events(self, name: str, namespace: str | None = None) -> builtins.list[JSON]:
         self._call("get_events", name, namespace)
         return self.events
 
@@ -664,10 +665,10 @@ def test_sdk_errors_become_exit_codes_and_one_line(
         "scale": ["scale", "j", "--replicas", "2"], "suspend": ["suspend", "j"],
         "delete": ["delete", "j"], "get_job_logs": ["logs", "j"], "list": ["list"],
     }[method]  # fmt: skip
-    got, out, err = command(argv, FakeClient(**{method: error}))
+    got, out, err = command(argv, FakeClient(None, **{method: error}))
     assert (got, out) == (code, "")
     assert err == f"msop: error: {line}\n"
-    got, _, err = command(argv, FakeClient(**{method: error}), prog=PLUGIN_PROG)
+    got, _, err = command(argv, FakeClient(None, **{method: error}), prog=PLUGIN_PROG)
     assert got == code and err.startswith("kubectl msjob: error: ")
 
 
