@@ -43,10 +43,12 @@ def _delete(path: str) -> Callable[[Job], None]:
     return mutate
 
 
-def _both(first: Callable[[Job], None], then: Callable[[Job], None]) -> Callable[[Job], None]:
+def _then(*mutators: Callable[[Job], None]) -> Callable[[Job], None]:
+    """One mutator that applies ``mutators`` in order."""
+
     def mutate(obj: Job) -> None:
-        first(obj)
-        then(obj)
+        for m in mutators:
+            m(obj)
 
     return mutate
 
@@ -218,7 +220,7 @@ INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
     ("name-too-long-scheduler", _set("metadata.name", "a" * 52), "metadata.name", "too long"),
     (
         "name-too-long-worker-index",
-        _both(_set("metadata.name", "a" * 53), _set(f"{RS}.Worker.replicas", 10)),
+        _then(_set("metadata.name", "a" * 53), _set(f"{RS}.Worker.replicas", 10)),
         "metadata.name",
         "too long",
     ),
