@@ -59,6 +59,7 @@ lint: venv hadolint helm ## ruff, mypy --strict, hadolint, helm lint; docs: gene
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict msop hack/gen_docs.py hack/release.py
+	$(BIN)/mypy --strict tests testbed bench
 	"$$(hack/helm/build.sh)/helm" lint --strict charts/msop
 	$(BIN)/python hack/gen_docs.py --check
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet

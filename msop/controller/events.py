@@ -43,6 +43,8 @@
   client.
 
 :class:`EventCorrelator` is the pure decision part (no I/O), unit-tested on its own.
+:class:`Recorder` is what a reconciler records through (an :class:`EventRecorder`, or a
+test's fake); :class:`EventWriter` what the recorder writes through (a ``KubeClient``).
 """
 
 from __future__ import annotations
@@ -53,24 +55,71 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import structlog
 from cachetools import LRUCache
 
 from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
-from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists, is_not_found
 from msop.kube.objects import EventType, format_time
-from msop.kube.resources import EVENTS
+from msop.kube.resources import EVENTS, Resource
+from msop.kube.writer import PatchType
 
-__all__ = ["Correlation", "EventCorrelator", "EventKey", "EventRecorder", "EventType"]
+__all__ = [
+    "Correlation",
+    "EventCorrelator",
+    "EventKey",
+    "EventRecorder",
+    "EventType",
+    "EventWriter",
+    "Recorder",
+]
 
 
 log = structlog.get_logger("msop.controller.events")
 
 #: Seconds between two looks at ``busy()`` while a deferred event waits.
 DEFER_RECHECK = 0.25
+
+
+class Recorder(Protocol):
+    """What a reconciler records Events through: :meth:`EventRecorder.event`."""
+
+    def event(
+        self,
+        obj: Mapping[str, Any],
+        type: EventType,
+        reason: str,
+        message: str,
+        /,
+        *,
+        deferrable: bool = False,
+    ) -> None:
+        """Queue an Event about ``obj``; returns at once and never raises."""
+        ...
+
+
+class EventWriter(Protocol):
+    """The two writes of v1 Events the recorder makes (a ``KubeClient`` makes them)."""
+
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """POST a new Event; raises ``ApiError`` (``is_already_exists`` when taken)."""
+        ...
+
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+    ) -> dict[str, Any]:
+        """PATCH an Event's count and last timestamp; returns the Event stored."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -200,7 +249,7 @@ class EventRecorder:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: EventWriter,
         component: str,
         host: str | None = None,
         *,

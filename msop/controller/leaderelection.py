@@ -42,20 +42,26 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
 from msop.controller import metrics
-from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
 from msop.kube.objects import format_micro_time
-from msop.kube.resources import LEASES
+from msop.kube.resources import LEASES, Resource
+from msop.kube.writer import LiveReader
 
-__all__ = ["LeaderElectionConfig", "LeaderElectionLost", "LeaderElector", "default_identity"]
+__all__ = [
+    "LeaderElectionConfig",
+    "LeaderElectionLost",
+    "LeaderElector",
+    "LeaseClient",
+    "default_identity",
+]
 
 log = structlog.get_logger("msop.controller.leaderelection")
 
@@ -109,12 +115,27 @@ def _record(lease: dict[str, Any]) -> tuple[Any, ...]:
     )
 
 
+class LeaseClient(LiveReader, Protocol):
+    """What the elector needs of :class:`~msop.kube.client.KubeClient`: get, create and
+    replace a Lease."""
+
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        """POST a new object; raises ``ApiError`` (``is_already_exists`` when taken)."""
+        ...
+
+    async def replace(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """PUT the object (its ``resourceVersion`` guards it: ``is_conflict`` if stale)."""
+        ...
+
+
 class LeaderElector:
     """Campaigns for one Lease; see the module docstring for the contract."""
 
     def __init__(
         self,
-        client: KubeClient,
+        client: LeaseClient,
         config: LeaderElectionConfig,
         *,
         clock: Callable[[], float] = time.monotonic,

@@ -34,10 +34,10 @@ from datetime import UTC, datetime
 
 import structlog
 
-from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError, is_forbidden, is_not_found
 from msop.kube.objects import JSON, parse_time
 from msop.kube.resources import LEASES
+from msop.kube.writer import LiveReader
 
 __all__ = ["LeaseGuard", "lease_held"]
 
@@ -70,7 +70,7 @@ class LeaseGuard:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: LiveReader,
         namespace: str,
         name: str,
         *,

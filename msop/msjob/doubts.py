@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from msop.controller.events import EventRecorder
+from msop.controller.events import Recorder
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists
 from msop.kube.objects import JSON
 from msop.msjob.passes import Event
@@ -120,7 +120,7 @@ class Doubts:
 
     def created(
         self,
-        recorder: EventRecorder,
+        recorder: Recorder,
         job: JSON,
         kind: str,
         names: Sequence[str],
@@ -150,7 +150,7 @@ class Doubts:
         self.status, self.events = None, []
 
     def settle(
-        self, recorder: EventRecorder, job: JSON, pods: Sequence[JSON], services: Sequence[JSON]
+        self, recorder: Recorder, job: JSON, pods: Sequence[JSON], services: Sequence[JSON]
     ) -> None:
         """Announce the writes in doubt that the cache (``job``, its ``pods`` and
         ``services``) now shows stored. A status in doubt is judged once the cache holds a
@@ -169,9 +169,7 @@ class Doubts:
                     recorder.event(job, e.type, e.reason, e.message)
             self.status, self.events = None, []
 
-    def _announce_created(
-        self, recorder: EventRecorder, job: JSON, kind: str, names: set[str]
-    ) -> None:
+    def _announce_created(self, recorder: Recorder, job: JSON, kind: str, names: set[str]) -> None:
         """``SuccessfulCreate<kind>`` for children in doubt now known to exist."""
         if not names:
             return

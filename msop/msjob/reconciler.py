@@ -105,7 +105,7 @@ from cachetools import LRUCache
 from msop.api import constants as c
 from msop.api.defaults import apply_defaults
 from msop.api.resources import MSJOBS
-from msop.controller.events import EventRecorder
+from msop.controller.events import Recorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.lister import Reader
@@ -205,7 +205,7 @@ class MSJobReconciler:
         jobs: Reader,
         pods: Reader,
         services: Reader,
-        recorder: EventRecorder,
+        recorder: Recorder,
         scheduling: Sequence[System] = (),
         expectations: Expectations[ChildKey],
         options: Options,

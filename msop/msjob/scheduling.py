@@ -59,7 +59,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from msop.kube.objects import JSON, EventType
 
 if TYPE_CHECKING:
-    from msop.controller.events import EventRecorder
+    from msop.controller.events import Recorder
     from msop.controller.reconcile import Request
     from msop.kube.resources import Resource
     from msop.kube.writer import Client
@@ -174,7 +174,7 @@ class Writer:
     """What a Decision writes with: the API client, the Event recorder, the job."""
 
     client: Client
-    recorder: EventRecorder
+    recorder: Recorder
     job: JSON
 
     @property

@@ -56,6 +56,13 @@ def condition(job: JSON | None, type_: str) -> JSON | None:
     return None
 
 
+def must_condition(job: JSON | None, type_: str) -> JSON:
+    """The condition ``type_`` of ``job``; the test fails if it has none."""
+    found = condition(job, type_)
+    assert found is not None, f"no {type_} condition in {job and job.get('status')}"
+    return found
+
+
 def is_true(job: JSON | None, type_: str) -> bool:
     c = condition(job, type_)
     return c is not None and c.get("status") == "True"

@@ -13,12 +13,12 @@ sees, statuses, and a one-call plan.
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from msop.kube.objects import format_time
-from msop.msjob import desired, gang, kueue
+from msop.msjob import desired, gang, kueue, scheduling
 from msop.msjob.plan import Observed, Options, Plan, plan
 from msop.msjob.scheduling import decision
 
@@ -53,7 +53,7 @@ def valid_job(name: str = "ms-job", **replica_specs: JSON) -> JSON:
 
 
 def job(
-    replicas: dict[str, int | tuple[int, str]] | None = None,
+    replicas: Mapping[str, int | tuple[int, str]] | None = None,
     run_policy: JSON | None = None,
     status: JSON | None = None,
     *,
@@ -145,7 +145,9 @@ def finished(**extra: Any) -> JSON:
 def run(j: JSON, pods: Sequence[JSON] = (), services: Sequence[JSON] = (), **opts: Any) -> Plan:
     """Plan ``j``; ``gang_scheduling=True`` (with ``pod_group=``) adds Volcano's view."""
     pod_group = opts.pop("pod_group", None)
-    seen = [gang.Seen(pod_group)] if opts.pop("gang_scheduling", False) else []
+    seen: list[scheduling.Seen] = (
+        [gang.Seen(pod_group)] if opts.pop("gang_scheduling", False) else []
+    )
     return plan(Observed(j, list(pods), list(services), NOW, scheduling=seen), Options(**opts))
 
 
@@ -160,8 +162,21 @@ def queue(p: Plan) -> kueue.Decision:
 
 
 def cond(p: Plan, type_: str) -> JSON | None:
-    assert p.status is not None
-    return next((c for c in p.status["conditions"] if c["type"] == type_), None)
+    """The condition ``type_`` in ``p``'s status, or None; ``p`` must write a status."""
+    return next((c for c in status_of(p)["conditions"] if c["type"] == type_), None)
+
+
+def must_cond(p: Plan, type_: str) -> JSON:
+    """The condition ``type_`` in ``p``'s status; the test fails if there is none."""
+    found = cond(p, type_)
+    assert found is not None, f"no {type_} condition in {status_of(p)['conditions']}"
+    return found
+
+
+def status_of(p: Plan) -> JSON:
+    """The status ``p`` writes; the test fails if it writes none."""
+    assert p.status is not None, "the plan writes no status"
+    return p.status
 
 
 def names(objs: list[JSON]) -> set[str]:

@@ -171,7 +171,14 @@ class Recorder:
         self.events: list[tuple[str, str, str]] = []
 
     def event(
-        self, obj: JSON, type_: str, reason: str, message: str, *, deferrable: bool = False
+        self,
+        obj: Mapping[str, Any],
+        type_: str,
+        reason: str,
+        message: str,
+        /,
+        *,
+        deferrable: bool = False,
     ) -> None:
         self.events.append((type_, reason, message))
 
@@ -191,7 +198,7 @@ class Harness:
             jobs=Reader(self.cluster, c.KIND),
             pods=Reader(self.cluster, "Pod"),
             services=Reader(self.cluster, "Service"),
-            recorder=self.recorder,  # type: ignore[arg-type]
+            recorder=self.recorder,
             expectations=self.expectations,
             options=options or Options(progress_port=0),
             now=lambda: self.now,

@@ -4,14 +4,17 @@ of the reconciler's Workload writes (the Kueue, topology and MultiKueue tests)."
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from msop.api import constants as c
 from msop.kube.errors import ApiError
+from msop.kube.resources import Resource
 from msop.msjob import kueue, kueue_workload
 from msop.msjob.plan import Plan
 from msop.msjob.scheduling import Writer
 from tests.support.builders import T0, job
+from tests.support.fakes import Recorder
 
 JSON = dict[str, Any]
 QUEUE = "team-a"
@@ -87,16 +90,20 @@ class WorkloadApi:
         self.conflict = conflict
         self.calls: list[tuple[str, str, Any]] = []
 
-    async def create(self, res: Any, obj: JSON, ns: str) -> JSON:
-        self.calls.append(("create", res.kind, obj["metadata"]["name"]))
-        return obj
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> JSON:
+        self.calls.append(("create", res.kind, body["metadata"]["name"]))
+        return dict(body)
 
-    async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
         self.calls.append(("get", res.kind, name))
         return {"metadata": {"name": name}, "value": 1000}
 
-    async def patch(self, res: Any, name: str, body: Any, ns: str, **kw: Any) -> JSON:
-        self.calls.append(("patch", f"{res.kind}/{kw.get('subresource') or ''}", body))
+    async def patch(
+        self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any
+    ) -> JSON:
+        self.calls.append(("patch", f"{res.kind}/{kw.get('subresource') or ''}", patch))
         if res.kind == "Workload" and self.conflict:
             raise ApiError(409, "Conflict", "the object has been modified")
         if res.kind != "Workload":
@@ -106,18 +113,20 @@ class WorkloadApi:
         self.wl = {**self.wl, "metadata": {**self.wl["metadata"], "resourceVersion": rv}}
         return self.wl
 
-    async def delete(self, res: Any, name: str, ns: str, **kw: Any) -> None:
+    async def delete(
+        self, res: Resource, name: str, namespace: str | None = None, **kw: Any
+    ) -> JSON | None:
         self.calls.append(("delete", res.kind, name))
+        return None
 
 
 def kueue_of(api: WorkloadApi) -> kueue.Kueue:
     """Kueue's side of the reconciler, with empty caches."""
     return kueue.Kueue(
-        api,  # type: ignore[arg-type]
+        api,
         owned_by=lambda uid: [], in_namespace=lambda ns: [], flavor=lambda name: None,
     )  # fmt: skip
 
 
 def apply_decision(api: WorkloadApi, d: kueue.Decision, j: JSON) -> bool:
-    recorder = type("R", (), {"event": lambda *a: None})()
-    return asyncio.run(d.apply(Writer(api, recorder, j)))  # type: ignore[arg-type]
+    return asyncio.run(d.apply(Writer(api, Recorder(), j)))

@@ -1,11 +1,14 @@
-"""The controller manager without a cluster: a manager on loopback ports with no client, and
-a runnable that takes a moment to stop (the manager's and the lease guard's tests)."""
+"""The controller manager without a cluster: a manager on loopback ports whose client has no
+API server behind it, and a runnable that takes a moment to stop (the manager's and the
+lease guard's tests)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from msop.controller.manager import Manager
+from tests.support.clients import NoApiServer
 
 
 class Sleeper:
@@ -26,10 +29,10 @@ class Sleeper:
             raise
 
 
-def manager(**kw: object) -> Manager:
+def manager(**kw: Any) -> Manager:
     return Manager(
-        None,  # type: ignore[arg-type]
+        NoApiServer(),
         metrics_bind_address="127.0.0.1:0",
         health_probe_bind_address="127.0.0.1:0",
-        **kw,  # type: ignore[arg-type]
+        **kw,
     )

@@ -10,6 +10,7 @@ import pytest
 
 from msop import __version__
 from msop.cli import build_parser, parse_args
+from tests.support.parsers import subcommands
 
 
 def msop(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -66,7 +67,7 @@ def test_unreachable_api_server_is_one_line_and_exit_1(tmp_path: Path) -> None:
 
 def test_every_flag_has_an_env_var_and_a_default_in_help() -> None:
     parser = build_parser()
-    run = parser._subparsers._group_actions[0].choices["run"]  # type: ignore[union-attr]
+    run = subcommands(parser)["run"]
     for action in run._actions:
         if action.dest in ("help",):
             continue

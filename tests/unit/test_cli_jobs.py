@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import io
 import json
 import subprocess
@@ -30,6 +31,7 @@ from msop.sdk import (
     MSJobTimeoutError,
 )
 from tests.support.builders import NOW, T0, job, running_status
+from tests.support.parsers import subcommands
 
 JSON = dict[str, Any]
 
@@ -148,7 +150,7 @@ def test_bad_usage_exits_2_with_one_line(
 def test_the_help_documents_the_exit_codes() -> None:
     parser = build_parser()
     assert "3  the job does not exist" in parser.format_help()
-    wait = parser._subparsers._group_actions[0].choices["wait"]  # type: ignore[union-attr]
+    wait = subcommands(parser)["wait"]
     text = wait.format_help()
     assert "4  wait (or delete --wait) timed out" in text and "exit codes:" in text
 
@@ -158,7 +160,7 @@ def test_the_plugin_is_named_kubectl_msjob_in_usage_and_errors(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     parser = build_parser(PLUGIN_PROG)
-    ls = parser._subparsers._group_actions[0].choices["list"]  # type: ignore[union-attr]
+    ls = subcommands(parser)["list"]
     assert ls.format_usage().startswith("usage: kubectl msjob list ")
     with pytest.raises(SystemExit) as exc:
         msop.cli.kubectl_plugin(["list", "--bogus"])
@@ -192,16 +194,14 @@ def test_pyproject_installs_the_plugin_executable() -> None:
 
 def test_the_plugin_has_the_job_commands_only(capsys: pytest.CaptureFixture[str]) -> None:
     # It runs with the user's credentials: it must never start a second reconciler.
-    commands = set(build_parser(PLUGIN_PROG)._subparsers._group_actions[0].choices)  # type: ignore[union-attr]
+    commands = set(subcommands(build_parser(PLUGIN_PROG)))
     assert commands == {*JOB_COMMANDS, "version"}
     for offline_or_operator in ("run", "render", "validate", "completion"):
         with pytest.raises(SystemExit) as exc:
             msop.cli.kubectl_plugin([offline_or_operator])
         assert exc.value.code == 2
         assert "invalid choice" in capsys.readouterr().err
-    assert {"run", "render", "validate", "completion"} <= set(
-        build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
-    )
+    assert {"run", "render", "validate", "completion"} <= set(subcommands(build_parser()))
 
 
 def test_kubectl_completes_the_plugin_through_kubectl_complete_msjob(
@@ -336,7 +336,7 @@ def test_ages_read_as_kubectls(seconds: int, text: str) -> None:
 
 
 def test_status_summarizes_state_replicas_progress_failure_times_and_events() -> None:
-    events = [
+    events: list[JSON] = [
         {"type": "Normal", "reason": f"R{i}", "message": f"event {i}", "lastTimestamp": T0}
         for i in range(6)
     ]
@@ -461,7 +461,7 @@ class FakeClient:
                 raise MSJobNotFoundError(f"MSJob {namespace}/{name} not found")
         return self._job(name, namespace)
 
-    async def get_events(self, name: str, namespace: str | None = None) -> list[JSON]:
+    async def get_events(self, name: str, namespace: str | None = None) -> builtins.list[JSON]:
         self._call("get_events", name, namespace)
         return self.events
 
@@ -665,10 +665,10 @@ def test_sdk_errors_become_exit_codes_and_one_line(
         "scale": ["scale", "j", "--replicas", "2"], "suspend": ["suspend", "j"],
         "delete": ["delete", "j"], "get_job_logs": ["logs", "j"], "list": ["list"],
     }[method]  # fmt: skip
-    got, out, err = command(argv, FakeClient(**{method: error}))
+    got, out, err = command(argv, FakeClient(None, **{method: error}))
     assert (got, out) == (code, "")
     assert err == f"msop: error: {line}\n"
-    got, _, err = command(argv, FakeClient(**{method: error}), prog=PLUGIN_PROG)
+    got, _, err = command(argv, FakeClient(None, **{method: error}), prog=PLUGIN_PROG)
     assert got == code and err.startswith("kubectl msjob: error: ")
 
 

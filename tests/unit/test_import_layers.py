@@ -287,7 +287,7 @@ def test_no_module_imports_one_that_imports_it_back() -> None:
     circles = []
     for start in sorted(imports):
         seen: set[str] = set()
-        todo = [(start, (start,))]
+        todo: list[tuple[str, tuple[str, ...]]] = [(start, (start,))]
         while todo:
             module, path = todo.pop()
             for n in sorted(imports.get(module, ())):

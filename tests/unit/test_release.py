@@ -154,7 +154,8 @@ def deployment(objs: list[JSON]) -> JSON:
 
 def container(objs: list[JSON]) -> JSON:
     (c,) = deployment(objs)["spec"]["template"]["spec"]["containers"]
-    return c
+    found: JSON = c
+    return found
 
 
 def images(objs: list[JSON]) -> list[str]:

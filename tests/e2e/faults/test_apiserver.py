@@ -9,12 +9,12 @@ import random
 import time
 from typing import Any
 
+from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
 from testbed import LocalCluster
 from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.reliability import (
-    MSJOBS,
     create_all,
     has_true,
     msjob,

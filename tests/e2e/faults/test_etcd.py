@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS
 from testbed import LocalCluster, OperatorProcess
@@ -21,7 +22,6 @@ from testbed.serviceaccount import service_account_kubeconfig
 from tests.e2e.faults.checks import all_pods_made, final_checks, outage, picture, record
 from tests.e2e.faults.cluster import fault_cluster, prepare
 from tests.e2e.reliability import (
-    MSJOBS,
     TEST_AGENT,
     apiserver_address,
     create_all,

@@ -118,6 +118,16 @@ def _keys(*keys: str) -> Callable[[Job], None]:
     return mutate
 
 
+def _then(*mutators: Callable[[Job], None]) -> Callable[[Job], None]:
+    """One mutator that applies ``mutators`` in order."""
+
+    def mutate(obj: Job) -> None:
+        for m in mutators:
+            m(obj)
+
+    return mutate
+
+
 def _msrun(obj: Job) -> None:
     """An msrun job: no Scheduler, 2 local workers per Worker pod."""
     del _at(obj, RS)["Scheduler"]
@@ -186,7 +196,7 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
     ),
     (
         "name-too-long-for-the-last-worker",
-        lambda j: (_set("metadata.name", "a" * 48)(j), _set(f"{WORKER}.replicas", 10**8)(j)),
+        _then(_set("metadata.name", "a" * 48), _set(f"{WORKER}.replicas", 10**8)),
         "metadata.name",
         "is too long",
     ),
@@ -199,31 +209,31 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
     ),
     (
         "msrun-with-parameter-servers",
-        lambda j: (_msrun(j), _at(j, RS).update({"PS": copy.deepcopy(_at(j, WORKER))})),
+        _then(_msrun, lambda j: _at(j, RS).update({"PS": copy.deepcopy(_at(j, WORKER))})),
         f"{RS}.PS",
         "no parameter servers",
     ),
     (
         "msrun-zero-local-workers",
-        lambda j: (_msrun(j), _set("spec.msrun", {"localWorkers": 0})(j)),
+        _then(_msrun, _set("spec.msrun", {"localWorkers": 0})),
         "spec.msrun.localWorkers",
         "greater than or equal to 1",
     ),
     (
         "msrun-privileged-master-port",
-        lambda j: (_msrun(j), _set("spec.msrun", {"localWorkers": 2, "masterPort": 80})(j)),
+        _then(_msrun, _set("spec.msrun", {"localWorkers": 2, "masterPort": 80})),
         "spec.msrun.masterPort",
         "greater than or equal to 1024",
     ),
     (
         "msrun-elastic",
-        lambda j: (_msrun(j), _set("spec.enableDynamicWorker", True)(j)),
+        _then(_msrun, _set("spec.enableDynamicWorker", True)),
         "spec.enableDynamicWorker",
         "one cluster",
     ),
     (
         "msrun-restart-scope-pod",
-        lambda j: (_msrun(j), _set("spec.restartScope", "Pod")(j)),
+        _then(_msrun, _set("spec.restartScope", "Pod")),
         "spec.restartScope",
         "rejoin",
     ),

@@ -21,6 +21,7 @@ as its own ServiceAccount, Prometheus scraping it, and replicas handing over on 
 
 from __future__ import annotations
 
+import functools
 import json
 import queue
 import re
@@ -81,6 +82,10 @@ def audit_entries(cluster: LocalCluster, user: str, since: str) -> list[dict[str
         if entry.get("stage") == "ResponseComplete" and entry["requestReceivedTimestamp"] >= since:
             out.append(entry)
     return out
+
+
+def _has_pods(cluster: LocalCluster, ns: str, job: str, count: int) -> bool:
+    return len(job_pods(cluster, ns, job)) == count
 
 
 def refusal(line: str) -> bool:
@@ -464,4 +469,4 @@ def test_sigterm_hands_over_the_lease(
     # The new leader finishes the work: every job gets its pods.
     for n in names:
         wait_condition(cluster, namespace, n, "Created", timeout=60)
-        wait_for(f"{n}'s 3 pods", lambda n=n: len(job_pods(cluster, namespace, n)) == 3, 60)
+        wait_for(f"{n}'s 3 pods", functools.partial(_has_pods, cluster, namespace, n, 3), 60)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -251,9 +251,7 @@ class GoneOnce(KubeClient):
         self.release = asyncio.Event()
         self.failed = False
 
-    async def watch(  # type: ignore[override]
-        self, *args: Any, **kwargs: Any
-    ) -> AsyncIterator[dict[str, Any]]:
+    async def watch(self, *args: Any, **kwargs: Any) -> AsyncGenerator[dict[str, Any], None]:
         if not self.failed:
             await self.release.wait()
             self.failed = True

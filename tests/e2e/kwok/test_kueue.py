@@ -263,8 +263,8 @@ def test_suspend_releases_the_quota_and_resume_queues_again(
     wl = workload(cluster, namespace, "paused") or {}
     assert wl["spec"]["active"] is False and not wl_true(wl, "QuotaReserved")
     # Suspended, it holds no quota: it may move to another queue (and back).
-    for q in ("elsewhere", queue):
-        cluster.kubectl("label", "msjob", "paused", "-n", namespace, f"{QUEUE_LABEL}={q}",
+    for queue_name in ("elsewhere", queue):
+        cluster.kubectl("label", "msjob", "paused", "-n", namespace, f"{QUEUE_LABEL}={queue_name}",
                         "--overwrite")  # fmt: skip
 
     # Resumed while "next" holds the quota: it waits for quota, and says so (Kueue keeps

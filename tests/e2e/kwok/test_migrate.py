@@ -105,7 +105,7 @@ def lay_out_running_job(
     apply(cluster, ns, msjob(name, workers))
     job = get(cluster, ns, "msjob", name) or {}
     svc_labels = labels(name, "scheduler", 0)
-    svc = {
+    svc: JSON = {
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": f"{name}-scheduler-0", "labels": svc_labels,
                      "ownerReferences": owner(job)},

@@ -19,6 +19,7 @@ from tests.e2e.msjobs import (
     get,
     is_true,
     job_pods,
+    must_condition,
     sample,
     wait_condition,
     wait_events,
@@ -91,11 +92,11 @@ def test_dataparallel_sample_runs_to_success(
 
 
 def _job(
-    name: str, run_policy: dict[str, object] | None = None, **replicas: object
-) -> dict[str, object]:
+    name: str, run_policy: dict[str, object] | None = None, **replicas: tuple[int, str]
+) -> dict[str, Any]:
     """A small MSJob: replicas=(count, restartPolicy) per type, e.g. Worker=(2, "Never")."""
     specs = {}
-    for rtype, (count, policy) in replicas.items():  # type: ignore[misc]
+    for rtype, (count, policy) in replicas.items():
         specs[rtype] = {
             "replicas": count,
             "restartPolicy": policy,
@@ -219,7 +220,7 @@ def test_onfailure_restarts_beyond_backoff_limit_fail_the_job(
     wait_condition(cluster, namespace, "bo", "Running")
     kubelet.restart(namespace, "bo-worker-1", exit_code=1)
     failed = wait_condition(cluster, namespace, "bo", "Failed")
-    assert condition(failed, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+    assert must_condition(failed, "Failed")["reason"] == "BackoffLimitExceeded"
     # Backoff failures delete every pod, whatever the cleanPodPolicy.
     wait_for("all pods deleted", lambda: not job_pods(cluster, namespace, "bo"))
 
@@ -402,7 +403,7 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
     unit tests and, for real, in tests/e2e/real/test_mindspore.py: here the stand-in
     would fail the recreated pod of the same name.)"""
     job = _job("js", {"backoffLimit": 2}, Scheduler=(1, "ExitCode"), Worker=(2, "ExitCode"))
-    for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]
+    for spec in job["spec"]["msReplicaSpecs"].values():
         spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1  # kwok honours it
     apply(cluster, namespace, job)
     members = {"js-scheduler-0", "js-worker-0", "js-worker-1"}
@@ -421,11 +422,11 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
         return pods if fresh else None
 
     pods = wait_for("every pod recreated", lambda: recreated(members, before), timeout=60)
-    job = get(cluster, namespace, "msjob", "js")
-    assert job is not None and condition(job, "Failed") is None
-    assert job["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
+    stored = get(cluster, namespace, "msjob", "js")
+    assert stored is not None and condition(stored, "Failed") is None
+    assert stored["status"]["replicaStatuses"]["Worker"]["restarts"] == 1
     # kwok runs the new pods at once, so Restarting may already be False again.
-    restarting = condition(job, "Restarting")
+    restarting = condition(stored, "Restarting")
     assert restarting is not None and restarting["reason"] in ("MSJobRestarting", "MSJobRestarted")
     said = [
         e["message"]
@@ -437,7 +438,7 @@ def test_restart_scope_job_restarts_and_resizes_the_whole_cluster(
 
     _run_all(kubelet, cluster, namespace, "js", members)
     running = wait_condition(cluster, namespace, "js", "Running")
-    assert condition(running, "Restarting")["status"] == "False"  # type: ignore[index]
+    assert must_condition(running, "Restarting")["status"] == "False"
     before = {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, "js").items()}
 
     cluster.kubectl("scale", "msjob/js", "-n", namespace, "--replicas=3")
@@ -462,7 +463,7 @@ def test_restart_scope_job_restarts_are_bounded_by_backoff_limit(
     """restartScope Job: each whole-job restart counts once; the failure after the last
     allowed one fails the job, naming the pod and how many restarts were done."""
     job = _job("jb", {"backoffLimit": 1}, Scheduler=(1, "ExitCode"), Worker=(1, "ExitCode"))
-    for spec in job["spec"]["msReplicaSpecs"].values():  # type: ignore[index]
+    for spec in job["spec"]["msReplicaSpecs"].values():
         spec["template"]["spec"]["terminationGracePeriodSeconds"] = 1
     apply(cluster, namespace, job)
     members = {"jb-scheduler-0", "jb-worker-0"}

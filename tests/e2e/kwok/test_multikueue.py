@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import functools
 import ipaddress
 import itertools
 import json
@@ -140,7 +141,7 @@ def clusters(cluster: LocalCluster) -> Iterator[Clusters]:
         for name, w in workers.items():
             stack.enter_context(_addon(
                 f"Kueue on {name}", build,
-                lambda b, logs, w=w, name=name: Kueue(w, b, logs, name=f"kueue-mk-{name}"),
+                functools.partial(Kueue, w, name=f"kueue-mk-{name}"),
             ))  # fmt: skip
             w.kubectl("apply", "-k", str(REPO / "config/multikueue/worker"))
             w.kubectl("create", "serviceaccount", WORKER_SA, "-n", NAMESPACE)
@@ -184,11 +185,13 @@ def clusters(cluster: LocalCluster) -> Iterator[Clusters]:
         create(cluster, cluster_queue("cq-mk", "12", checks=["mk"], flavor="mk-default"))
         for name in workers:
             wait_for(f"MultiKueueCluster {name} active",
-                     lambda name=name: active(cluster, "multikueuecluster", name), 60)  # fmt: skip
+                     functools.partial(active, cluster, "multikueuecluster", name), 60)  # fmt: skip
         wait_for("AdmissionCheck mk active", lambda: active(cluster, "admissioncheck", "mk"), 60)
         wait_for("ClusterQueue cq-mk active", lambda: active(cluster, "clusterqueue", "cq-mk"))
         for w in workers.values():
-            wait_for("worker ClusterQueue active", lambda w=w: active(w, "clusterqueue", "cq"))
+            wait_for(
+                "worker ClusterQueue active", functools.partial(active, w, "clusterqueue", "cq")
+            )
         yield Clusters(cluster, workers)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
 from msop.msjob.setup import RETRY_MAX_DELAY
@@ -39,7 +40,6 @@ from tests.e2e.msjobs import (
     wait_for,
 )
 from tests.e2e.reliability import (
-    MSJOBS,
     condition_types,
     create_all,
     has_true,

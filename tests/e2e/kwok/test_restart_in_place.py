@@ -30,7 +30,16 @@ import pytest
 
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
-from tests.e2e.msjobs import apply, condition, events, get, job_pods, wait_condition, wait_for
+from tests.e2e.msjobs import (
+    apply,
+    condition,
+    events,
+    get,
+    job_pods,
+    must_condition,
+    wait_condition,
+    wait_for,
+)
 from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
 
@@ -143,8 +152,10 @@ def test_a_killed_worker_restarts_every_pod_in_place(
         now = get(cluster, namespace, "msjob", NAME)
         done = condition(now, "Restarting")
         return bool(
-            done and done["status"] == "False" and condition(now, "Running")["status"] == "True"
-        )  # type: ignore[index]
+            done
+            and done["status"] == "False"
+            and must_condition(now, "Running")["status"] == "True"
+        )
 
     wait_for("the job Running again", again, timeout=60,
              details=lambda: op.log_tail() + kubelet_in_place.logs())  # fmt: skip
@@ -159,9 +170,9 @@ def test_a_killed_worker_restarts_every_pod_in_place(
         late = [(c["objectRef"].get("name"), c["requestReceivedTimestamp"], c["requestURI"])
                 for c in calls if when(c) >= failed_at]  # fmt: skip
         assert not late, (verb, failed_at, late)
-    job = get(cluster, namespace, "msjob", NAME)
-    assert job is not None
-    assert sum(e.get("restarts", 0) for e in job["status"]["replicaStatuses"].values()) == 1
+    stored = get(cluster, namespace, "msjob", NAME)
+    assert stored is not None
+    assert sum(e.get("restarts", 0) for e in stored["status"]["replicaStatuses"].values()) == 1
     reasons = {(e["type"], e["reason"]) for e in events(cluster, namespace, NAME)}
     assert ("Warning", "MSJobRestartingInPlace") in reasons
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Any
 
 import pytest
 
@@ -19,11 +20,11 @@ DEPLOYMENT = "msop-controller-manager"
 LEASE = "msop.mindspore.gitee.com"
 
 
-def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, object]:
+def wait_available(cluster: RealCluster, timeout: float = 120) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
-    status: dict[str, object] = {}
+    status: dict[str, Any] = {}
     while time.monotonic() < deadline:
-        dep = json.loads(
+        dep: dict[str, Any] = json.loads(
             cluster.kubectl(
                 "get", "deployment", DEPLOYMENT, "-n", OPERATOR_NAMESPACE, "-o", "json"
             ).stdout

@@ -15,6 +15,7 @@ import re
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO, Any
 
 import pytest
 
@@ -33,21 +34,28 @@ def pem_bodies(path: Path) -> list[bytes]:
     return [b"".join(block.split()) for block in blocks]
 
 
+def file_of(archive: tarfile.TarFile, name: str) -> IO[bytes]:
+    """The file ``name`` of ``archive``; the test fails if it has none."""
+    found = archive.extractfile(name)
+    assert found is not None, f"{name} is not a file of {archive.name!r}"
+    return found
+
+
 def layer_files(archive: Path) -> Iterator[tuple[str, bytes]]:
     with tarfile.open(archive) as outer:
-        manifest = json.load(outer.extractfile("manifest.json"))
+        manifest = json.load(file_of(outer, "manifest.json"))
         for layer in manifest[0]["Layers"]:
-            with tarfile.open(fileobj=outer.extractfile(layer)) as inner:
+            with tarfile.open(fileobj=file_of(outer, layer)) as inner:
                 for member in inner:
                     if member.isfile():
                         data = inner.extractfile(member)
                         yield member.name.removeprefix("./"), data.read() if data else b""
 
 
-def image_config(archive: Path) -> dict[str, object]:
+def image_config(archive: Path) -> dict[str, Any]:
     with tarfile.open(archive) as outer:
-        manifest = json.load(outer.extractfile("manifest.json"))
-        config: dict[str, object] = json.load(outer.extractfile(manifest[0]["Config"]))
+        manifest = json.load(file_of(outer, "manifest.json"))
+        config: dict[str, Any] = json.load(file_of(outer, manifest[0]["Config"]))
         return config
 
 

@@ -67,7 +67,7 @@ def test_mutating_the_copy_leaves_the_original() -> None:
 def test_scalars_and_subclasses() -> None:
     for scalar in ("s", 1, 1.5, True, None):
         assert copy_json(scalar) is scalar
-    od = OrderedDict([("b", [1, {"c": 2}]), ("a", 1)])
+    od: OrderedDict[str, Any] = OrderedDict([("b", [1, {"c": 2}]), ("a", 1)])
     out = copy_json(od)
     assert type(out) is dict and list(out) == ["b", "a"] and out == od
     assert out["b"] is not od["b"] and out["b"][1] is not od["b"][1]

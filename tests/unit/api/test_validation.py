@@ -43,6 +43,16 @@ def _delete(path: str) -> Callable[[Job], None]:
     return mutate
 
 
+def _then(*mutators: Callable[[Job], None]) -> Callable[[Job], None]:
+    """One mutator that applies ``mutators`` in order."""
+
+    def mutate(obj: Job) -> None:
+        for m in mutators:
+            m(obj)
+
+    return mutate
+
+
 def _containers(*containers: Job) -> Callable[[Job], None]:
     def mutate(obj: Job) -> None:
         _worker_pod(obj)["containers"] = list(containers)
@@ -210,7 +220,7 @@ INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
     ("name-too-long-scheduler", _set("metadata.name", "a" * 52), "metadata.name", "too long"),
     (
         "name-too-long-worker-index",
-        lambda obj: (_set("metadata.name", "a" * 53)(obj), _set(f"{RS}.Worker.replicas", 10)(obj)),
+        _then(_set("metadata.name", "a" * 53), _set(f"{RS}.Worker.replicas", 10)),
         "metadata.name",
         "too long",
     ),

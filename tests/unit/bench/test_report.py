@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from bench.audit import WRITE_VERBS, count_requests
-from bench.report import judge, judge_scale_goals, judge_throttled_goals, render_markdown
+from bench.report import JSON, judge, judge_scale_goals, judge_throttled_goals, render_markdown
 from bench.stats import cdf, percentile, ratio, summarize
 
 
@@ -72,7 +72,7 @@ def test_count_requests_filters_user_agent_and_stage() -> None:
     assert counts.total(WRITE_VERBS, "pods") == 2
 
 
-def _results(p99: float, writes: float) -> dict[str, object]:
+def _results(p99: float, writes: float) -> JSON:
     return {
         "burst": {
             "operator": {"job_latency_s": {"p99": p99}, "operator_cpu_ms_per_lifecycle": 25.0},
@@ -101,7 +101,7 @@ def test_judge() -> None:
 
 def test_a_latency_the_raw_creates_cannot_reach_is_out_of_reach() -> None:
     results = _results(p99=19.0, writes=10.0)
-    results["burst"]["raw"] = {"job_latency_s": {"p99": 12.0}}  # type: ignore[index]
+    results["burst"]["raw"] = {"job_latency_s": {"p99": 12.0}}
     row = {r["target"]: r for r in judge(results)}["burst p99 job latency"]
     assert row["met"] is False and row["out_of_reach"] == 12.0
     md = render_markdown({"targets": judge(results)})
@@ -109,7 +109,7 @@ def test_a_latency_the_raw_creates_cannot_reach_is_out_of_reach() -> None:
         "| burst p99 job latency | 19.00 s | ≤ 2.00 | "
         "out of reach here: the raw creates' p99 is 12.00 s |" in md
     )
-    results["burst"]["raw"] = {"job_latency_s": {"p99": 1.0}}  # type: ignore[index]
+    results["burst"]["raw"] = {"job_latency_s": {"p99": 1.0}}
     row = {r["target"]: r for r in judge(results)}["burst p99 job latency"]
     assert row["met"] is False and "out_of_reach" not in row  # reachable: missed
 
@@ -121,7 +121,7 @@ def test_render_markdown_without_scenarios() -> None:
     assert "not measured" in md
 
 
-def _scenario(events_dropped: int, exit_code: int, sigterm_s: float) -> dict[str, object]:
+def _scenario(events_dropped: int, exit_code: int, sigterm_s: float) -> JSON:
     return {
         "operator": {
             "jobs": 200, "operator_args": ["--kube-api-qps", "20"], "all_objects_exist_s": 60.0,
@@ -195,7 +195,7 @@ def test_the_flags_floor_of_a_client_side_limit() -> None:
 def test_scale_goals_come_first_with_the_scale_scenarios() -> None:
     n2000 = _scenario(0, 0, 1.0)
     n2000["ratio_operator_to_raw"] = 1.2
-    n2000["operator"]["operator_rss_mib_peak"] = 151.0  # type: ignore[index]
+    n2000["operator"]["operator_rss_mib_peak"] = 151.0
     report: dict[str, object] = {
         "load": {"n100": _scenario(0, 0, 1.0), "n2000": n2000},
         "memory": {"bytes_per_cached_pod": 1900.0, "rss_mib_empty": 41.0},

@@ -28,7 +28,9 @@ class FakeSource:
         self.objects = list(objects)
         self.handlers: list[tuple[Any, Any, Any]] = []
 
-    def add_event_handler(self, on_add: Any = None, on_update: Any = None, on_delete: Any = None):  # type: ignore[no-untyped-def]
+    def add_event_handler(
+        self, on_add: Any = None, on_update: Any = None, on_delete: Any = None
+    ) -> tuple[Any, Any, Any]:
         reg = (on_add, on_update, on_delete)
         self.handlers.append(reg)
         for obj in self.objects:

@@ -5,6 +5,7 @@ server failing (503/500, never an exception)."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -20,8 +21,8 @@ def scrape(token: str | None = None, *, method: str = "GET", scheme: str = "Bear
     return Request(method, "/metrics", {}, headers)
 
 
-def auth(reviews: Reviews, clock: FakeClock | None = None, **options: float) -> DelegatedAuth:
-    return DelegatedAuth(reviews, AuthOptions(**options), clock=clock or FakeClock())  # type: ignore[arg-type]
+def auth(reviews: Reviews, clock: FakeClock | None = None, **options: Any) -> DelegatedAuth:
+    return DelegatedAuth(reviews, AuthOptions(**options), clock=clock or FakeClock())
 
 
 def status(response: Response | None) -> int:

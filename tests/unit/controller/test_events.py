@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -11,6 +12,8 @@ import structlog
 from msop.controller import events as events_module
 from msop.controller.events import EventCorrelator, EventKey, EventRecorder, involved_object
 from msop.kube.errors import ApiError, ApiTimeout, ApiUnavailable
+from msop.kube.resources import Resource
+from msop.kube.writer import PatchType
 from msop.metrics import REGISTRY
 
 
@@ -77,7 +80,7 @@ def drops(component: str, reason: str) -> float:
 
 
 async def test_recorder_never_blocks_and_drops_distinct_events_beyond_the_bound() -> None:
-    rec = EventRecorder(client=None, component="c-full", host="h", max_pending=2)  # type: ignore[arg-type]
+    rec = EventRecorder(client=RecordingClient(), component="c-full", host="h", max_pending=2)
     obj = {"kind": "Pod", "metadata": {"name": "p"}}
     for i in range(3):
         rec.event(obj, "Normal", "R", f"m{i}")
@@ -88,7 +91,7 @@ async def test_recorder_never_blocks_and_drops_distinct_events_beyond_the_bound(
 
 async def test_identical_pending_events_fold_into_one_entry_and_are_never_dropped() -> None:
     """A burst of the same event needs one queue slot, however long the burst."""
-    rec = EventRecorder(client=None, component="c-fold", host="h", max_pending=2)  # type: ignore[arg-type]
+    rec = EventRecorder(client=RecordingClient(), component="c-fold", host="h", max_pending=2)
     obj = {"kind": "Pod", "metadata": {"name": "p", "uid": "u"}}
     for _ in range(1000):
         rec.event(obj, "Normal", "R", "same")
@@ -112,14 +115,24 @@ class RecordingClient:
         async with self.wrote:
             await self.wrote.wait_for(lambda: len(self.calls) >= n)
 
-    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         await self._called(("create", body["count"], body["message"]))
-        self.bodies.append(body)
-        return body
+        self.bodies.append(dict(body))
+        return dict(body)
 
-    async def patch(self, res: Any, name: str, body: Any, namespace: str, **kw: Any) -> Any:
-        await self._called(("patch", body["count"], name))
-        return body
+    async def patch(
+        self,
+        res: Resource,
+        name: str,
+        patch: Any,
+        namespace: str | None = None,
+        *,
+        patch_type: PatchType = "merge",
+    ) -> dict[str, Any]:
+        await self._called(("patch", patch["count"], name))
+        return dict(patch)
 
 
 OBJ = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
@@ -128,7 +141,7 @@ OBJ = {"kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "uid": "u"}}
 async def test_recorder_aggregates_and_flushes_on_first_cancel() -> None:
     client = RecordingClient()
     wall = iter(range(100, 200))
-    rec = EventRecorder(client, component="c", host="h", wall=lambda: float(next(wall)))  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c", host="h", wall=lambda: float(next(wall)))
     task = asyncio.create_task(rec.run())
     await asyncio.sleep(0)  # the writers wait for work
     for _ in range(3):
@@ -150,7 +163,7 @@ async def test_recorder_aggregates_and_flushes_on_first_cancel() -> None:
 
 async def test_repeats_after_a_write_patch_the_count_with_every_folded_occurrence() -> None:
     client = RecordingClient()
-    rec = EventRecorder(client, component="c", host="h", writers=1)  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c", host="h", writers=1)
     task = asyncio.create_task(rec.run())
     rec.event(OBJ, "Normal", "R", "m")
     await client.wait_calls(1)
@@ -165,10 +178,12 @@ async def test_repeats_after_a_write_patch_the_count_with_every_folded_occurrenc
 class BlockedClient(RecordingClient):
     """An API server that never answers event writes."""
 
-    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         await self._called(("create", body["count"], body["message"]))
         await asyncio.Event().wait()
-        return body
+        return dict(body)
 
 
 async def test_second_cancel_abandons_the_backlog_and_counts_it(
@@ -177,7 +192,7 @@ async def test_second_cancel_abandons_the_backlog_and_counts_it(
     """A backlog that cannot drain: the flush is cut at the second cancellation, the
     recorder returns at once and counts every event it did not write."""
     client = BlockedClient()
-    rec = EventRecorder(client, component="c-shutdown", host="h", writers=2)  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c-shutdown", host="h", writers=2)
     task = asyncio.create_task(rec.run())
     for i in range(10):
         rec.event(OBJ, "Normal", "R", f"m{i}")
@@ -197,7 +212,7 @@ async def test_second_cancel_abandons_the_backlog_and_counts_it(
 async def test_drops_are_logged_once_per_interval_not_per_event() -> None:
     with structlog.testing.capture_logs() as logged:
         rec = EventRecorder(
-            client=RecordingClient(),  # type: ignore[arg-type]
+            client=RecordingClient(),
             component="c-log",
             host="h",
             max_pending=1,
@@ -228,7 +243,9 @@ class FlakyClient(RecordingClient):
         self.stored_anyway = stored_anyway
         self.stored: dict[str, dict[str, Any]] = {}
 
-    async def create(self, res: Any, body: dict[str, Any], namespace: str) -> dict[str, Any]:
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
         await self._called(("create", body["count"], body["metadata"]["name"]))
         name = body["metadata"]["name"]
         if name in self.stored:
@@ -236,10 +253,10 @@ class FlakyClient(RecordingClient):
         if self.fail > 0:
             self.fail -= 1
             if self.stored_anyway:
-                self.stored[name] = body
+                self.stored[name] = dict(body)
             raise self.error
-        self.stored[name] = body
-        return body
+        self.stored[name] = dict(body)
+        return dict(body)
 
 
 @pytest.fixture
@@ -256,7 +273,7 @@ def no_backoff(monkeypatch: pytest.MonkeyPatch) -> list[float]:
 
 
 async def _write_one(client: RecordingClient, **kw: Any) -> EventRecorder:
-    rec = EventRecorder(client, component="c-retry", host="h", writers=1, **kw)  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c-retry", host="h", writers=1, **kw)
     task = asyncio.create_task(rec.run())
     await asyncio.sleep(0)  # the writers wait for work
     rec.event(OBJ, "Normal", "MSJobRunning", "running")
@@ -318,7 +335,7 @@ async def test_deferrable_events_wait_while_busy_behind_every_other_event(
     client = RecordingClient()
     now = [0.0]
     busy = [True]
-    rec = EventRecorder(  # type: ignore[arg-type]
+    rec = EventRecorder(
         client, component="c", host="h", writers=1, clock=lambda: now[0], busy=lambda: busy[0]
     )
     task = asyncio.create_task(rec.run())
@@ -343,7 +360,7 @@ async def test_deferrable_events_wait_while_busy_behind_every_other_event(
 async def test_a_deferred_event_waits_max_defer_at_most(quick_recheck: None) -> None:
     client = RecordingClient()
     now = [0.0]
-    rec = EventRecorder(  # type: ignore[arg-type]
+    rec = EventRecorder(
         client, component="c", host="h", writers=1, max_defer=30, clock=lambda: now[0],
         busy=lambda: True,  # a queue that never empties
     )  # fmt: skip
@@ -363,7 +380,7 @@ async def test_a_deferred_event_waits_max_defer_at_most(quick_recheck: None) -> 
 
 async def test_a_graceful_stop_writes_the_deferred_events() -> None:
     client = RecordingClient()
-    rec = EventRecorder(client, component="c", host="h", busy=lambda: True)  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c", host="h", busy=lambda: True)
     task = asyncio.create_task(rec.run())
     await asyncio.sleep(0)
     for i in range(3):
@@ -381,7 +398,7 @@ async def test_a_stop_at_once_ends_a_writer_waiting_on_a_deferred_event() -> Non
     deferred event must stop then, not go on to write it against an API server that
     never answers (asyncio.wait_for on 3.11 swallowed that second cancellation)."""
     client = BlockedClient()
-    rec = EventRecorder(client, component="c-cut", host="h", writers=1, busy=lambda: True)  # type: ignore[arg-type]
+    rec = EventRecorder(client, component="c-cut", host="h", writers=1, busy=lambda: True)
     task = asyncio.create_task(rec.run())
     rec.event(OBJ, "Normal", "SuccessfulCreatePod", "Created pod: a", deferrable=True)
     await asyncio.sleep(0.01)  # the writer waits on it

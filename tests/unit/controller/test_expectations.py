@@ -14,7 +14,7 @@ class Timer:
 
 
 def test_no_record_is_satisfied_and_observations_without_record_ignored() -> None:
-    e = Expectations(clock=Timer())
+    e: Expectations[str] = Expectations(clock=Timer())
     assert e.satisfied("k")
     e.creation_observed("k", "p0")
     e.deletion_observed("k", "p0")
@@ -22,7 +22,7 @@ def test_no_record_is_satisfied_and_observations_without_record_ignored() -> Non
 
 
 def test_named_expectations_ignore_duplicates_and_strangers() -> None:
-    e = Expectations(clock=Timer())
+    e: Expectations[str] = Expectations(clock=Timer())
     e.expect_creations_of("k", ["p0", "p1"])
     e.expect_deletions_of("k", ["old"])
     e.creation_observed("k", "p0")
@@ -38,7 +38,7 @@ def test_named_expectations_ignore_duplicates_and_strangers() -> None:
 
 
 def test_a_new_expectation_replaces_the_old_one_of_its_direction() -> None:
-    e = Expectations(clock=Timer())
+    e: Expectations[str] = Expectations(clock=Timer())
     e.expect_creations_of("k", ["p0"])
     e.expect_creations_of("k", ["p1"])
     e.creation_observed("k", "p1")
@@ -47,7 +47,7 @@ def test_a_new_expectation_replaces_the_old_one_of_its_direction() -> None:
 
 def test_expired_expectations_count_as_satisfied() -> None:
     timer = Timer()
-    e = Expectations(clock=timer)
+    e: Expectations[str] = Expectations(clock=timer)
     e.expect_creations_of("k", ["a", "b", "c"])
     timer.t = 299
     e.creation_observed("k", "a")  # does not extend the TTL
@@ -58,7 +58,7 @@ def test_expired_expectations_count_as_satisfied() -> None:
 
 
 def test_delete_expectations_and_per_key_isolation() -> None:
-    e = Expectations(clock=Timer())
+    e: Expectations[str] = Expectations(clock=Timer())
     e.expect_creations_of("a", ["x"])
     e.expect_creations_of("b", ["y"])
     e.delete_expectations("a")

@@ -5,6 +5,7 @@ leader's. A fake Lease client advances a fake monotonic clock as requests take t
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -35,13 +36,13 @@ class LeaseServer:
         return copy.deepcopy(self.lease)
 
     async def create(
-        self, res: Resource, body: dict[str, Any], namespace: str | None = None
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
         self.rv += 1
         self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(self.rv)}}
         return copy.deepcopy(self.lease)
 
-    async def replace(self, res: Resource, body: dict[str, Any]) -> dict[str, Any]:
+    async def replace(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         self.calls.append(self.clock.now)
         verdict, latency = self._step()
         self.clock.now += latency
@@ -62,7 +63,7 @@ async def test_term_ends_renew_deadline_after_the_last_good_renewal_was_sent(
         name="msop", namespace="ns", identity="a", lease_duration=15.0, renew_deadline=10.0,
         retry_period=0.001,
     )  # fmt: skip
-    elector = LeaderElector(server, config, clock=clock, now=lambda: 1_700_000_000.0)  # type: ignore[arg-type]
+    elector = LeaderElector(server, config, clock=clock, now=lambda: 1_700_000_000.0)
     # One renewal that succeeds but is answered `latency` seconds after it was sent, then
     # a partition: every later renewal times out after 1 s.
     server.plan = [("ok", latency)]

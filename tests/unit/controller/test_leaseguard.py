@@ -64,7 +64,7 @@ class Api:
 
 def guard(api: Api, clock: list[float], period: float = 0.01) -> LeaseGuard:
     return LeaseGuard(
-        api,  # type: ignore[arg-type]
+        api,
         "ms-operator-system", "4725f7c4.gitee.com", what="ms-operator",
         period=period, clock=lambda: clock[0], wall=lambda: WALL,
     )  # fmt: skip

@@ -17,6 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from msop.controller.delegatedauth import AuthOptions
 from msop.controller.health import parse_bind_address
 from msop.controller.manager import Manager, SecureServing
+from tests.support.clients import NoApiServer
 from tests.support.managers import Sleeper, manager
 
 
@@ -200,7 +201,7 @@ async def test_stop_is_bounded_by_the_grace_period_whatever_the_event_backlog(
 def test_secure_metrics_need_a_port_of_their_own() -> None:
     with pytest.raises(ValueError, match="port of their own"):
         Manager(
-            None,  # type: ignore[arg-type]
+            NoApiServer(),
             metrics_bind_address="127.0.0.1:8443",
             health_probe_bind_address="127.0.0.1:8443",
             secure_metrics=SecureServing(),

@@ -8,6 +8,7 @@ import asyncio
 import os
 import ssl
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
@@ -15,7 +16,14 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from msop.controller import selfsigned
-from msop.controller.health import HttpServer, Request, Response, Routes, metrics_routes
+from msop.controller.health import (
+    Guard,
+    HttpServer,
+    Request,
+    Response,
+    Routes,
+    metrics_routes,
+)
 from msop.controller.servingcert import CERT_FILE, KEY_FILE, ServingCert
 
 #: X509_V_FLAG_CHECK_SS_SIGNATURE: OpenSSL skips the signature of a self-signed trust
@@ -58,12 +66,12 @@ async def peer_cert(port: int, context: ssl.SSLContext, host: str = "127.0.0.1")
         writer.close()
 
 
-def tls_server(tls: ServingCert, guard: object = None) -> HttpServer:
+def tls_server(tls: ServingCert, guard: Guard | None = None) -> HttpServer:
     registry = CollectorRegistry()
     Counter("scrapes", "Scrapes.", registry=registry).inc()
     routes: Routes = {}
     metrics_routes(routes, registry)
-    return HttpServer(routes, "127.0.0.1", 0, tls=tls.context, guard=guard)  # type: ignore[arg-type]
+    return HttpServer(routes, "127.0.0.1", 0, tls=tls.context, guard=guard)
 
 
 @pytest.fixture
@@ -78,7 +86,7 @@ def test_generate_refuses_impossible_arguments() -> None:
     with pytest.raises(ValueError):
         selfsigned.generate([])
     with pytest.raises(ValueError):
-        selfsigned.generate(["x"], validity=selfsigned.timedelta(0))
+        selfsigned.generate(["x"], validity=timedelta(0))
 
 
 def test_openssl_refuses_a_key_that_is_not_the_certificates(tmp_path: Path) -> None:

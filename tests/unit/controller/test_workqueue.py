@@ -23,7 +23,7 @@ def make(name: str = "") -> tuple[WorkQueue[str], FakeClock]:
 
 
 def drain(q: WorkQueue[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     while True:
         try:
             item = q.get_nowait()

@@ -48,7 +48,8 @@ def test_initial_list_then_watch_events() -> None:
     assert not inf.has_synced()
     inf.replace([cm("x", "1", managedFields=[{}])], "10")
     assert inf.has_synced()
-    assert "managedFields" not in inf.store.get("a/x")["metadata"]  # type: ignore[index]
+    stored = inf.store.get("a/x")
+    assert stored is not None and "managedFields" not in stored["metadata"]
     inf.watch_event("ADDED", cm("y", "11"))
     inf.watch_event("MODIFIED", cm("x", "12"))
     inf.watch_event("DELETED", cm("y", "13"))
@@ -86,7 +87,9 @@ def test_late_handler_gets_replay_as_initial() -> None:
     assert len(rec.events) == 1  # removed: no more events
 
 
-def test_late_handler_on_a_compact_cache_gets_one_decoded_object_at_a_time() -> None:
+def test_late_handler_on_a_compact_cache_gets_one_decoded_object_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The replay to a late handler decodes each object just before handing it over:
     decoding a cache of 10,000 pods all at once took 20 MB, most of it kept by the heap."""
     inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, compact=True)
@@ -100,7 +103,7 @@ def test_late_handler_on_a_compact_cache_gets_one_decoded_object_at_a_time() -> 
         decoded.append(1)
         return real(raw)
 
-    store.decode = counting  # type: ignore[method-assign]
+    monkeypatch.setattr(store, "decode", counting)
     at_call: list[int] = []
     inf.add_event_handler(lambda obj, initial: at_call.append(len(decoded)))
     assert at_call == list(range(1, 51))
@@ -162,11 +165,14 @@ def test_list_already_transformed_by_the_reflector_is_not_transformed_again() ->
 def test_compact_informer_encodes_pages_and_hands_dicts_to_handlers() -> None:
     inf = SharedInformer(KubeClient.__new__(KubeClient), CONFIGMAPS, compact=True)
     assert isinstance(inf.store, EncodedStore)
-    rec, seen = Recorder(), []
+    rec = Recorder()
+    seen: list[dict[str, Any]] = []
     inf.add_event_handler(rec.on_add, rec.on_update, rec.on_delete)
     inf.add_event_handler(lambda obj, initial: seen.append(obj))
     # The reflector's list transform applies the default transform, then encodes.
-    page = [inf.reflector.list_transform(cm(n, "1", managedFields=[{}])) for n in ("x", "y")]
+    transform = inf.reflector.list_transform
+    assert transform is not None
+    page = [transform(cm(n, "1", managedFields=[{}])) for n in ("x", "y")]
     assert all(isinstance(raw, bytes) for raw in page)
     inf.replace(page, "1", transformed=True)
     assert rec.events == [("add", "x", True), ("add", "y", True)]

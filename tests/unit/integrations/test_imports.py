@@ -56,7 +56,7 @@ def test_importing_the_integrations_loads_only_the_standard_library() -> None:
 
 
 def imports_of(path: Path) -> set[str]:
-    names = set()
+    names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
@@ -83,7 +83,7 @@ def test_every_import_in_the_package_is_stdlib_or_the_package_itself() -> None:
 def test_the_agent_imports_only_the_contract_and_the_signatures() -> None:
     # The agent's containers run it alone; the signatures are shared with the operator.
     def msop_imports(name: str) -> set[str]:
-        names = set()
+        names: set[str] = set()
         for node in ast.walk(ast.parse((PACKAGE / name).read_text())):
             if isinstance(node, ast.Import):
                 names.update(alias.name for alias in node.names)

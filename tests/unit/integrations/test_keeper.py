@@ -24,11 +24,13 @@ SCRIPT = REPO / "msop" / "integrations" / "keeper.py"
 WAIT = 20.0
 
 
-def keep(directory: Path, *command: str, **kwargs: object) -> subprocess.Popen[bytes]:
+def keep(
+    directory: Path, *command: str, start_new_session: bool = False
+) -> subprocess.Popen[bytes]:
     # -I: as the pod runs it, isolated from msop's checkout and any PYTHON* variable.
     return subprocess.Popen(
         [sys.executable, "-I", str(SCRIPT), str(directory), "mindspore", "--", *command],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kwargs,  # type: ignore[call-overload]
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=start_new_session,
     )  # fmt: skip
 
 

@@ -150,8 +150,8 @@ def train(
 def fake_mindspore(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType]:
     mindspore = types.ModuleType("mindspore")
     train_module = types.ModuleType("mindspore.train")
-    train_module.Callback = FakeCallback  # type: ignore[attr-defined]
-    mindspore.train = train_module  # type: ignore[attr-defined]
+    monkeypatch.setattr(train_module, "Callback", FakeCallback, raising=False)
+    monkeypatch.setattr(mindspore, "train", train_module, raising=False)
     monkeypatch.setitem(sys.modules, "mindspore", mindspore)
     monkeypatch.setitem(sys.modules, "mindspore.train", train_module)
     msi.__dict__.pop("ProgressReporter", None)
@@ -164,7 +164,7 @@ def fake_mindspore(monkeypatch: pytest.MonkeyPatch) -> Iterator[types.ModuleType
 def progress_reporter(fake_mindspore: types.ModuleType) -> type:
     from msop.integrations.mindspore import ProgressReporter
 
-    return ProgressReporter  # type: ignore[no-any-return]
+    return ProgressReporter
 
 
 def final_of(path: Path) -> dict[str, Any]:
@@ -174,12 +174,12 @@ def final_of(path: Path) -> dict[str, Any]:
 
 
 def test_the_class_is_a_mindspore_callback_built_once(progress_reporter: type) -> None:
-    assert issubclass(progress_reporter, FakeCallback)
     assert progress_reporter.__name__ == "ProgressReporter"
     assert progress_reporter.__module__ == "msop.integrations.mindspore"
     assert msi.ProgressReporter is progress_reporter  # cached after the first access
     assert "ProgressReporter" in dir(msi)
     assert progress_reporter(env={}).reporter.enabled is False
+    assert issubclass(progress_reporter, FakeCallback)
 
 
 def test_without_mindspore_a_clear_import_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -96,7 +96,8 @@ class Echo:
 
 @pytest.fixture
 def echo() -> Iterator[tuple[Echo, int, list[str]]]:
-    handler, logged = Echo(), []
+    handler = Echo()
+    logged: list[str] = []
     limits = Limits(io_timeout=10, max_connections=4, max_body=1000)
     server = Server(listen(0, host="127.0.0.1", backlog=8), handler, limits, log=logged.append)
     server.start()

@@ -75,11 +75,11 @@ def test_only_refused_or_dropped_connections_trip_the_gate() -> None:
     key = type("Key", (), {"ssl": True, "host": "h", "port": 1})()
     assert server_unreachable(aiohttp.ServerDisconnectedError())
     assert server_unreachable(ConnectionRefusedError())
-    assert server_unreachable(aiohttp.ClientConnectorError(key, ConnectionRefusedError()))  # type: ignore[arg-type]
+    assert server_unreachable(aiohttp.ClientConnectorError(key, ConnectionRefusedError()))
     assert not server_unreachable(TimeoutError())  # a partition: waiting on /readyz won't help
     assert not server_unreachable(aiohttp.ClientPayloadError("bad body"))
     assert not server_unreachable(
-        aiohttp.ClientConnectorCertificateError(key, ValueError("bad cert"))  # type: ignore[arg-type]
+        aiohttp.ClientConnectorCertificateError(key, ValueError("bad cert"))
     )
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import pytest
+
 from msop.informers.store import EncodedStore
 from msop.metrics import CollectorRegistry, generate_latest
 from msop.msjob import metrics
@@ -16,7 +18,9 @@ def job(ns: str, name: str, state: str | None, rv: str = "1") -> dict[str, Any]:
     return {"metadata": {"namespace": ns, "name": name, "resourceVersion": rv}, "status": status}
 
 
-def test_counts_follow_status_changes_and_deletes_without_decoding_jobs() -> None:
+def test_counts_follow_status_changes_and_deletes_without_decoding_jobs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = EncodedStore()
     store.add_indexers({metrics.BY_JOB_STATE: metrics.job_state_index})
     store.add(job("a", "j1", None))
@@ -41,7 +45,12 @@ def test_counts_follow_status_changes_and_deletes_without_decoding_jobs() -> Non
     store.delete("b/j3")
     decodes: list[bytes] = []
     real = store.decode
-    store.decode = lambda raw: decodes.append(raw) or real(raw)  # type: ignore[method-assign]
+
+    def decoding(raw: bytes) -> dict[str, Any]:
+        decodes.append(raw)
+        return real(raw)
+
+    monkeypatch.setattr(store, "decode", decoding)
     assert scrape() == [
         'msop_jobs{namespace="a",state="Running"} 1.0',
         'msop_jobs{namespace="a",state="Succeeded"} 1.0',
@@ -64,7 +73,9 @@ def _job(name: str, rv: str, **status: Any) -> dict[str, Any]:
     return {"metadata": {"namespace": "a", "name": name, "resourceVersion": rv}, "status": status}
 
 
-def test_per_job_series_exist_while_the_job_is_unfinished_and_read_no_job() -> None:
+def test_per_job_series_exist_while_the_job_is_unfinished_and_read_no_job(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     store = EncodedStore()
     store.add_indexers({metrics.BY_JOB_ALERTING: metrics.job_alerting_index})
     queued = {"type": "Queued", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}
@@ -84,7 +95,12 @@ def test_per_job_series_exist_while_the_job_is_unfinished_and_read_no_job() -> N
 
     decodes: list[bytes] = []
     real = store.decode
-    store.decode = lambda raw: decodes.append(raw) or real(raw)  # type: ignore[method-assign]
+
+    def decoding(raw: bytes) -> dict[str, Any]:
+        decodes.append(raw)
+        return real(raw)
+
+    monkeypatch.setattr(store, "decode", decoding)
     assert scrape() == [
         'msop_job_queued_since_timestamp_seconds{name="waiting",namespace="a"} 1.7672256e+09',
         'msop_job_restarts_total{name="flaky",namespace="a"} 3.0',

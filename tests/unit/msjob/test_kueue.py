@@ -13,6 +13,7 @@ import pytest
 
 from msop.api import constants as c
 from msop.kube.errors import ApiError
+from msop.kube.resources import Resource
 from msop.msjob import kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
 from tests.support.builders import NOW, T0, job, pod, queue, service
@@ -178,8 +179,9 @@ def test_an_eviction_is_not_a_failure_and_counts_no_restart() -> None:
 def test_a_stopped_queue_that_deactivated_the_workload_is_not_requeued_as_preempted() -> None:
     j = queued_job()
     p = run(j, evicted(j, reason="Deactivated"), [])
-    assert queue(p).workload_status is not None
-    conds = {x["type"]: x for x in queue(p).workload_status["status"]["conditions"]}
+    workload_status = queue(p).workload_status
+    assert workload_status is not None
+    conds = {x["type"]: x for x in workload_status["status"]["conditions"]}
     assert conds["Requeued"]["status"] == "False"
 
 
@@ -309,10 +311,9 @@ def test_a_finished_job_finishes_its_workload_and_drops_the_finalizer() -> None:
     p = run(j, wl, pods)
     assert p.status is not None
     assert any(x["type"] == c.SUCCEEDED for x in p.status["conditions"])
-    assert queue(p).workload_status is not None
-    fin = next(
-        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "Finished"
-    )
+    workload_status = queue(p).workload_status
+    assert workload_status is not None
+    fin = next(x for x in workload_status["status"]["conditions"] if x["type"] == "Finished")
     assert (fin["status"], fin["reason"]) == ("True", "Succeeded")
     assert queue(p).release_workloads == [wl]
     assert kueue_workload.finalizer_patch(wl) == {
@@ -337,8 +338,9 @@ def test_a_pending_workload_follows_the_job_in_place() -> None:
     wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 3
     p = run(j, wl)
-    assert queue(p).patch_workload is not None
-    assert [x["count"] for x in queue(p).patch_workload["spec"]["podSets"]] == [1, 3]
+    patch_workload = queue(p).patch_workload
+    assert patch_workload is not None
+    assert [x["count"] for x in patch_workload["spec"]["podSets"]] == [1, 3]
     j["spec"]["msReplicaSpecs"]["Worker"]["replicas"] = 2
     j["metadata"]["labels"][kueue_workload.QUEUE_LABEL] = "team-b"
     assert queue(run(j, wl)).patch_workload == {"spec": {"queueName": "team-b"}}
@@ -415,6 +417,7 @@ def test_the_workload_is_created_with_the_priority_of_its_class() -> None:
     api = WorkloadApi(None)
     seen = asyncio.run(kueue_of(api).observe(j))
     assert api.calls == [("get", "WorkloadPriorityClass", "urgent")]
+    assert seen is not None
     assert seen.priority == kueue_workload.priority_ref("WorkloadPriorityClass", "urgent", 1000)
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     created = queue(p).create_workload
@@ -452,10 +455,11 @@ def test_a_missing_priority_class_holds_the_workload_and_says_which() -> None:
     j["metadata"]["labels"][kueue_workload.PRIORITY_CLASS_LABEL] = "nope"
 
     class Missing(WorkloadApi):
-        async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
+        async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
             raise ApiError(404, "NotFound", f'"{name}" not found')
 
     seen = asyncio.run(kueue_of(Missing(None)).observe(j))
+    assert seen is not None
     assert seen.priority == kueue_workload.MissingClass("WorkloadPriorityClass", "nope")
     p = plan(Observed(j, [], [service()], NOW, scheduling=[seen]))
     assert queue(p).create_workload is None and p.create_pods == []
@@ -489,14 +493,12 @@ def test_pods_ready_follows_kueues_reasons() -> None:
 def test_an_admitted_job_reports_pods_ready_once_every_pod_runs() -> None:
     j = queued_job()
     p = run(j, admitted(j), [pod("Scheduler", 0), pod("Worker", 0), pod("Worker", 1)])
-    assert queue(p).workload_status is not None
-    ready = next(
-        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "PodsReady"
-    )
+    workload_status = queue(p).workload_status
+    assert workload_status is not None
+    ready = next(x for x in workload_status["status"]["conditions"] if x["type"] == "PodsReady")
     assert (ready["status"], ready["reason"]) == ("True", "Started")
     p = run(j, admitted(j), [pod("Scheduler", 0)])
-    assert queue(p).workload_status is not None
-    ready = next(
-        x for x in queue(p).workload_status["status"]["conditions"] if x["type"] == "PodsReady"
-    )
+    workload_status = queue(p).workload_status
+    assert workload_status is not None
+    ready = next(x for x in workload_status["status"]["conditions"] if x["type"] == "PodsReady")
     assert (ready["status"], ready["reason"]) == ("False", "WaitForStart")

@@ -109,8 +109,9 @@ def test_the_pod_set_asks_what_its_template_says_and_names_the_replica_index(
     assert worker["template"]["metadata"]["annotations"] == annotations
     assert topology.problems(j) == []
     p = run(j)
-    assert queue(p).create_workload is not None
-    assert queue(p).create_workload["spec"]["podSets"][1]["topologyRequest"]["podIndexLabel"] == (
+    create_workload = queue(p).create_workload
+    assert create_workload is not None
+    assert create_workload["spec"]["podSets"][1]["topologyRequest"]["podIndexLabel"] == (
         "training.kubeflow.org/replica-index"
     )
 

@@ -11,7 +11,8 @@ from msop.api import constants as c
 from msop.api.validation import validate
 from msop.msjob import gang, kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
-from tests.support.builders import NOW, T0, pod, queue, service
+from msop.msjob.scheduling import Seen
+from tests.support.builders import NOW, T0, pod, queue, service, status_of
 from tests.support.kueue import (
     ADMISSION,
     FLAVORS,
@@ -43,13 +44,13 @@ def on_worker(wl: JSON, cluster: str = WORKER) -> JSON:
 def run(j: JSON, wl: JSON | None = None, *, pods: list[JSON] | None = None) -> Plan:
     seen = asyncio.run(
         kueue.Kueue(
-            WorkloadApi(wl),  # type: ignore[arg-type]
+            WorkloadApi(wl),
             owned_by=lambda uid: [wl] if wl is not None else [],
             in_namespace=lambda ns: [wl] if wl is not None else [],
             flavor=FLAVORS.get,
         ).observe(j)
     )
-    scheduling = [seen] if seen is not None else []
+    scheduling: list[Seen] = [seen] if seen is not None else []
     return plan(Observed(j, pods or [], [service()], NOW, scheduling=scheduling))
 
 
@@ -97,8 +98,9 @@ def test_a_dispatched_job_gets_a_workload_and_a_status_but_never_a_pod() -> None
     p = run(j)
     assert queue(p).create_workload is not None
     assert p.create_pods == [] and p.create_services == []
-    assert queued(p) is not None and queued(p)["reason"] == kueue_workload.REASON_PENDING  # type: ignore[index]
-    created = next(x for x in p.status["conditions"] if x["type"] == c.CREATED)  # type: ignore[index]
+    waiting = queued(p)
+    assert waiting is not None and waiting["reason"] == kueue_workload.REASON_PENDING
+    created = next(x for x in status_of(p)["conditions"] if x["type"] == c.CREATED)
     assert created["status"] == "True"
 
 

@@ -17,11 +17,13 @@ from tests.support.builders import (
     cond,
     finished,
     job,
+    must_cond,
     names,
     pod,
     run,
     running_status,
     service,
+    status_of,
     volcano,
 )
 
@@ -31,11 +33,11 @@ from tests.support.builders import (
 def test_new_job_gets_created_condition_and_all_pods() -> None:
     p = run(job())
     assert names(p.create_pods) == {"j-worker-0", "j-worker-1"}
-    assert cond(p, "Created")["status"] == "True"  # type: ignore[index]
+    assert must_cond(p, "Created")["status"] == "True"
     assert p.transitions == ["Created"]
-    assert p.status["startTime"] == format_time(NOW)  # type: ignore[index]
-    assert p.status["workers"] == "0/2"  # type: ignore[index]
-    assert p.status["observedGeneration"] == 1  # type: ignore[index]
+    assert status_of(p)["startTime"] == format_time(NOW)
+    assert status_of(p)["workers"] == "0/2"
+    assert status_of(p)["observedGeneration"] == 1
 
 
 def test_scheduler_service_comes_first_and_other_pods_wait_for_its_cluster_ip() -> None:
@@ -118,8 +120,8 @@ def test_success_policy(policy: str, pods: list[JSON], succeeded: bool) -> None:
     assert (c is not None and c["status"] == "True") is succeeded
     if succeeded:
         assert p.transitions == ["Succeeded"]
-        assert p.status["completionTime"] == format_time(NOW)  # type: ignore[index]
-        assert cond(p, "Running")["status"] != "True"  # type: ignore[index]
+        assert status_of(p)["completionTime"] == format_time(NOW)
+        assert must_cond(p, "Running")["status"] != "True"
 
 
 def test_job_without_workers_succeeds_when_every_replica_succeeded() -> None:
@@ -127,13 +129,13 @@ def test_job_without_workers_succeeds_when_every_replica_succeeded() -> None:
     half = run(j, [pod("Scheduler", 0, "Succeeded", 0), pod("PS", 0)], [service()])
     assert cond(half, "Succeeded") is None if half.status else True
     done = run(j, [pod("Scheduler", 0, "Succeeded", 0), pod("PS", 0, "Succeeded", 0)], [service()])
-    assert cond(done, "Succeeded")["status"] == "True"  # type: ignore[index]
+    assert must_cond(done, "Succeeded")["status"] == "True"
 
 
 def test_running_when_every_pod_runs_and_no_rewrite_when_nothing_changed() -> None:
     j = job()
     p = run(j, [pod("Worker", 0), pod("Worker", 1)])
-    assert cond(p, "Running")["status"] == "True"  # type: ignore[index]
+    assert must_cond(p, "Running")["status"] == "True"
     again = copy.deepcopy(j)
     again["status"] = p.status
     assert run(again, [pod("Worker", 0), pod("Worker", 1)]).status is None
@@ -148,7 +150,7 @@ def test_never_failed_replica_fails_the_job_with_running_cleanup() -> None:
     c = cond(p, "Failed")
     assert c and c["reason"] == "MSJobFailed" and "1 PS replica(s) failed" in c["message"]
     assert names(p.delete_pods) == {"j-worker-0"}  # cleanPodPolicy Running: only active pods
-    assert p.status["replicaStatuses"]["PS"]["failed"] == 1  # type: ignore[index]
+    assert status_of(p)["replicaStatuses"]["PS"]["failed"] == 1
 
 
 def test_elastic_worker_failure_does_not_fail_the_job() -> None:
@@ -165,24 +167,24 @@ def test_exit_code_policy(code: int, restart: bool) -> None:
     if restart:
         assert names(p.delete_pods) == {"j-worker-1"}
         assert p.status_first
-        assert cond(p, "Restarting")["status"] == "True"  # type: ignore[index]
-        assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
-        assert p.status["replicaStatuses"]["Worker"]["restarts"] == 1  # type: ignore[index]
+        assert must_cond(p, "Restarting")["status"] == "True"
+        assert must_cond(p, "Running")["status"] == "False"
+        assert status_of(p)["replicaStatuses"]["Worker"]["restarts"] == 1
         assert {"ExitedWithCode", "MSJobRestarting"} <= {e.reason for e in p.events}
         assert "Restarting" in p.transitions
     else:
-        assert cond(p, "Failed")["status"] == "True"  # type: ignore[index]
-        assert "restarts" not in p.status["replicaStatuses"]["Worker"]  # type: ignore[index]
+        assert must_cond(p, "Failed")["status"] == "True"
+        assert "restarts" not in status_of(p)["replicaStatuses"]["Worker"]
 
 
 def test_exit_code_restarts_count_toward_backoff_limit() -> None:
     status = running_status(replicaStatuses={"Worker": {"restarts": 2}})
     j = job({"Worker": (2, "ExitCode")}, {"backoffLimit": 2}, status=status)
     p = run(j, [pod("Worker", 0), pod("Worker", 1, "Failed", 137)])
-    assert cond(p, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+    assert must_cond(p, "Failed")["reason"] == "BackoffLimitExceeded"
     assert names(p.delete_pods) == {"j-worker-0", "j-worker-1"}  # every pod, whatever the policy
     # The message says what status says: 2 recreations done, the third was not.
-    message = cond(p, "Failed")["message"]  # type: ignore[index]
+    message = must_cond(p, "Failed")["message"]
     assert "(backoffLimit 2): 2 pod recreation(s) so far; 1 more needed." in message, message
     assert p.status is not None and p.status["replicaStatuses"]["Worker"]["restarts"] == 2
 
@@ -204,7 +206,7 @@ def test_active_deadline_is_exact(elapsed: int, fails: bool) -> None:
     j = job(run_policy={"activeDeadlineSeconds": 60}, status=running_status(startTime=start))
     p = run(j, [pod("Worker", 0), pod("Worker", 1)])
     if fails:
-        assert cond(p, "Failed")["reason"] == "DeadlineExceeded"  # type: ignore[index]
+        assert must_cond(p, "Failed")["reason"] == "DeadlineExceeded"
         assert names(p.delete_pods) == {"j-worker-0", "j-worker-1"}
     else:
         assert p.requeue_after == pytest.approx(60 - elapsed)
@@ -252,8 +254,8 @@ def test_suspend_deletes_everything_and_resume_resets_start_time() -> None:
     p = run(j, [pod("Scheduler", 0), pod("Worker", 0)], [service()])
     assert names(p.delete_pods) == {"j-scheduler-0", "j-worker-0"}
     assert names(p.delete_services) == {"j-scheduler-0"}
-    assert cond(p, "Suspended")["status"] == "True"  # type: ignore[index]
-    assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
+    assert must_cond(p, "Suspended")["status"] == "True"
+    assert must_cond(p, "Running")["status"] == "False"
     assert not p.create_pods and p.requeue_after is None
     resumed = copy.deepcopy(j)
     resumed["spec"]["runPolicy"]["suspend"] = False
@@ -261,7 +263,7 @@ def test_suspend_deletes_everything_and_resume_resets_start_time() -> None:
     r = run(resumed)
     c = cond(r, "Suspended")
     assert c and c["status"] == "False" and c["reason"] == "MSJobResumed"
-    assert r.status["startTime"] == format_time(NOW)  # type: ignore[index]
+    assert status_of(r)["startTime"] == format_time(NOW)
     assert names(r.create_services) == {"j-scheduler-0"}
 
 
@@ -293,7 +295,8 @@ def test_gang_scheduling_creates_the_podgroup_and_holds_pods_until_inqueue() -> 
     j = job({"Scheduler": (1, "Never"), "Worker": (2, "Never")},
             {"schedulingPolicy": {"queue": "q", "minAvailable": 2}})  # fmt: skip
     p = run(j, gang_scheduling=True)
-    assert volcano(p).create is not None and volcano(p).create["spec"] == {
+    pod_group = volcano(p).create
+    assert pod_group is not None and pod_group["spec"] == {
         "minMember": 2,
         "queue": "q",
     }

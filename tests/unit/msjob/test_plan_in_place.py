@@ -13,7 +13,18 @@ from msop.msjob.inplace import pods as inplace
 from msop.msjob.inplace.pods import KEEPER_LAUNCH, InPlace
 from msop.msjob.plan import Plan
 from msop.msjob.projection import pod_projection
-from tests.support.builders import NOW, T0, cond, job, names, pod, run, running_status, service
+from tests.support.builders import (
+    NOW,
+    T0,
+    cond,
+    job,
+    must_cond,
+    names,
+    pod,
+    run,
+    running_status,
+    service,
+)
 
 JSON = dict[str, Any]
 ON = InPlace(image="msop:0.1.0", public_key="04" + "ab" * 64, timeout=120.0)
@@ -234,7 +245,7 @@ def test_a_killed_worker_restarts_every_pod_in_place_and_counts_once() -> None:
     assert c is not None and c["status"] == "True" and c["reason"] == "MSJobRestartingInPlace"
     assert "in place because pod ns/j-worker-1 exited with code 137" in c["message"]
     assert "restart 1 of 3" in c["message"]
-    assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
+    assert must_cond(p, "Running")["status"] == "False"
     assert asked(p, "restart") == EVERY_POD and generations(p) == {1}
     assert ("Warning", "MSJobRestartingInPlace") in {(e.type, e.reason) for e in p.events}
     assert p.requeue_after is not None and p.requeue_after <= 1.0
@@ -244,7 +255,7 @@ def test_the_failed_pod_already_restarting_is_not_asked_again() -> None:
     # The kubelet acted first: the failed pod's containers were removed and it waits.
     killed = member("Worker", 1, restarts=1, state="waiting", last=137, barrier="running")
     p = run(cluster(status=running_status()), members(killed), [service()], in_place=ON)
-    assert cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"  # type: ignore[index]
+    assert must_cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"
     assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}
 
 
@@ -253,7 +264,7 @@ def test_the_backoff_limit_still_fails_the_job() -> None:
     status = running_status(replicaStatuses={"Worker": {"restarts": 2}})
     p = run(cluster(run_policy={"backoffLimit": 2}, status=status),
             members(killed, generation=2), [service()], in_place=ON)  # fmt: skip
-    assert cond(p, "Failed")["reason"] == "BackoffLimitExceeded"  # type: ignore[index]
+    assert must_cond(p, "Failed")["reason"] == "BackoffLimitExceeded"
     assert names(p.delete_pods) == EVERY_POD and not p.agent_requests
 
 
@@ -309,7 +320,7 @@ def test_a_release_that_missed_a_pod_is_sent_again() -> None:
 def test_running_again_ends_the_restart() -> None:
     pods = members(restarts=1, last=137, barrier="terminated")
     p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
-    assert cond(p, "Running")["status"] == "True"  # type: ignore[index]
+    assert must_cond(p, "Running")["status"] == "True"
     done = cond(p, "Restarting")
     assert done is not None and done["status"] == "False"
     assert not p.agent_requests and not p.delete_pods
@@ -340,7 +351,7 @@ def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
                    barrier="running")  # fmt: skip
     p = run(cluster(status=restarting(seconds_ago=121)), pods, [service()], in_place=ON)
     assert names(p.delete_pods) == EVERY_POD
-    message = cond(p, "Restarting")["message"]  # type: ignore[index]
+    message = must_cond(p, "Restarting")["message"]
     assert "did not complete within 120s (not restarted: j-scheduler-0)" in message
 
 
@@ -371,9 +382,9 @@ def test_until_the_timeout_it_waits() -> None:
     ids=["off", "unsupported", "no-agent", "a-pod-failed"],
 )  # fmt: skip
 def test_a_recreation_says_why_not_in_place(pods: list[JSON], opts: JSON, why: str) -> None:
-    for p in pods:
-        if p["metadata"]["name"] == "j-worker-1" and "initContainers" not in p["spec"]:
-            p["status"]["phase"] = "Failed"  # without its rule, the failed pod fails
+    for member_ in pods:
+        if member_["metadata"]["name"] == "j-worker-1" and "initContainers" not in member_["spec"]:
+            member_["status"]["phase"] = "Failed"  # without its rule, the failed pod fails
     p = run(cluster(status=running_status()), pods, [service()], **opts)
     assert names(p.delete_pods) == EVERY_POD
     c = cond(p, "Restarting")
@@ -407,7 +418,7 @@ def test_a_container_the_kubelet_removed_before_reporting_has_no_made_up_code() 
     last = killed["status"]["containerStatuses"][0]["lastState"]["terminated"]
     last.update(reason="RestartingAllContainers", message="The container is removed")
     p = run(cluster(status=running_status()), members(killed), [service()], in_place=ON)
-    message = cond(p, "Restarting")["message"]  # type: ignore[index]
+    message = must_cond(p, "Restarting")["message"]
     assert "pod ns/j-worker-1 failed without an exit code (RestartedInPlace" in message
     assert "137" not in message and "ExitedWithCode" not in {e.reason for e in p.events}
     assert restarts(p) == 1 and asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}

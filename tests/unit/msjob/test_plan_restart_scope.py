@@ -10,7 +10,17 @@ import pytest
 from msop.api.defaults import apply_defaults
 from msop.msjob import desired
 from msop.msjob.plan import Plan
-from tests.support.builders import T0, cond, job, names, pod, run, running_status, service
+from tests.support.builders import (
+    T0,
+    cond,
+    job,
+    must_cond,
+    names,
+    pod,
+    run,
+    running_status,
+    service,
+)
 
 JSON = dict[str, Any]
 EVERY_POD = {"j-scheduler-0", "j-worker-0", "j-worker-1"}
@@ -84,7 +94,7 @@ def test_a_killed_worker_restarts_every_pod_and_counts_once() -> None:
     assert restarting is not None and restarting["status"] == "True"
     assert "pod ns/j-worker-1 exited with code 137 (OOMKilled)" in restarting["message"]
     assert "restart 1 of 3" in restarting["message"]
-    assert cond(p, "Running")["status"] == "False"  # type: ignore[index]
+    assert must_cond(p, "Running")["status"] == "False"
     reasons = {(e.type, e.reason) for e in p.events}
     assert ("Warning", "MSJobRestarting") in reasons
     assert ("Normal", "ExitedWithCode") in reasons
@@ -100,7 +110,7 @@ def test_follow_on_exits_of_the_peers_are_not_a_failure_of_the_job() -> None:
     p = run(cluster(status=running_status()), pods, [service()])
     assert cond(p, "Failed") is None
     assert names(p.delete_pods) == EVERY_POD
-    assert "j-worker-1 exited with code 137" in cond(p, "Restarting")["message"]  # type: ignore[index]
+    assert "j-worker-1 exited with code 137" in must_cond(p, "Restarting")["message"]
 
 
 def test_a_script_error_first_fails_the_job_naming_pod_code_and_reason() -> None:
@@ -132,9 +142,7 @@ def test_an_evicted_member_is_retryable_under_exit_code() -> None:
             [service()])  # fmt: skip
     assert (
         "failed without an exit code (Evicted: low on memory)"
-        in cond(p, "Restarting")[  # type: ignore[index]
-            "message"
-        ]
+        in must_cond(p, "Restarting")["message"]
     )
 
 
@@ -161,7 +169,7 @@ def test_a_finished_training_is_never_restarted_for_a_crash_after_it() -> None:
     done = pod("Worker", 0, "Succeeded", exit_code=0, size=(2, 0))
     p = run(cluster(status=running_status()),
             members(done, failed("Worker", 1, 139, T0, reason="Error")), [service()])  # fmt: skip
-    assert cond(p, "Succeeded")["status"] == "True"  # type: ignore[index]
+    assert must_cond(p, "Succeeded")["status"] == "True"
     assert cond(p, "Restarting") is None and restarts(p) == 0
 
 
@@ -186,7 +194,7 @@ def test_a_member_deleted_from_a_running_cluster_restarts_the_rest() -> None:
     pods = [x for x in members() if x["metadata"]["name"] != "j-worker-1"]
     p = run(cluster(status=running_status()), pods, [service()])
     assert names(p.delete_pods) == {"j-scheduler-0", "j-worker-0"} and not p.create_pods
-    assert cond(p, "Restarting")["reason"] == "MSJobMemberLost"  # type: ignore[index]
+    assert must_cond(p, "Restarting")["reason"] == "MSJobMemberLost"
 
 
 def test_recovery_closes_restarting_with_a_true_message_and_running_stays_last() -> None:
@@ -278,7 +286,7 @@ def test_a_failure_that_fails_the_job_keeps_the_end_of_its_output() -> None:
 def test_a_restart_and_the_last_restart_keep_it_too() -> None:
     p = run(cluster(run_policy={"backoffLimit": 3}, status=running_status()),
             members(crashed(TRACEBACK, code=137)), [service()])  # fmt: skip
-    assert cond(p, "Restarting")["message"].endswith("ValueError: bad batch")  # type: ignore[index]
+    assert must_cond(p, "Restarting")["message"].endswith("ValueError: bad batch")
     status = running_status(replicaStatuses={"Worker": {"restarts": 3}})
     p = run(cluster(run_policy={"backoffLimit": 3}, status=status),
             members(crashed(TRACEBACK, code=137)), [service()])  # fmt: skip
@@ -291,16 +299,16 @@ def test_a_restart_and_the_last_restart_keep_it_too() -> None:
 def test_a_long_tail_is_cut_at_the_front() -> None:
     long = "\n".join("x" * 300 for _ in range(9)) + "\nValueError: " + "y" * 50
     p = run(cluster(status=running_status()), members(crashed(long)), [service()])
-    said = cond(p, "Failed")["message"].split("The last output of pod ns/j-worker-1:\n")[1]  # type: ignore[index]
+    said = must_cond(p, "Failed")["message"].split("The last output of pod ns/j-worker-1:\n")[1]
     assert len(said) == 1000 and said.startswith("...") and said.endswith("y" * 50)
 
 
 def test_a_one_line_message_stays_inline_and_a_report_is_not_output() -> None:
     one_line = crashed("msrun: local worker 1 (rank 1) exited with code 1")
     p = run(cluster(status=running_status()), members(one_line), [service()])
-    message = cond(p, "Failed")["message"]  # type: ignore[index]
+    message = must_cond(p, "Failed")["message"]
     assert "exited with code 1 (Error): msrun: local worker 1 (rank 1)" in message
     assert "last output" not in message
     p = run(cluster(status=running_status()),
             members(crashed('{"version": 1,\n"step": 3}')), [service()])  # fmt: skip
-    assert "last output" not in cond(p, "Failed")["message"]  # type: ignore[index]
+    assert "last output" not in must_cond(p, "Failed")["message"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ import orjson
 import pytest
 
 from msop.api import constants as c
+from msop.api.defaults import apply_defaults
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.kube.errors import ApiError
 from msop.kube.resources import PODS, Resource
@@ -102,13 +104,13 @@ def test_in_a_burst_a_refused_create_still_writes_its_status_at_once() -> None:
     assert "Created" in h.conditions()
 
 
-def _create_batches(h: Harness) -> list[int]:
+def _create_batches(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the sizes of the reconciler's batches of creates (those sent together)."""
     batches: list[int] = []
     in_flight = [0]
     real = h.cluster.create
 
-    async def create(res: Resource, body: JSON, namespace: str | None = None) -> JSON:
+    async def create(res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> JSON:
         if in_flight[0] == 0:
             batches.append(0)
         in_flight[0] += 1
@@ -119,13 +121,15 @@ def _create_batches(h: Harness) -> list[int]:
         finally:
             in_flight[0] -= 1
 
-    h.cluster.create = create  # type: ignore[method-assign]
+    monkeypatch.setattr(h.cluster, "create", create)
     return batches
 
 
-def test_creates_slow_start_until_a_pass_in_the_namespace_succeeded() -> None:
+def test_creates_slow_start_until_a_pass_in_the_namespace_succeeded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     h = Harness(_job(workers=6))
-    batches = _create_batches(h)
+    batches = _create_batches(h, monkeypatch)
     h.reconcile()
     assert batches == [1, 2, 3]  # a namespace of unknown fate: 1, 2, 4, ...
     batches.clear()
@@ -330,7 +334,7 @@ def test_the_defaulted_job_is_kept_encoded_and_reused_for_the_same_resource_vers
 
     h = Harness(_job(workers=2))
     calls: list[str] = []
-    real = reconciler_module.apply_defaults
+    real = apply_defaults
 
     def counting(j: JSON) -> JSON:
         calls.append(j["metadata"]["resourceVersion"])

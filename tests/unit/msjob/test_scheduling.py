@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from msop.api import constants as c
 from msop.kube.objects import JSON
 from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.scheduling import Admitted, Pass, Placement, Wait, Writer, decision
 from tests.support.builders import NOW, cond, finished, job, pod, running_status, service
+from tests.support.clients import NoApiServer
+from tests.support.fakes import Recorder
 
 
 @dataclass
@@ -136,7 +137,7 @@ def test_a_plan_is_made_from_fresh_decisions_and_names_them() -> None:
     p = plan(Observed(cluster(), [], [], NOW, scheduling=[seen]))
     assert decision(p.scheduling, Gate) is seen.gate
     assert decision(p.scheduling, str) is None
-    assert asyncio.run(seen.gate.apply(Writer(Any, Any, cluster()))) is True  # type: ignore[arg-type]
+    assert asyncio.run(seen.gate.apply(Writer(NoApiServer(), Recorder(), cluster()))) is True
 
 
 def test_placements_add_up_and_the_later_scheduler_name_wins() -> None:

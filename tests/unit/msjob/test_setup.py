@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from msop.api.resources import MSJOBS
+from msop.controller.events import EventRecorder
 from msop.controller.manager import Manager
 from msop.controller.reconcile import Request
 from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS
@@ -10,11 +11,12 @@ from msop.msjob import gang, kueue
 from msop.msjob.reconciler import MSJobReconciler
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
+from tests.support.clients import NoApiServer
 
 
 def _manager() -> Manager:
     return Manager(
-        None,  # type: ignore[arg-type]
+        NoApiServer(),
         metrics_bind_address="0",
         health_probe_bind_address="0",
     )
@@ -24,12 +26,13 @@ def test_the_reconciler_and_its_recorder_read_the_controllers_own_queue() -> Non
     controller = setup(_manager(), Settings(max_concurrent_reconciles=2, progress_port=0))
     reconciler = controller.reconciler
     assert isinstance(reconciler, MSJobReconciler)
-    assert reconciler.recorder.busy is not None
-    assert reconciler.backlog() == 0 and not reconciler.recorder.busy()
+    recorder = reconciler.recorder
+    assert isinstance(recorder, EventRecorder) and recorder.busy is not None
+    assert reconciler.backlog() == 0 and not recorder.busy()
     controller.queue.add(Request("ns", "a"))
-    assert reconciler.backlog() == 1 and not reconciler.recorder.busy()
+    assert reconciler.backlog() == 1 and not recorder.busy()
     controller.queue.add(Request("ns", "b"))
-    assert reconciler.backlog() == 2 and reconciler.recorder.busy()
+    assert reconciler.backlog() == 2 and recorder.busy()
 
 
 def test_the_enabled_systems_start_with_the_caches_they_ask_for() -> None:
@@ -46,5 +49,5 @@ def test_the_enabled_systems_start_with_the_caches_they_ask_for() -> None:
 
     plain = _manager()
     setup(plain, Settings(progress_port=0))
-    kinds = [inf.resource.kind for inf in plain.informers.informers()]
-    assert sorted(kinds) == sorted([MSJOBS.kind, PODS.kind, SERVICES.kind])
+    plain_kinds = [inf.resource.kind for inf in plain.informers.informers()]
+    assert sorted(plain_kinds) == sorted([MSJOBS.kind, PODS.kind, SERVICES.kind])

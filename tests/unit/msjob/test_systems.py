@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
 
 from msop.kube.objects import JSON
 from msop.kube.resources import PODGROUPS, RESOURCEFLAVORS, WORKLOADS, Resource
@@ -13,6 +12,7 @@ from msop.msjob import gang, kueue, kueue_workload, systems
 from msop.msjob.plan import Observed, plan
 from msop.msjob.scheduling import decision
 from tests.support.builders import NOW, job
+from tests.support.clients import NoApiServer
 
 
 class _Children:
@@ -55,7 +55,7 @@ def test_the_enabled_systems_in_their_order() -> None:
 def test_each_system_asks_for_its_caches_when_it_starts() -> None:
     caches = _Caches([])
     for integration in systems.enabled(kueue_enabled=True, gang_scheduling=True):
-        integration.start(Any, caches)  # type: ignore[arg-type]
+        integration.start(NoApiServer(), caches)
     assert caches.asked == [
         ("children", WORKLOADS.kind),
         ("cluster", RESOURCEFLAVORS.kind),
@@ -66,7 +66,7 @@ def test_each_system_asks_for_its_caches_when_it_starts() -> None:
 def test_volcano_reads_the_pod_group_from_the_cache_it_asked_for() -> None:
     j = job({"Worker": (2, "Never")})
     pg = gang.pod_group(j)
-    volcano = gang.Volcano.start(Any, _Caches([pg]))  # type: ignore[arg-type]
+    volcano = gang.Volcano.start(NoApiServer(), _Caches([pg]))
     seen = asyncio.run(volcano.observe(j))
     assert isinstance(seen, gang.Seen) and seen.pod_group is pg
 
@@ -82,8 +82,8 @@ def test_render_sees_each_system_let_the_job_go_ahead() -> None:
     assert kueue_part is not None and [o["kind"] for o in kueue_part.objects] == ["Workload"]
     assert isinstance(kueue_part.seen, kueue.Seen)
     assert kueue_workload.admitted(kueue_part.seen.workload) and kueue_part.note
-    assert decision(first.scheduling, gang.Decision) is not None
-    assert decision(first.scheduling, gang.Decision).granted() is None  # type: ignore[union-attr]
+    held = decision(first.scheduling, gang.Decision)
+    assert held is not None and held.granted() is None
 
     second = plan(Observed(j, [], [], NOW, scheduling=[kueue_part.seen, seen[1]]))
     volcano = decision(second.scheduling, gang.Decision)
@@ -91,4 +91,5 @@ def test_render_sees_each_system_let_the_job_go_ahead() -> None:
     gang_part = volcano.granted()
     assert gang_part is not None and [o["kind"] for o in gang_part.objects] == ["PodGroup"]
     assert isinstance(gang_part.seen, gang.Seen) and gang.admitted(gang_part.seen.pod_group)
-    assert decision(second.scheduling, kueue.Decision).granted() is None  # type: ignore[union-attr]
+    done = decision(second.scheduling, kueue.Decision)
+    assert done is not None and done.granted() is None

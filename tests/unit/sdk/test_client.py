@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from msop.kube.resources import Resource
 from msop.sdk import (
     MSJobClient,
     MSJobError,
@@ -16,17 +18,11 @@ from msop.sdk import (
 )
 from msop.sdk.manifests import load_job
 from tests.support import builders
-
-
-class _NoRequests:
-    """A KubeClient stand-in that fails the test on any request."""
-
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"unexpected API call: {name}")
+from tests.support.clients import NoApiServer
 
 
 async def test_invalid_job_is_refused_before_any_request() -> None:
-    client = MSJobClient(kube=_NoRequests())  # type: ignore[arg-type]
+    client = MSJobClient(kube=NoApiServer())
     job = dataparallel_job("Bad_Name", "", "x", workers=-2)
     with pytest.raises(MSJobValidationError) as info:
         await client.create(job)
@@ -39,7 +35,7 @@ async def test_invalid_job_is_refused_before_any_request() -> None:
 
 
 async def test_wrong_kind_is_refused() -> None:
-    client = MSJobClient(kube=_NoRequests())  # type: ignore[arg-type]
+    client = MSJobClient(kube=NoApiServer())
     job = dataparallel_job("ok", "img", "x")
     job["apiVersion"] = "kubeflow.org/v1"
     with pytest.raises(MSJobValidationError, match="apiVersion"):
@@ -49,12 +45,14 @@ async def test_wrong_kind_is_refused() -> None:
 async def test_create_sends_the_job_to_its_namespace() -> None:
     sent: list[tuple[Any, dict[str, Any], str | None]] = []
 
-    class Kube:
-        async def create(self, res: Any, body: dict[str, Any], ns: str | None) -> dict[str, Any]:
-            sent.append((res, body, ns))
-            return body
+    class Kube(NoApiServer):
+        async def create(
+            self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+        ) -> dict[str, Any]:
+            sent.append((res, dict(body), namespace))
+            return dict(body)
 
-    client = MSJobClient(namespace="dflt", kube=Kube())  # type: ignore[arg-type]
+    client = MSJobClient(namespace="dflt", kube=Kube())
     job = dataparallel_job("ok", "img", "x")
     del job["apiVersion"], job["kind"]
     created = await client.create(job)
@@ -94,7 +92,7 @@ def _job(*conds: tuple[str, str, str]) -> dict[str, Any]:
 
 
 def test_wait_rules() -> None:
-    client = MSJobClient(kube=_NoRequests())  # type: ignore[arg-type]
+    client = MSJobClient(kube=NoApiServer())
     done = ("Succeeded", "Failed")
     assert not client._decide(_job(("Created", "True", "")), done)
     assert client._decide(_job(("Succeeded", "True", "")), done)

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from msop.kube.errors import ApiError
+from msop.kube.resources import Resource
 from msop.sdk import (
     JobStatus,
     MSJobClient,
@@ -23,6 +24,7 @@ from msop.sdk import (
 from msop.sdk import client as client_module
 from msop.sdk.client import KEPT_IN_CONDITION
 from tests.support import builders
+from tests.support.clients import NoApiServer
 
 JSON = dict[str, Any]
 
@@ -36,20 +38,24 @@ def pod(rtype: str, index: int, uid: str, started: bool = True) -> JSON:
     return made
 
 
-class Api:
-    """Serves one job and its pods; records writes."""
+class Api(NoApiServer):
+    """Serves one job and its pods; records writes, and the log requests :func:`client`
+    serves in ``served``."""
 
     def __init__(self, job: JSON, pods: list[JSON]) -> None:
-        self.job, self.pods = job, pods
+        self.job: JSON | None = job
+        """The job (None: deleted)."""
+        self.pods = pods
         self.calls: list[tuple[str, Any]] = []
         self.conflicts = 0
+        self.served: list[tuple[str, Mapping[str, str]]] = []
 
-    async def get(self, res: Any, name: str, ns: str | None = None) -> JSON:
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> JSON:
         if self.job is None or name != self.job["metadata"]["name"]:
             raise ApiError(404, "NotFound", "not found")
         return self.job
 
-    async def list_all(self, res: Any, ns: str | None, **kw: Any) -> JSON:
+    async def list_all(self, res: Resource, namespace: str | None = None, **kw: Any) -> JSON:
         self.calls.append(("list", kw.get("label_selector")))
         selector = dict(x.split("=") for x in kw["label_selector"].split(","))
         labels = [(p, p["metadata"]["labels"]) for p in self.pods]
@@ -57,24 +63,24 @@ class Api:
         return {"items": list(reversed(items))}
 
     async def patch(
-        self, res: Any, name: str, body: JSON, ns: str | None = None, **kw: Any
+        self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any
     ) -> JSON:
-        self.calls.append(("patch", body))
-        if name != self.job["metadata"]["name"]:
+        self.calls.append(("patch", patch))
+        if self.job is None or name != self.job["metadata"]["name"]:
             raise ApiError(404, "NotFound", "not found")
         return self.job
 
-    async def replace(self, res: Any, body: JSON) -> JSON:
+    async def replace(self, res: Resource, body: Mapping[str, Any]) -> JSON:
         self.calls.append(("replace", body))
         if self.conflicts:
             self.conflicts -= 1
             raise ApiError(409, "Conflict", "the object has been modified")
-        return body
+        return dict(body)
 
 
 def client(api: Api, logs: Mapping[str, list[str]] | None = None) -> MSJobClient:
-    c = MSJobClient(namespace="ns", kube=api)  # type: ignore[arg-type]
-    served: list[tuple[str, Mapping[str, str]]] = []
+    c = MSJobClient(namespace="ns", kube=api)
+    served = api.served
 
     async def stream(
         kube: Any, path: str, query: Mapping[str, str], what: str
@@ -89,7 +95,6 @@ def client(api: Api, logs: Mapping[str, list[str]] | None = None) -> MSJobClient
             yield (line + "\n").encode()
 
     c._log_stream = stream
-    c.served = served  # type: ignore[attr-defined]
     return c
 
 
@@ -111,14 +116,15 @@ async def test_logs_of_every_pod_prefixed_by_it_and_the_previous_run() -> None:
     pods = [pod("Scheduler", 0, "s0"), pod("Worker", 0, "w0"), pod("Worker", 1, "w1")]
     logs = {"j-scheduler-0@": ["s"], "j-worker-0@": ["a", "b"], "j-worker-1@": ["c"],
             "j-worker-1@true": ["before the restart"]}  # fmt: skip
-    c = client(Api(builders.job(), pods), logs)
+    api = Api(builders.job(), pods)
+    c = client(api, logs)
     got = [x async for x in c.get_job_logs("j")]
     assert got == [("j-scheduler-0", "s"), ("j-worker-0", "a"), ("j-worker-0", "b"),
                    ("j-worker-1", "c")]  # fmt: skip
     got = [x async for x in c.get_job_logs("j", replica_type="Worker", index=1, previous=True,
                                            tail_lines=5)]  # fmt: skip
     assert got == [("j-worker-1", "before the restart")]
-    assert c.served[-1] == ("j-worker-1", {"container": "mindspore", "previous": "true",  # type: ignore[attr-defined]
+    assert api.served[-1] == ("j-worker-1", {"container": "mindspore", "previous": "true",
                                            "tailLines": "5"})  # fmt: skip
     with pytest.raises(MSJobNotFoundError):
         _ = [x async for x in c.get_job_logs("nope")]
@@ -143,7 +149,7 @@ async def test_following_reads_every_pod_and_a_pod_recreated_by_a_restart(
             job["status"] = builders.finished()
     assert ("j-worker-0", "first run") in got and ("j-worker-0", "second run") in got
     assert ("j-worker-1", "w1") in got
-    assert all(q.get("follow") == "true" for _, q in c.served)  # type: ignore[attr-defined]
+    assert all(q.get("follow") == "true" for _, q in api.served)
 
 
 async def test_scale_suspend_resume_patch_the_spec() -> None:
@@ -221,7 +227,7 @@ async def test_the_wait_calls_back_with_each_status(monkeypatch: pytest.MonkeyPa
         yield "MODIFIED", done
 
     monkeypatch.setattr(client_module, "list_then_watch", updates)
-    c = MSJobClient(namespace="ns", kube=object())  # type: ignore[arg-type]
+    c = MSJobClient(namespace="ns", kube=NoApiServer())
     await c.wait_for_job("j", progress=False, callback=seen.append)
     assert [s.state for s in seen] == ["Running", "Succeeded"]
 
@@ -253,7 +259,7 @@ async def test_follow_ends_when_the_job_is_gone(monkeypatch: pytest.MonkeyPatch)
 
     task = asyncio.create_task(read())
     await asyncio.sleep(0.05)
-    api.job = None  # type: ignore[assignment]
+    api.job = None
     with pytest.raises(MSJobNotFoundError):
         await asyncio.wait_for(task, 5)
 
@@ -310,7 +316,8 @@ async def test_the_previous_run_of_a_pod_restarted_in_place_is_the_one_its_agent
         "j-worker-1@agent": ["msop agent: serving"],
         "j-worker-1@true": ["from the kubelet"],
     }
-    c = client(Api(builders.job(), pods), logs)
+    api = Api(builders.job(), pods)
+    c = client(api, logs)
     got = [x async for x in c.get_job_logs("j", previous=True)]
     assert got == [
         ("j-scheduler-0", BEGIN), ("j-scheduler-0", "sched 1"), ("j-scheduler-0", END),

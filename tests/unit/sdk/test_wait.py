@@ -4,14 +4,16 @@ ends, lists again when the version expired (410), and stops on deletion or timeo
 from __future__ import annotations
 
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
 
 from msop.kube.errors import ApiError
+from msop.kube.resources import Resource
 from msop.sdk import MSJobClient, MSJobNotFoundError, MSJobTimeoutError
 from tests.support import builders
+from tests.support.clients import NoApiServer
 
 JSON = dict[str, Any]
 
@@ -23,7 +25,7 @@ def _job(rv: str, *conds: str) -> JSON:
     )
 
 
-class FakeKube:
+class FakeKube(NoApiServer):
     """Serves scripted list answers and watch streams; records what was asked."""
 
     def __init__(self, lists: list[list[JSON]], watches: list[list[JSON] | Exception]) -> None:
@@ -31,15 +33,28 @@ class FakeKube:
         self.watches = watches
         self.calls: list[tuple[str, str | None, str | None]] = []
 
-    async def list(self, res: Any, ns: str, *, field_selector: str) -> JSON:
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        field_selector: str | None = None,
+        **kw: Any,
+    ) -> JSON:
         self.calls.append(("list", None, field_selector))
         items = self.lists.pop(0)
         rv = items[0]["metadata"]["resourceVersion"] if items else "1"
         return {"items": items, "metadata": {"resourceVersion": rv}}
 
     async def watch(
-        self, res: Any, ns: str, *, resource_version: str, field_selector: str, timeout_seconds: int
-    ) -> AsyncIterator[JSON]:
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        resource_version: str,
+        field_selector: str | None = None,
+        **kw: Any,
+    ) -> AsyncGenerator[JSON, None]:
         self.calls.append(("watch", resource_version, field_selector))
         script = self.watches.pop(0) if self.watches else []
         if isinstance(script, Exception):
@@ -49,7 +64,7 @@ class FakeKube:
 
 
 def _client(kube: FakeKube) -> MSJobClient:
-    return MSJobClient(namespace="ns", kube=kube)  # type: ignore[arg-type]
+    return MSJobClient(namespace="ns", kube=kube)
 
 
 async def test_resumes_after_stream_end_and_relists_after_expiry() -> None:
@@ -88,7 +103,7 @@ async def test_missing_and_deleted() -> None:
 
 async def test_timeout_carries_the_last_state() -> None:
     class Silent(FakeKube):
-        async def watch(self, *args: Any, **kwargs: Any) -> AsyncIterator[JSON]:
+        async def watch(self, *args: Any, **kwargs: Any) -> AsyncGenerator[JSON, None]:
             import asyncio
 
             await asyncio.sleep(60)

@@ -9,6 +9,7 @@ that vanishes during the walk is skipped instead of failing the teardown (it did
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -53,7 +54,7 @@ def test_a_cgroup_that_vanishes_during_the_walk_is_skipped(
 def test_kill_cgroup_tree_removes_the_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "msop-real-1" / "kubepods" / "pod1").mkdir(parents=True)
     monkeypatch.setattr(realnode, "_hierarchies", lambda: [tmp_path])
-    monkeypatch.setattr(realnode.time, "sleep", lambda _s: None)
+    monkeypatch.setattr(time, "sleep", lambda _s: None)
 
     realnode._kill_cgroup_tree("msop-real-1")
 

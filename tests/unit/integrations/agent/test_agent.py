@@ -140,7 +140,7 @@ def pod(tmp_path: Path) -> Iterator[Pod]:
     made = Pod(tmp_path)
     yield made
     for proc in made.procs:
-        terminate(proc, 5)  # type: ignore[arg-type]  # a text-mode Popen: the same calls
+        terminate(proc, 5)
         proc.communicate()  # closes the pipes
 
 

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +133,7 @@ def test_one_signature_per_job_action_and_generation() -> None:
 class FakeAPI:
     def __init__(self, **answers: Any) -> None:
         self.answers = answers
-        self.calls: list[tuple[str, Any]] = []
+        self.calls: list[tuple[Any, ...]] = []
 
     async def get(self, res: Any, name: str, namespace: str | None = None) -> Any:
         self.calls.append(("get", name))
@@ -212,6 +213,10 @@ def test_detection(answer: Any, nodes: list[Any], why: str) -> None:
     assert (method, path, query) == ("POST", "/api/v1/namespaces/ns/pods", {"dryRun": "All"})
 
 
+async def _answer(check: Awaitable[str]) -> str:
+    return await check
+
+
 def test_start_with_a_key_an_image_and_a_cluster_that_restarts_in_place() -> None:
     key = signature.generate_private_key()
     d = signature.private_scalar(key)
@@ -228,7 +233,7 @@ def test_start_with_a_key_an_image_and_a_cluster_that_restarts_in_place() -> Non
     )  # fmt: skip
     assert api.calls[0] == ("get", "msop-agent-key")
     assert api.calls[1] == ("POST", "/api/v1/namespaces/ns/pods", {"dryRun": "All"})
-    assert asyncio.run(started.check()) == ""
+    assert asyncio.run(_answer(started.check())) == ""
 
 
 def test_start_without_a_key_says_why_and_has_no_client() -> None:
@@ -240,7 +245,7 @@ def test_start_without_a_key_says_why_and_has_no_client() -> None:
     assert started.in_place.unavailable.startswith(
         "msop cannot read or make its signing key Secret msop-system/msop-agent-key"
     )
-    assert asyncio.run(started.check()) == started.in_place.unavailable
+    assert asyncio.run(_answer(started.check())) == started.in_place.unavailable
     assert api.calls == [("get", "msop-agent-key")]  # no image lookup, no detection
 
 
