@@ -12,6 +12,7 @@ garbage collector delete both objects.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -143,16 +144,21 @@ def test_a_gang_that_does_not_fit_waits_whole_then_binds_whole(
     # A second node: the whole gang is bound.
     add_node("b", "8")
     wait_for("all three bound", lambda: len(bound(cluster, namespace, "gang")) == 3, timeout=120)
-    wait_for(
-        "Queued False",
-        lambda: (q := queued(cluster, namespace, "gang")) is not None and q["status"] == "False",
-        timeout=60,
-    )
+
+    def placed() -> bool:
+        q = queued(cluster, namespace, "gang")
+        return q is not None and q["status"] == "False"
+
+    wait_for("Queued False", placed, timeout=60)
     # Deleted with the job (the garbage collector, through their owner references).
     cluster.kubectl("delete", "msjob", "gang", "-n", namespace, "--wait=false")
     for kind in ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io"):
-        wait_for(f"the {kind} deleted", lambda k=kind: get(cluster, namespace, k, "gang") is None,
-                 timeout=90)  # fmt: skip
+        gone = functools.partial(absent, cluster, namespace, kind, "gang")
+        wait_for(f"the {kind} deleted", gone, timeout=90)
+
+
+def absent(cluster: LocalCluster, namespace: str, kind: str, name: str) -> bool:
+    return get(cluster, namespace, kind, name) is None
 
 
 def test_two_gangs_that_fit_one_at_a_time_never_share_the_room(

@@ -11,7 +11,7 @@ import pytest
 from msop.api.conditions import latest_condition_type
 from msop.api.naming import job_selector
 from msop.kube.errors import ApiError
-from msop.msjob import workloadapi
+from msop.msjob import scheduling, workloadapi
 from msop.msjob.passes import Observed, Options
 from msop.msjob.plan import Plan, plan
 from msop.msjob.scheduling import decision
@@ -24,7 +24,7 @@ V = "v1alpha2"
 
 def run(j: JSON, pods: list[JSON] | None = None, *, wl: JSON | None = None,
         pg: JSON | None = None) -> Plan:  # fmt: skip
-    seen = [workloadapi.Seen(V, wl, pg)]
+    seen: list[scheduling.Seen] = [workloadapi.Seen(V, wl, pg)]
     return plan(Observed(j, list(pods or []), [], NOW, scheduling=seen), Options())
 
 
