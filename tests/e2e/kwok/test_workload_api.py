@@ -191,3 +191,46 @@ def test_two_gangs_that_fit_one_at_a_time_never_share_the_room(
                     "--force")  # fmt: skip
     wait_for(f"{waiting} bound whole", lambda: len(bound(cluster, namespace, waiting)) == 3,
              timeout=120)  # fmt: skip
+
+
+def min_count(cluster: LocalCluster, namespace: str, kind: str, name: str) -> int | None:
+    obj = get(cluster, namespace, kind, name)
+    if obj is None or obj["metadata"].get("deletionTimestamp"):
+        return None
+    spec = obj["spec"]
+    policy = spec["podGroupTemplates"][0] if kind.startswith("workloads") else spec
+    return int(policy["schedulingPolicy"]["gang"]["minCount"])
+
+
+def test_scale_rebuilds_the_group_and_suspend_releases_it(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
+) -> None:
+    add_node("a", "16")
+    start_operator()
+    apply(cluster, namespace, job("elastic"))
+    wait_for("three bound", lambda: len(bound(cluster, namespace, "elastic")) == 3, timeout=90)
+    kinds = ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io")
+    assert [min_count(cluster, namespace, k, "elastic") for k in kinds] == [3, 3]
+    # Two Workers more: both objects are made again for a gang of 5 (their policy is
+    # immutable), and the five pods are placed together.
+    cluster.kubectl("scale", "msjob", "elastic", "-n", namespace, "--replicas=4")
+
+    def rebuilt() -> bool:
+        return [min_count(cluster, namespace, k, "elastic") for k in kinds] == [5, 5]
+
+    wait_for("a gang of 5", rebuilt, timeout=90)
+    wait_for("five bound", lambda: len(bound(cluster, namespace, "elastic")) == 5, timeout=90)
+    for pod in job_pods(cluster, namespace, "elastic").values():
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "elastic"}
+    # Suspended: the pods go, and so do the Workload and the PodGroup.
+    cluster.kubectl("patch", "msjob", "elastic", "-n", namespace, "--type=merge",
+                    "-p", '{"spec":{"runPolicy":{"suspend":true}}}')  # fmt: skip
+    for kind in kinds:
+        gone = functools.partial(absent, cluster, namespace, kind, "elastic")
+        wait_for(f"the {kind} deleted", gone, timeout=90)
+    # Resumed: made again, and the gang is placed again.
+    cluster.kubectl("patch", "msjob", "elastic", "-n", namespace, "--type=merge",
+                    "-p", '{"spec":{"runPolicy":{"suspend":false}}}')  # fmt: skip
+    wait_for("five bound again", lambda: len(bound(cluster, namespace, "elastic")) == 5,
+             timeout=90)  # fmt: skip
+    assert [min_count(cluster, namespace, k, "elastic") for k in kinds] == [5, 5]
