@@ -110,10 +110,21 @@ def policy(job: JSON) -> JSON:
     return {"gang": {"minCount": gang_size(job)}}
 
 
+DISRUPTION_MODE = "PodGroup"
+"""A MindSpore cluster missing one member is useless: the whole gang is preempted or none
+of it (by default the scheduler takes as few of a gang's pods as it can). The API server
+keeps it where ``WorkloadAwarePreemption`` (alpha in 1.36) is on, and stores ``Pod``
+where it is off."""
+
+
 def workload(job: JSON, version: str) -> JSON:
     """The job's Workload: one PodGroup template, the gang (:func:`policy`)."""
     view = MSJob(job)
-    template: JSON = {"name": TEMPLATE, "schedulingPolicy": policy(job)}
+    template: JSON = {
+        "name": TEMPLATE,
+        "schedulingPolicy": policy(job),
+        "disruptionMode": DISRUPTION_MODE,
+    }
     sp = view.run_policy.scheduling_policy
     if sp is not None and sp.priority_class:
         template["priorityClassName"] = sp.priority_class
@@ -136,6 +147,7 @@ def pod_group(job: JSON, version: str) -> JSON:
             "workload": {"workloadName": view.name, "podGroupTemplateName": TEMPLATE}
         },
         "schedulingPolicy": policy(job),
+        "disruptionMode": DISRUPTION_MODE,
     }
     sp = view.run_policy.scheduling_policy
     if sp is not None and sp.priority_class:

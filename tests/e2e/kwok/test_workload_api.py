@@ -1,13 +1,17 @@
 """Gang scheduling with Kubernetes' own Workload API (scheduling.k8s.io/v1alpha2), no
-add-on: a control plane of its own with the GenericWorkload and GangScheduling feature
-gates on (the API server, the scheduler and the controller-manager) and the API served
-(``--runtime-config``). ``msop run`` with its default ``--gang-scheduler=auto`` finds the
-API and gives every job a Workload and a PodGroup; the real kube-scheduler places the
-pods whole or not at all.
+add-on: a control plane of its own with the GenericWorkload, GangScheduling and
+WorkloadAwarePreemption feature gates on (the API server, the scheduler and the
+controller-manager) and the API served (``--runtime-config``). ``msop run`` with its
+default ``--gang-scheduler=auto`` finds the API and gives every job a Workload and a
+PodGroup; the real kube-scheduler places the pods whole or not at all.
 
-The node has room for two of the job's three pods: none is bound, and ``Queued`` says
-why; a second node makes room, and all three are bound. Deleting the job lets the
-garbage collector delete both objects.
+- A node with room for two of a job's three pods binds none, and ``Queued`` says why; a
+  second node makes room and all three are bound; the job's deletion takes both objects.
+- Two jobs that each fit alone but not together: one runs whole, the other waits whole.
+- A scale makes both objects again for the new gang; suspend deletes them, resume makes
+  them again.
+- A higher-priority gang preempts every pod of a lower one (``disruptionMode:
+  PodGroup``), where pod-by-pod preemption would take two of its three.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import pytest
 from testbed import LocalCluster
 from testbed.cluster import create_namespace, fake_node, pod_cidr
 from testbed.paths import CACHE
-from tests.e2e.msjobs import apply, bound, get, job_pods, queued, wait_for, wait_queued
+from tests.e2e.msjobs import apply, bound, get, items, job_pods, queued, wait_for, wait_queued
 from tests.e2e.sessions import (
     OperatorFactory,
     build_binaries,
@@ -33,7 +37,7 @@ from tests.e2e.sessions import (
 )
 
 JSON = dict[str, Any]
-GATES = "GenericWorkload=true,GangScheduling=true"
+GATES = "GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
 
 
 def gated(name: str) -> JSON:
@@ -101,22 +105,20 @@ def add_node(cluster: LocalCluster, namespace: str) -> Iterator[AddNode]:
         cluster.kubectl("delete", "node", *made, "--wait=false", check=False)
 
 
-def job(name: str) -> JSON:
-    """A Scheduler and two Workers of 3 CPUs each: two fit on a node of 8 CPUs, not three."""
-    template = {
-        "spec": {
-            "containers": [
-                {
-                    "name": "mindspore",
-                    "image": "mindspore:e2e",
-                    "resources": {"requests": {"cpu": "3"}},
-                }
-            ]
-        }
-    }
+def job(name: str, priority: str | None = None) -> JSON:
+    """A Scheduler and two Workers of 3 CPUs each: two fit on a node of 8 CPUs, not three.
+    ``priority``: the PriorityClass of its pods and of its gang."""
+    container = {"name": "mindspore", "image": "mindspore:e2e",
+                 "resources": {"requests": {"cpu": "3"}}}  # fmt: skip
+    pod_spec: JSON = {"containers": [container]}
+    spec: JSON = {}
+    if priority is not None:
+        pod_spec["priorityClassName"] = priority
+        spec["runPolicy"] = {"schedulingPolicy": {"priorityClass": priority}}
+    template = {"spec": pod_spec}
     return {
         "apiVersion": "mindspore.gitee.com/v1", "kind": "MSJob", "metadata": {"name": name},
-        "spec": {"msReplicaSpecs": {
+        "spec": {**spec, "msReplicaSpecs": {
             "Scheduler": {"replicas": 1, "restartPolicy": "Never", "template": template},
             "Worker": {"replicas": 2, "restartPolicy": "Never", "template": template},
         }},
@@ -234,3 +236,34 @@ def test_scale_rebuilds_the_group_and_suspend_releases_it(
     wait_for("five bound again", lambda: len(bound(cluster, namespace, "elastic")) == 5,
              timeout=90)  # fmt: skip
     assert [min_count(cluster, namespace, k, "elastic") for k in kinds] == [5, 5]
+
+
+def test_a_higher_priority_gang_preempts_a_whole_lower_one(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
+) -> None:
+    # 13 CPUs: the lower gang takes 9, the higher needs 9. Preempting pods one by one
+    # would take two of the lower gang's three and leave it broken in two;
+    # WorkloadAwarePreemption (alpha in 1.36) preempts the lower gang whole.
+    for name, value in ((f"{namespace}-low", 10), (f"{namespace}-high", 1000)):
+        pc = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+              "metadata": {"name": name}, "value": value}  # fmt: skip
+        cluster.kubectl("apply", "-f", "-", input=json.dumps(pc))
+    add_node("a", "13")
+    start_operator()
+    apply(cluster, namespace, job("low", f"{namespace}-low"))
+    wait_for("low bound", lambda: len(bound(cluster, namespace, "low")) == 3, timeout=90)
+    low_pods = set(job_pods(cluster, namespace, "low"))
+    apply(cluster, namespace, job("high", f"{namespace}-high"))
+    wait_for("high bound whole", lambda: len(bound(cluster, namespace, "high")) == 3, timeout=120)
+
+    def preempted() -> set[str]:
+        events = items(cluster, namespace, "events", None)
+        return {e["involvedObject"]["name"] for e in events if e.get("reason") == "Preempted"}
+
+    def said() -> str:
+        events = items(cluster, namespace, "events", None)
+        return "\n".join(f"{e['involvedObject']['name']} {e.get('reason')} {e.get('message')}"
+                         for e in events)  # fmt: skip
+
+    assert wait_for("the lower gang preempted", lambda: preempted() >= low_pods, timeout=30,
+                    details=said)  # fmt: skip

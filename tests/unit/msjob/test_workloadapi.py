@@ -63,13 +63,14 @@ def test_a_new_job_gets_its_workload_and_podgroup_before_any_pod() -> None:
         "spec": {
             "controllerRef": {"apiGroup": "mindspore.gitee.com", "kind": "MSJob", "name": "j"},
             "podGroupTemplates": [{"name": "gang", "schedulingPolicy": {"gang": {"minCount": 4}},
-                                   "priorityClassName": "high"}],
+                                   "disruptionMode": "PodGroup", "priorityClassName": "high"}],
         },
     }  # fmt: skip
     assert wl["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     assert pg["spec"] == {
         "podGroupTemplateRef": {"workload": {"workloadName": "j", "podGroupTemplateName": "gang"}},
         "schedulingPolicy": {"gang": {"minCount": 4}},
+        "disruptionMode": "PodGroup",
         "priorityClassName": "high",
     }
     queued = cond(p, "Queued")
