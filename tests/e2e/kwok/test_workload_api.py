@@ -5,11 +5,11 @@ controller-manager) and the API served (``--runtime-config``). ``msop run`` with
 default ``--gang-scheduler=auto`` finds the API and gives every job a Workload and a
 PodGroup; the real kube-scheduler places the pods whole or not at all.
 
-- A node with room for two of a job's three pods binds none, and ``Queued`` says why; a
-  second node makes room and all three are bound; the job's deletion takes both objects.
+- A job of 64 pods on room for 63 binds none, and ``Queued`` says why; one more slot
+  and all 64 are bound; the job's deletion takes both objects.
 - Two jobs that each fit alone but not together: one runs whole, the other waits whole.
-- A scale makes both objects again for the new gang; suspend deletes them, resume makes
-  them again.
+- A restart of the job (its pods made again) keeps both objects; a scale makes them again
+  for the new gang; suspend deletes them, resume makes them again.
 - A higher-priority gang preempts every pod of a lower one (``disruptionMode:
   PodGroup``), where pod-by-pod preemption would take two of its three.
 """
@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from testbed import LocalCluster
+from testbed import KubeletStandIn, LocalCluster
 from testbed.cluster import create_namespace, fake_node, pod_cidr
 from testbed.paths import CACHE
 from tests.e2e.msjobs import apply, bound, get, items, job_pods, queued, wait_for, wait_queued
@@ -37,6 +37,8 @@ from tests.e2e.sessions import (
 )
 
 JSON = dict[str, Any]
+TEST_LABEL = "msop.e2e/test"
+"""The label of a test's nodes (the test's namespace), which its pods select."""
 GATES = "GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
 
 
@@ -82,18 +84,19 @@ def start_operator(cluster: LocalCluster, namespace: str) -> Iterator[OperatorFa
         yield start
 
 
-AddNode = Callable[[str, str], None]
+AddNode = Callable[..., None]
 
 
 @pytest.fixture
 def add_node(cluster: LocalCluster, namespace: str) -> Iterator[AddNode]:
-    """``add_node(name, cpu)``: a kwok node of ``cpu`` CPUs for this test; the test's pods
-    go nowhere else, and its nodes are deleted afterwards."""
+    """``add_node(name, cpu, pods=110)``: a kwok node of ``cpu`` CPUs and room for
+    ``pods`` pods, for this test; its nodes are deleted afterwards."""
     made: list[str] = []
 
-    def add(name: str, cpu: str) -> None:
-        capacity = {"cpu": cpu, "memory": "32Gi", "pods": "110"}
-        node = fake_node(f"{namespace}-{name}", pod_cidr(60 + len(made)), capacity, {}, [])
+    def add(name: str, cpu: str, pods: int = 110) -> None:
+        capacity = {"cpu": cpu, "memory": "32Gi", "pods": str(pods)}
+        labels = {TEST_LABEL: namespace}
+        node = fake_node(f"{namespace}-{name}", pod_cidr(60 + len(made)), capacity, labels, [])
         cluster.kubectl("apply", "-f", "-", input=json.dumps(node))
         made.append(f"{namespace}-{name}")
         cluster.kubectl("wait", "--for=condition=Ready", "--timeout=60s", f"node/{made[-1]}")
@@ -101,16 +104,19 @@ def add_node(cluster: LocalCluster, namespace: str) -> Iterator[AddNode]:
     yield add
     cluster.kubectl("delete", "pods", "--all", "-n", namespace, "--grace-period=0", "--force",
                     check=False)  # fmt: skip
-    if made:
-        cluster.kubectl("delete", "node", *made, "--wait=false", check=False)
+    if made:  # gone before the next test: its pods must never be bound to them
+        cluster.kubectl("delete", "node", *made, "--timeout=60s", check=False)
 
 
-def job(name: str, priority: str | None = None) -> JSON:
+def job(
+    name: str, namespace: str, priority: str | None = None, workers: int = 2, cpu: str = "3"
+) -> JSON:
     """A Scheduler and two Workers of 3 CPUs each: two fit on a node of 8 CPUs, not three.
-    ``priority``: the PriorityClass of its pods and of its gang."""
+    Its pods go only to this test's nodes. ``priority``: the PriorityClass of its pods and
+    of its gang."""
     container = {"name": "mindspore", "image": "mindspore:e2e",
-                 "resources": {"requests": {"cpu": "3"}}}  # fmt: skip
-    pod_spec: JSON = {"containers": [container]}
+                 "resources": {"requests": {"cpu": cpu}}}  # fmt: skip
+    pod_spec: JSON = {"containers": [container], "nodeSelector": {TEST_LABEL: namespace}}
     spec: JSON = {}
     if priority is not None:
         pod_spec["priorityClassName"] = priority
@@ -120,7 +126,7 @@ def job(name: str, priority: str | None = None) -> JSON:
         "apiVersion": "mindspore.gitee.com/v1", "kind": "MSJob", "metadata": {"name": name},
         "spec": {**spec, "msReplicaSpecs": {
             "Scheduler": {"replicas": 1, "restartPolicy": "Never", "template": template},
-            "Worker": {"replicas": 2, "restartPolicy": "Never", "template": template},
+            "Worker": {"replicas": workers, "restartPolicy": "Never", "template": template},
         }},
     }  # fmt: skip
 
@@ -128,24 +134,27 @@ def job(name: str, priority: str | None = None) -> JSON:
 def test_a_gang_that_does_not_fit_waits_whole_then_binds_whole(
     cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
 ) -> None:
-    add_node("a", "8")
+    # 64 pods (a Scheduler and 63 Workers) and room for 63.
+    add_node("a", "64", pods=63)
     op = start_operator()
     assert wait_for("the start-up line", lambda: "Workload API" in op.log_path.read_text())
-    apply(cluster, namespace, job("gang"))
-    wait_for("three pods", lambda: len(job_pods(cluster, namespace, "gang")) == 3)
+    apply(cluster, namespace, job("gang", namespace, workers=63, cpu="100m"))
+    wait_for("64 pods", lambda: len(job_pods(cluster, namespace, "gang")) == 64)
     for pod in job_pods(cluster, namespace, "gang").values():
         assert pod["spec"]["schedulingGroup"] == {"podGroupName": "gang"}
     workload = get(cluster, namespace, "workloads.scheduling.k8s.io", "gang")
     assert workload is not None
-    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {"gang": {"minCount": 3}}
+    assert workload["spec"]["podGroupTemplates"][0]["schedulingPolicy"] == {
+        "gang": {"minCount": 64}
+    }
     assert workload["metadata"]["ownerReferences"][0]["kind"] == "MSJob"
-    # Room for two of three: none is bound, and the job says why.
+    # Room for 63 of 64: none is bound, and the job says why.
     wait = wait_queued(cluster, namespace, "gang", "Unschedulable", timeout=90)
-    assert "cannot place its gang of 3 pods whole yet" in wait["message"], wait
+    assert "cannot place its gang of 64 pods whole yet" in wait["message"], wait
     assert bound(cluster, namespace, "gang") == {}
-    # A second node: the whole gang is bound.
-    add_node("b", "8")
-    wait_for("all three bound", lambda: len(bound(cluster, namespace, "gang")) == 3, timeout=120)
+    # One more slot: the whole gang is bound.
+    add_node("b", "64", pods=1)
+    wait_for("all 64 bound", lambda: len(bound(cluster, namespace, "gang")) == 64, timeout=120)
 
     def placed() -> bool:
         q = queued(cluster, namespace, "gang")
@@ -173,7 +182,7 @@ def test_two_gangs_that_fit_one_at_a_time_never_share_the_room(
     add_node("b", "4")
     start_operator()
     for name in ("first", "second"):
-        apply(cluster, namespace, job(name))
+        apply(cluster, namespace, job(name, namespace))
 
     def split() -> tuple[int, int] | None:
         counts = (len(bound(cluster, namespace, "first")), len(bound(cluster, namespace, "second")))
@@ -209,7 +218,7 @@ def test_scale_rebuilds_the_group_and_suspend_releases_it(
 ) -> None:
     add_node("a", "16")
     start_operator()
-    apply(cluster, namespace, job("elastic"))
+    apply(cluster, namespace, job("elastic", namespace))
     wait_for("three bound", lambda: len(bound(cluster, namespace, "elastic")) == 3, timeout=90)
     kinds = ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io")
     assert [min_count(cluster, namespace, k, "elastic") for k in kinds] == [3, 3]
@@ -250,10 +259,10 @@ def test_a_higher_priority_gang_preempts_a_whole_lower_one(
         cluster.kubectl("apply", "-f", "-", input=json.dumps(pc))
     add_node("a", "13")
     start_operator()
-    apply(cluster, namespace, job("low", f"{namespace}-low"))
+    apply(cluster, namespace, job("low", namespace, f"{namespace}-low"))
     wait_for("low bound", lambda: len(bound(cluster, namespace, "low")) == 3, timeout=90)
     low_pods = set(job_pods(cluster, namespace, "low"))
-    apply(cluster, namespace, job("high", f"{namespace}-high"))
+    apply(cluster, namespace, job("high", namespace, f"{namespace}-high"))
     wait_for("high bound whole", lambda: len(bound(cluster, namespace, "high")) == 3, timeout=120)
 
     def preempted() -> set[str]:
@@ -267,3 +276,29 @@ def test_a_higher_priority_gang_preempts_a_whole_lower_one(
 
     assert wait_for("the lower gang preempted", lambda: preempted() >= low_pods, timeout=30,
                     details=said)  # fmt: skip
+
+
+def test_a_restart_of_the_job_keeps_its_group_and_is_placed_whole_again(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode
+) -> None:
+    add_node("a", "16")
+    start_operator()
+    restarting = job("again", namespace)
+    restarting["spec"]["msReplicaSpecs"]["Worker"]["restartPolicy"] = "ExitCode"
+    apply(cluster, namespace, restarting)
+    wait_for("three bound", lambda: len(bound(cluster, namespace, "again")) == 3, timeout=90)
+    kinds = ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io")
+    uids = [(get(cluster, namespace, k, "again") or {})["metadata"]["uid"] for k in kinds]
+    before = {p["metadata"]["uid"] for p in job_pods(cluster, namespace, "again").values()}
+    KubeletStandIn(cluster).run(namespace, "again-worker-1")
+    KubeletStandIn(cluster).fail(namespace, "again-worker-1", exit_code=137)
+
+    def recreated() -> bool:
+        pods = job_pods(cluster, namespace, "again")
+        live = {p["metadata"]["uid"] for p in pods.values()}
+        return len(pods) == 3 and not live & before and len(bound(cluster, namespace, "again")) == 3
+
+    wait_for("every pod made again and bound", recreated, timeout=120)
+    assert [(get(cluster, namespace, k, "again") or {})["metadata"]["uid"] for k in kinds] == uids
+    for pod in job_pods(cluster, namespace, "again").values():
+        assert pod["spec"]["schedulingGroup"] == {"podGroupName": "again"}

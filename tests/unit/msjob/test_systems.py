@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from msop.kube.objects import JSON
 from msop.kube.resources import PODGROUPS, RESOURCEFLAVORS, WORKLOADS, Resource
-from msop.msjob import gang, kueue, kueue_workload, systems
+from msop.msjob import gang, kueue, kueue_workload, systems, workloadapi
 from msop.msjob.plan import Observed, plan
 from msop.msjob.scheduling import decision
 from tests.support.builders import NOW, job
@@ -35,9 +35,11 @@ class _Caches:
     def __init__(self, objs: list[JSON]) -> None:
         self.objs = objs
         self.asked: list[tuple[str, str]] = []
+        self.resources: list[Resource] = []
 
     def children(self, resource: Resource) -> _Children:
         self.asked.append(("children", resource.kind))
+        self.resources.append(resource)
         return _Children([o for o in self.objs if o["kind"] == resource.kind])
 
     def cluster(self, resource: Resource) -> Callable[[str], JSON | None]:
@@ -61,6 +63,22 @@ def test_each_system_asks_for_its_caches_when_it_starts() -> None:
         ("cluster", RESOURCEFLAVORS.kind),
         ("children", PODGROUPS.kind),
     ]
+
+
+def test_the_workload_api_decides_after_kueue_and_asks_for_its_own_caches() -> None:
+    on = systems.enabled(kueue_enabled=True, gang_scheduling=False, workload_api="v1beta1")
+    assert [s.name for s in on] == ["kueue", "kubernetes"]
+    caches = _Caches([])
+    api = on[1].start(NoApiServer(), caches)
+    groups = [(r.group, r.version, r.plural) for r in caches.resources]
+    assert groups == [("scheduling.k8s.io", "v1beta1", "workloads"),
+                      ("scheduling.k8s.io", "v1beta1", "podgroups")]  # fmt: skip
+    j = job({"Scheduler": 1, "Worker": 2})
+    wl, pg = workloadapi.workload(j, "v1beta1"), workloadapi.pod_group(j, "v1beta1")
+    api = on[1].start(NoApiServer(), _Caches([wl, pg]))
+    seen = asyncio.run(api.observe(j))
+    assert isinstance(seen, workloadapi.Seen)
+    assert (seen.version, seen.workload, seen.pod_group) == ("v1beta1", wl, pg)
 
 
 def test_volcano_reads_the_pod_group_from_the_cache_it_asked_for() -> None:
