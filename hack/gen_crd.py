@@ -18,7 +18,8 @@ that apiextensions accepts and that stays small enough for client-side `kubectl 
 - the template's ObjectMeta keeps only name, generateName, namespace, labels and annotations;
 - what the API server would refuse when the operator creates the pods and the Scheduler Service
   is refused at admission already (`template_rules`): container, volume and port names, ports,
-  images, environment variable names, label and annotation keys and values;
+  images, environment variable names, label and annotation keys and values, requests above
+  limits (and extended resources' requests not equal to their limits);
 - containers get `maxItems` and names a `maxLength` far above the real limits, only so that the
   CEL cost estimate stays within the apiserver's budget.
 
@@ -312,7 +313,7 @@ def _resource_rules(resources: dict[str, Any]) -> None:
 
 def template_rules(template: dict[str, Any]) -> None:
     """What the API server would refuse in the pods made from this template (the cheap and
-    common cases; a create it still refuses fails the job once: docs/reference/validation.md)."""
+    common cases; what a refused create does to a job: docs/reference/validation.md)."""
     meta = template["properties"]["metadata"]["properties"]
     _string_map_rules(meta["labels"], values=True)
     _string_map_rules(meta["annotations"], values=False)

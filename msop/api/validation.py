@@ -15,8 +15,9 @@ condition instead of acting on nonsense. The patterns and messages below are sha
 
 Besides the MSJob fields, the pod template is checked for what the API server would refuse when
 the operator creates the pods and the Scheduler Service from it (names, ports, labels, images,
-environment variable names), so such a job is refused at admission, not failed later. The rest
-of the PodTemplateSpec is the API server's business (a create it refuses fails the job once).
+environment variable names, requests against limits), so such a job is refused at admission,
+not failed later (or, under Kueue, left waiting for ever). The rest of the PodTemplateSpec is
+the API server's business (docs/reference/validation.md says what a refused pod does to a job).
 
 Paths name fields as the API server does (`spec.msReplicaSpecs.Worker.template.spec.
 containers[0].name`; the API server itself writes map keys of CEL errors as `[Worker]`).
