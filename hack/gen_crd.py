@@ -18,7 +18,8 @@ that apiextensions accepts and that stays small enough for client-side `kubectl 
 - the template's ObjectMeta keeps only name, generateName, namespace, labels and annotations;
 - what the API server would refuse when the operator creates the pods and the Scheduler Service
   is refused at admission already (`template_rules`): container, volume and port names, ports,
-  images, environment variable names, label and annotation keys and values;
+  images, environment variable names, label and annotation keys and values, requests above
+  limits (and extended resources' requests not equal to their limits);
 - containers get `maxItems` and names a `maxLength` far above the real limits, only so that the
   CEL cost estimate stays within the apiserver's budget.
 
@@ -75,6 +76,8 @@ KEPT_FORMATS = frozenset({"int32", "int64", "double", "float", "byte", "date-tim
 MAX_CONTAINERS = 64
 MAX_NAME = 253  # only a bound for the cost estimate; the patterns hold the real limits
 MAX_REPLICA_TYPES = 8  # idem; CEL allows exactly Scheduler, PS and Worker
+MAX_QUANTITY = MAX_NAME  # resource quantities (cost bound)
+MAX_RESOURCES = 16  # resource names in a container's requests or limits (cost bound)
 MAX_MAP_ENTRIES = 64  # labels, annotations, nodeSelector of a template (cost bound)
 
 # Keys copied as they are from the Kubernetes schema; everything else is dropped or converted.
@@ -273,11 +276,44 @@ def _container_rules(containers: dict[str, Any]) -> None:
         )
     ]
     props["env"]["items"]["properties"]["name"]["pattern"] = v.ENV_NAME_PATTERN
+    _resource_rules(props["resources"])
+
+
+def _resource_rules(resources: dict[str, Any]) -> None:
+    """Requests against limits, as the API server checks the pods (validation._validate_resources).
+    The bounds on the maps and quantities only serve the cost estimate."""
+    for key in ("requests", "limits"):
+        resources["properties"][key]["maxProperties"] = MAX_RESOURCES
+        resources["properties"][key]["additionalProperties"]["maxLength"] = MAX_QUANTITY
+
+    def q(side: str) -> str:
+        return f"quantity(string(self.{side}[k]))"
+
+    def valid(side: str) -> str:
+        return f"isQuantity(string(self.{side}[k]))"
+
+    resources["x-kubernetes-validations"] = [
+        _cel(
+            "!has(self.requests) || !has(self.limits) || self.requests.all(k, "
+            f"!{v.CEL_OVERCOMMIT} || !(k in self.limits) || !{valid('requests')} || "
+            f"!{valid('limits')} || {q('requests')}.compareTo({q('limits')}) <= 0)",
+            v.MSG_REQUEST_OVER_LIMIT,
+            ".requests",
+        ),
+        _cel(
+            "!has(self.requests) || self.requests.all(k, "
+            f"{v.CEL_OVERCOMMIT} || !{valid('requests')} || (has(self.limits) && "
+            f"k in self.limits && (!{valid('limits')} || "
+            f"{q('requests')}.compareTo({q('limits')}) == 0)))",
+            v.MSG_REQUEST_NOT_LIMIT,
+            ".requests",
+        ),
+    ]
 
 
 def template_rules(template: dict[str, Any]) -> None:
     """What the API server would refuse in the pods made from this template (the cheap and
-    common cases; a create it still refuses fails the job once: docs/reference/validation.md)."""
+    common cases; what a refused create does to a job: docs/reference/validation.md)."""
     meta = template["properties"]["metadata"]["properties"]
     _string_map_rules(meta["labels"], values=True)
     _string_map_rules(meta["annotations"], values=False)

@@ -15,8 +15,9 @@ condition instead of acting on nonsense. The patterns and messages below are sha
 
 Besides the MSJob fields, the pod template is checked for what the API server would refuse when
 the operator creates the pods and the Scheduler Service from it (names, ports, labels, images,
-environment variable names), so such a job is refused at admission, not failed later. The rest
-of the PodTemplateSpec is the API server's business (a create it refuses fails the job once).
+environment variable names, requests against limits), so such a job is refused at admission,
+not failed later (or, under Kueue, left waiting for ever). The rest of the PodTemplateSpec is
+the API server's business (docs/reference/validation.md says what a refused pod does to a job).
 
 Paths name fields as the API server does (`spec.msReplicaSpecs.Worker.template.spec.
 containers[0].name`; the API server itself writes map keys of CEL errors as `[Worker]`).
@@ -28,10 +29,14 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from msop.api import constants as c
+from msop.api import quantity
 from msop.api.types import ReplicaSpecs
+
+if TYPE_CHECKING:
+    from fractions import Fraction
 
 INT32_MAX: Final = 2**31 - 1
 INT64_MAX: Final = 2**63 - 1
@@ -121,6 +126,20 @@ MSG_MSRUN_RESTART_SCOPE: Final = (
 MSG_MSRUN_LOCAL_WORKERS: Final = (
     "required unless the Worker template's mindspore container has an accelerator limit "
     "(huawei.com/Ascend*, nvidia.com/gpu, amd.com/gpu) to count workers by"
+)
+MSG_REQUEST_OVER_LIMIT: Final = (
+    "a request must not exceed the limit of the same resource (the API server refuses such "
+    "pods: they could never run)"
+)
+MSG_REQUEST_NOT_LIMIT: Final = (
+    "an extended resource (a name with a domain other than kubernetes.io, e.g. "
+    "huawei.com/Ascend910) or hugepages cannot be overcommitted: its request needs a limit, "
+    "equal to it (or set only the limit)"
+)
+# The CEL rules' test of a resource name (`k`) that may be overcommitted: Kubernetes' native
+# resources (no domain, or kubernetes.io) other than hugepages.
+CEL_OVERCOMMIT: Final = (
+    "((!k.contains('/') || k.contains('kubernetes.io/')) && !k.startsWith('hugepages-'))"
 )
 MSRUN_PORT_MIN: Final = 1024  # msrun's own range for --master_port
 
@@ -581,6 +600,7 @@ def _validate_containers(containers: list[Any], path: str) -> list[FieldError]:
             for j, port in enumerate(ports):
                 if isinstance(port, Mapping):
                     errors += _validate_port(port, f"{ct_path}.ports[{j}]")
+        errors += _validate_resources(ct.get("resources"), f"{ct_path}.resources")
         env = ct.get("env")
         if isinstance(env, list):
             for j, var in enumerate(env):
@@ -588,6 +608,51 @@ def _validate_containers(containers: list[Any], path: str) -> list[FieldError]:
                     _check_pattern(
                         errors, var["name"], f"{ct_path}.env[{j}].name", ENV_NAME_PATTERN
                     )
+    return errors
+
+
+def _quantity(value: Any) -> Fraction | None:
+    if not _is_quantity(value):
+        return None
+    try:
+        return quantity.parse(value)
+    except ValueError:
+        return None
+
+
+def _overcommit_allowed(resource: str) -> bool:
+    """Kubernetes lets a native resource's request be below its limit; an extended resource
+    or hugepages must request exactly its limit."""
+    native = "/" not in resource or "kubernetes.io/" in resource
+    return native and not resource.startswith("hugepages-")
+
+
+def _validate_resources(resources: Any, path: str) -> list[FieldError]:
+    """Requests against limits, as the API server checks them when it creates the pod."""
+    if not isinstance(resources, Mapping):
+        return []
+    requests = resources.get("requests")
+    limits = resources.get("limits")
+    if not isinstance(requests, Mapping):
+        return []
+    if not isinstance(limits, Mapping):
+        limits = {}
+    over = equal = False
+    for name, request in requests.items():
+        limit = limits.get(name)
+        wanted = _quantity(request)
+        bound = None if limit is None else _quantity(limit)
+        if not isinstance(name, str) or wanted is None or (limit is not None and bound is None):
+            continue  # a malformed quantity is the schema's error, not this rule's
+        if not _overcommit_allowed(name):
+            equal = equal or wanted != bound
+        elif bound is not None and wanted > bound:
+            over = True
+    errors: list[FieldError] = []
+    if over:
+        errors.append(FieldError(f"{path}.requests", MSG_REQUEST_OVER_LIMIT))
+    if equal:
+        errors.append(FieldError(f"{path}.requests", MSG_REQUEST_NOT_LIMIT))
     return errors
 
 

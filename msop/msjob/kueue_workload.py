@@ -279,37 +279,54 @@ def why_waiting(job: JSON, wl: JSON | None, *, reactivating: bool = False) -> Wa
     view = MSJob(job)
     ref = f"{view.namespace}/{view.name}"
     queue = queue_name(job)
+    checks = _pending_checks(wl)
     if wl is not None and eviction_explains_wait(wl):
         ev = condition(wl, "Evicted") or {}
         return Wait(
             REASON_EVICTED,
             f"MSJob {ref}: Kueue evicted its Workload ({ev.get('reason') or 'Evicted'}: "
-            f"{ev.get('message') or 'no message'}); its pods are deleted and it waits in "
-            f"LocalQueue {queue!r} to be admitted again.",
+            f"{ev.get('message') or 'no message'}{'; ' + checks if checks else ''}); its pods "
+            f"are deleted and it waits in LocalQueue {queue!r} to be admitted again.",
         )
     if wl is not None and not active(wl):
         return Wait(
             REASON_INACTIVE,
             f"MSJob {ref}: its Workload {wl['metadata']['name']} is inactive "
-            "(spec.active is false); it is not queued until it is made active again.",
+            f"(spec.active is false{'; ' + checks if checks else ''}); it is not queued until "
+            "it is made active again.",
         )
     detail = "msop is creating its Workload"
     if wl is not None:
         detail = "Kueue has not looked at its Workload yet"
         qr = condition(wl, "QuotaReserved")
         if has_quota(wl):
-            checks = "; ".join(
-                f"{x.get('name')}: {x.get('message')}"
-                for x in (wl.get("status") or {}).get("admissionChecks") or []
-                if x.get("state") != "Ready" and x.get("message")
-            )
             detail = (
                 f"quota is reserved in ClusterQueue {cluster_queue(wl)!r}; "
                 "admission checks are pending" + (f" ({checks})" if checks else "")
             )
-        elif qr is not None and qr.get("message"):
-            detail = str(qr["message"])
+        else:
+            if qr is not None and qr.get("message"):
+                detail = str(qr["message"])
+            if checks:
+                detail += f" ({checks})"
     return Wait(REASON_PENDING, f"MSJob {ref} waits in LocalQueue {queue!r}: {detail}.")
+
+
+def _pending_checks(wl: JSON | None) -> str:
+    """The admission checks that are not Ready, each with its own message (a MultiKueue
+    check's says what its worker clusters answered) and its state unless Pending."""
+    parts = []
+    for x in ((wl or {}).get("status") or {}).get("admissionChecks") or []:
+        state = x.get("state")
+        if state == "Ready":
+            continue
+        name = f"{x.get('name')}" + (f" ({state})" if state and state != "Pending" else "")
+        message = x.get("message")
+        if message:
+            parts.append(f"{name}: {message}")
+        elif state and state != "Pending":
+            parts.append(name)
+    return "; ".join(parts)
 
 
 #: The ``Queued`` reason while the priority class a job names does not exist.

@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from msop.api import constants as c
+from msop.api import validation as v
 from testbed.paths import REPO
 
 
@@ -204,3 +205,22 @@ def test_recursion_is_detected() -> None:
 def test_size_is_reported_compactly(generated: dict[str, Any]) -> None:
     assert len(json.dumps(generated, separators=(",", ":"))) < 262144 // 2
     assert generated["metadata"]["name"] == c.CRD_NAME
+
+
+def test_requests_are_held_to_limits_at_admission(committed: dict[str, Any]) -> None:
+    """Every container's and init container's resources carry the API server's pod rule:
+    a request at most its limit, an extended resource's or hugepages' request equal to it."""
+    spec = _version(committed)["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    replica = spec["properties"]["msReplicaSpecs"]["additionalProperties"]
+    pod = replica["properties"]["template"]["properties"]["spec"]["properties"]
+    for key in ("containers", "initContainers"):
+        resources = pod[key]["items"]["properties"]["resources"]
+        rules = {r["message"]: r for r in resources["x-kubernetes-validations"]}
+        over = rules[v.MSG_REQUEST_OVER_LIMIT]
+        equal = rules[v.MSG_REQUEST_NOT_LIMIT]
+        assert over["fieldPath"] == equal["fieldPath"] == ".requests"
+        assert ".compareTo(" in over["rule"] and ".compareTo(" in equal["rule"]
+        assert v.CEL_OVERCOMMIT in over["rule"] and v.CEL_OVERCOMMIT in equal["rule"]
+        for side in ("requests", "limits"):
+            quantity = resources["properties"][side]["additionalProperties"]
+            assert quantity["maxLength"] >= gen_crd.MAX_NAME

@@ -349,6 +349,46 @@ ADMISSION: list[tuple[str, Callable[[Job], None], str, str]] = [
         f"{POD}.nodeSelector.disk",
         "should match",
     ),
+    (
+        "cpu-request-over-limit",
+        _container(image="ms:1", resources={"requests": {"cpu": "2"}, "limits": {"cpu": "1500m"}}),
+        f"{C0}.resources.requests",
+        "must not exceed the limit",
+    ),
+    (
+        "init-memory-request-over-limit",
+        _with(
+            POD,
+            "initContainers",
+            [
+                {
+                    "name": "fetch",
+                    "image": "busybox",
+                    "resources": {"requests": {"memory": "2Gi"}, "limits": {"memory": 1024}},
+                }
+            ],
+        ),
+        f"{POD}.initContainers[0].resources.requests",
+        "must not exceed the limit",
+    ),
+    (
+        "npu-request-below-limit",
+        _container(
+            image="ms:1",
+            resources={
+                "requests": {"huawei.com/Ascend910": 1},
+                "limits": {"huawei.com/Ascend910": 8},
+            },
+        ),
+        f"{C0}.resources.requests",
+        "cannot be overcommitted",
+    ),
+    (
+        "npu-request-without-limit",
+        _container(image="ms:1", resources={"requests": {"huawei.com/Ascend910": "8"}}),
+        f"{C0}.resources.requests",
+        "cannot be overcommitted",
+    ),
 ]
 
 # Refused by the API server's own schema checks. The first three `validate_admission` cannot

@@ -60,6 +60,15 @@ def _containers(*containers: Job) -> Callable[[Job], None]:
     return mutate
 
 
+def _resources(requests: Job, limits: Job | None) -> Callable[[Job], None]:
+    """The mindspore container with these requests and limits."""
+    resources = (
+        {"requests": requests} if limits is None else {"requests": requests, "limits": limits}
+    )
+    return _containers(container(resources=resources))
+
+
+NPU = "huawei.com/Ascend910"
 RS = "spec.msReplicaSpecs"
 INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
     # (id, mutation of a valid job, expected path, expected message substring)
@@ -358,6 +367,23 @@ def test_admission_wants_canonical_keys_and_a_worker_the_operator_does_not() -> 
         (lambda j: _worker_pod(j).update(volumes=[{"name": "V"}]), "volumes[0].name"),
         (lambda j: _worker_pod(j).update(nodeSelector={"a": "b\n"}), "nodeSelector.a"),
         (lambda j: _worker_pod(j).update(initContainers=[container()]), "spec.initContainers"),
+        (_resources({"cpu": "2"}, {"cpu": "1500m"}), "containers[0].resources.requests"),
+        (_resources({"cpu": 2}, {"cpu": 1}), "containers[0].resources.requests"),
+        (_resources({"memory": "1.5Gi"}, {"memory": "1G"}), "containers[0].resources.requests"),
+        (_resources({"ephemeral-storage": "2"}, {"ephemeral-storage": "1"}), "resources.requests"),
+        (_resources({NPU: 1}, {NPU: 8}), "containers[0].resources.requests"),
+        (_resources({NPU: "8"}, None), "containers[0].resources.requests"),
+        (_resources({NPU: "8"}, {"cpu": 1}), "containers[0].resources.requests"),
+        (_resources({"hugepages-2Mi": "4Mi"}, {"hugepages-2Mi": "2Mi"}), "resources.requests"),
+        (_resources({"example.com/fpga": 1}, {"example.com/fpga": 2}), "resources.requests"),
+        (
+            lambda j: _worker_pod(j).update(
+                initContainers=[
+                    container(name="init", resources={"requests": {"cpu": 2}, "limits": {"cpu": 1}})
+                ]
+            ),
+            "initContainers[0].resources.requests",
+        ),
         (
             lambda j: j["spec"]["msReplicaSpecs"]["Worker"]["template"].update(
                 metadata={"labels": {"a/b/c": "x"}}
@@ -391,6 +417,28 @@ def test_what_the_api_server_would_refuse_in_a_pod(
             "ports": [{"containerPort": 65535, "name": "1a", "hostPort": 0}],
         },
         {"name": "s", "image": "x", "env": [{"name": "a.b-c d"}], "ports": [{"containerPort": 1}]},
+        {
+            "name": "s",
+            "image": "x",
+            "resources": {
+                "requests": {"cpu": "500m", "memory": "1Gi", NPU: 8, "hugepages-2Mi": "2Mi"},
+                "limits": {"cpu": 1, "memory": "1073741824", NPU: "8", "hugepages-2Mi": "2Mi"},
+            },
+        },
+        # Only limits (the API server copies them to the requests), or only native requests.
+        {"name": "s", "image": "x", "resources": {"limits": {NPU: 8, "cpu": "100m"}}},
+        {"name": "s", "image": "x", "resources": {"requests": {"cpu": 64, "memory": "1Ti"}}},
+        # Native resources of the kubernetes.io domain may be overcommitted.
+        {
+            "name": "s",
+            "image": "x",
+            "resources": {
+                "requests": {"example.kubernetes.io/thing": 1},
+                "limits": {"example.kubernetes.io/thing": 2},
+            },
+        },
+        # A malformed quantity is the schema's error, not a comparison's.
+        {"name": "s", "image": "x", "resources": {"requests": {"cpu": "2"}, "limits": {"cpu": []}}},
     ],
 )
 def test_valid_pod_content_passes(fields: Job) -> None:

@@ -117,6 +117,50 @@ def test_a_dispatched_job_waits_with_the_admission_checks_message() -> None:
     assert p.create_pods == []
 
 
+WORKER_SAYS = 'The workload got no reservation on "w1": requests must not exceed its limits'
+
+
+def test_an_evicted_dispatched_job_says_what_its_admission_check_said() -> None:
+    """MultiKueue's check in Retry evicts the manager's Workload with Kueue's own words
+    ("At least one admission check is false"); the check's message says why."""
+    j = dispatched_job()
+    wl = wl_of(j, ("Evicted", "True", "AdmissionCheck"))
+    wl["status"]["conditions"][0]["message"] = "At least one admission check is false"
+    wl["status"]["admissionChecks"] = [
+        {"name": "multikueue", "state": "Retry", "message": WORKER_SAYS},
+    ]
+    q = queued(run(j, wl))
+    assert q is not None and q["reason"] == kueue_workload.REASON_EVICTED
+    assert "At least one admission check is false" in q["message"]
+    assert f"multikueue (Retry): {WORKER_SAYS}" in q["message"]
+
+
+def test_a_dispatched_job_without_quota_names_its_checks_and_their_messages() -> None:
+    j = dispatched_job()
+    wl = wl_of(j, ("QuotaReserved", "False", "Pending"))
+    wl["status"]["admissionChecks"] = [
+        {"name": "multikueue", "state": "Pending", "message": WORKER_SAYS},
+        {"name": "provisioning", "state": "Ready", "message": "done"},
+    ]
+    q = queued(run(j, wl))
+    assert q is not None and q["reason"] == kueue_workload.REASON_PENDING
+    assert "QuotaReserved Pending" in q["message"]
+    assert f"(multikueue: {WORKER_SAYS})" in q["message"]
+    assert "provisioning" not in q["message"]
+
+
+def test_an_inactive_workload_names_the_rejecting_check_and_its_message() -> None:
+    j = dispatched_job()
+    wl = wl_of(j)
+    wl["spec"]["active"] = False
+    wl["status"]["admissionChecks"] = [
+        {"name": "multikueue", "state": "Rejected", "message": WORKER_SAYS},
+    ]
+    q = queued(run(j, wl))
+    assert q is not None and q["reason"] == kueue_workload.REASON_INACTIVE
+    assert f"multikueue (Rejected): {WORKER_SAYS}" in q["message"]
+
+
 def test_once_on_a_worker_the_status_is_the_workers_and_nothing_is_written_here() -> None:
     j = dispatched_job()
     j["status"] = {"conditions": [{"type": c.RUNNING, "status": "True", "reason": "MSJobRunning",
