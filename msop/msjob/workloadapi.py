@@ -117,46 +117,37 @@ keeps it where ``WorkloadAwarePreemption`` (alpha in 1.36) is on, and stores ``P
 where it is off."""
 
 
+def _gang(job: JSON) -> JSON:
+    """What the Workload's template and the PodGroup both say of the gang: its policy,
+    its disruption mode and its priority (``schedulingPolicy.priorityClass``)."""
+    gang: JSON = {"schedulingPolicy": policy(job), "disruptionMode": DISRUPTION_MODE}
+    sp = MSJob(job).run_policy.scheduling_policy
+    if sp is not None and sp.priority_class:
+        gang["priorityClassName"] = sp.priority_class
+    return gang
+
+
 def workload(job: JSON, version: str) -> JSON:
     """The job's Workload: one PodGroup template, the gang (:func:`policy`)."""
-    view = MSJob(job)
-    template: JSON = {
-        "name": TEMPLATE,
-        "schedulingPolicy": policy(job),
-        "disruptionMode": DISRUPTION_MODE,
-    }
-    sp = view.run_policy.scheduling_policy
-    if sp is not None and sp.priority_class:
-        template["priorityClassName"] = sp.priority_class
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "Workload",
         "metadata": _metadata(job),
         "spec": {
-            "controllerRef": {"apiGroup": c.GROUP, "kind": c.KIND, "name": view.name},
-            "podGroupTemplates": [template],
+            "controllerRef": {"apiGroup": c.GROUP, "kind": c.KIND, "name": MSJob(job).name},
+            "podGroupTemplates": [{"name": TEMPLATE, **_gang(job)}],
         },
     }
 
 
 def pod_group(job: JSON, version: str) -> JSON:
     """The job's PodGroup, made from its Workload's template."""
-    view = MSJob(job)
-    spec: JSON = {
-        "podGroupTemplateRef": {
-            "workload": {"workloadName": view.name, "podGroupTemplateName": TEMPLATE}
-        },
-        "schedulingPolicy": policy(job),
-        "disruptionMode": DISRUPTION_MODE,
-    }
-    sp = view.run_policy.scheduling_policy
-    if sp is not None and sp.priority_class:
-        spec["priorityClassName"] = sp.priority_class
+    ref = {"workloadName": MSJob(job).name, "podGroupTemplateName": TEMPLATE}
     return {
         "apiVersion": f"{GROUP}/{version}",
         "kind": "PodGroup",
         "metadata": _metadata(job),
-        "spec": spec,
+        "spec": {"podGroupTemplateRef": {"workload": ref}, **_gang(job)},
     }
 
 
