@@ -572,13 +572,22 @@ class MSJobClient:
         selector = f"metadata.name={name}"
 
         def seen(job: JSON) -> bool:
+            first = not last
             last.append(job)
             del last[:-1]
-            if line is not None:
-                line.update(format_progress(job))
             if callback is not None:
                 callback(JobStatus.of(job))
-            return self._decide(job, wanted)
+            try:
+                done = self._decide(job, wanted)
+            except MSJobError:
+                if line is not None:
+                    line.update(format_progress(job))
+                raise
+            # A job that holds the condition when the wait starts is not waited for: no
+            # status line (the caller prints the result; it would be said twice).
+            if line is not None and not (first and done):
+                line.update(format_progress(job))
+            return done
 
         updates = list_then_watch(
             self.kube, MSJOBS, ns, field_selector=selector, timeout_seconds=WATCH_SECONDS

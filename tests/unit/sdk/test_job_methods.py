@@ -5,6 +5,7 @@ typed status and the wait's callback; and the builders' defaults."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -230,6 +231,27 @@ async def test_the_wait_calls_back_with_each_status(monkeypatch: pytest.MonkeyPa
     c = MSJobClient(namespace="ns", kube=NoApiServer())
     await c.wait_for_job("j", progress=False, callback=seen.append)
     assert [s.state for s in seen] == ["Running", "Succeeded"]
+
+
+async def test_a_wait_already_over_prints_no_status_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    # `msop wait` prints the final status on stdout; a job that already holds the condition
+    # was not waited for, so stderr's progress line would say the same thing twice.
+    done = builders.job(status=builders.finished())
+    running = builders.job(status=builders.running_status())
+    answers = [[("LIST", {"items": [done]})],
+               [("LIST", {"items": [running]}), ("MODIFIED", done)]]  # fmt: skip
+
+    async def updates(*a: Any, **kw: Any) -> AsyncIterator[tuple[str, JSON]]:
+        for item in answers.pop(0):
+            yield item
+
+    monkeypatch.setattr(client_module, "list_then_watch", updates)
+    c = MSJobClient(namespace="ns", kube=NoApiServer())
+    quiet, waited = io.StringIO(), io.StringIO()
+    await c.wait_for_job("j", stream=quiet)
+    assert quiet.getvalue() == ""
+    await c.wait_for_job("j", stream=waited)
+    assert len(waited.getvalue().splitlines()) == 2  # Running, then Succeeded
 
 
 def test_builders_survive_an_oom_kill_and_take_an_accelerator() -> None:
