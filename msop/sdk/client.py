@@ -346,7 +346,8 @@ class MSJobClient:
         place). ``tail_lines``: the last lines of each. With ``follow`` the pods are read
         together as they print, a pod the operator re-creates (a restart) is followed
         again, a pod not started yet once it starts, until the job has finished and every
-        stream ended. MSJobLogsError when a pod's log cannot be read (without ``follow``),
+        stream ended. MSJobLogsError when a pod's log cannot be read (without ``follow``:
+        after the lines of every pod that could be read, naming each one that could not),
         MSJobNotFoundError when the job does not exist (or, following, is deleted).
         """
         ns = self._ns(namespace)
@@ -381,11 +382,26 @@ class MSJobClient:
                 async for item in it:
                     yield item
             return
-        for pod in await pods():
+        async with contextlib.aclosing(self._current_logs(ns, await pods(), query)) as current:
+            async for item in current:
+                yield item
+
+    async def _current_logs(
+        self, ns: str, pods: JSONList, query: Mapping[str, str]
+    ) -> AsyncGenerator[tuple[str, str], None]:
+        """Each pod's log in turn; MSJobLogsError at the end, naming every pod whose log
+        could not be read (the others are shown all the same)."""
+        unreadable: list[str] = []
+        for pod in pods:
             pname = pod["metadata"]["name"]
             chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
-            async for text in iter_lines(chunks):
-                yield pname, text
+            try:
+                async for text in iter_lines(chunks):
+                    yield pname, text
+            except MSJobLogsError as e:
+                unreadable.append(str(e))
+        if unreadable:
+            raise MSJobLogsError("; ".join(unreadable))
 
     async def _previous_logs(
         self,

@@ -233,6 +233,16 @@ async def test_the_wait_calls_back_with_each_status(monkeypatch: pytest.MonkeyPa
     assert [s.state for s in seen] == ["Running", "Succeeded"]
 
 
+async def test_an_unreadable_pod_does_not_hide_the_others_logs() -> None:
+    pods = [pod("Scheduler", 0, "s0"), pod("Worker", 0, "w0"), pod("Worker", 1, "w1")]
+    c = client(Api(builders.job(), pods), {"j-scheduler-0@": ["s"], "j-worker-1@": ["c"]})
+    got: list[tuple[str, str]] = []
+    with pytest.raises(MSJobLogsError, match=r"logs of pod ns/j-worker-0: 400 BadRequest"):
+        async for item in c.get_job_logs("j"):
+            got.append(item)
+    assert got == [("j-scheduler-0", "s"), ("j-worker-1", "c")]
+
+
 async def test_a_wait_already_over_prints_no_status_line(monkeypatch: pytest.MonkeyPatch) -> None:
     # `msop wait` prints the final status on stdout; a job that already holds the condition
     # was not waited for, so stderr's progress line would say the same thing twice.
