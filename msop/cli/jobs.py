@@ -342,7 +342,7 @@ async def cmd_logs(client: MSJobClient, args: argparse.Namespace, io: Console) -
     lines = client.get_job_logs(
         args.name, args.namespace, replica_type=rtype, index=args.index,
         container=args.container, follow=args.follow, previous=args.previous,
-        tail_lines=args.tail,
+        tail_lines=args.tail, notice=lambda text: print(text, file=io.err, flush=True),
     )  # fmt: skip
     async with contextlib.aclosing(lines):
         async for pod, line in lines:

@@ -93,6 +93,42 @@ def _kept_output(failure: Condition | None, ns: str) -> tuple[str, list[str]] | 
     return (pod, tail.split("\n")) if pod and tail else None
 
 
+def _waiting_for(pod: JSON) -> str:
+    """Why the pod's log cannot be read yet: its containers' waiting reason, else its
+    phase."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason"):
+            return str(waiting["reason"])
+    return str((pod.get("status") or {}).get("phase") or "not scheduled yet")
+
+
+class _Waits:
+    """What a followed job's logs wait for, told once per change (``get_job_logs``'
+    ``notice``)."""
+
+    def __init__(self, notice: Callable[[str], None] | None) -> None:
+        self.notice = notice
+        self.said: dict[str, str] = {}
+
+    def tell(self, what: str, why: str) -> None:
+        if self.notice is not None and self.said.get(what) != why:
+            self.said[what] = why
+            self.notice(f"waiting for {what}: {why}")
+
+    def clear(self, what: str) -> None:
+        self.said.pop(what, None)
+
+    def look(self, job: str, pods: JSONList, finished: bool) -> None:
+        """What the job's pods that have not started wait for (or that it has none)."""
+        if not pods and not finished:
+            self.tell(job, "it has no pod yet")
+        for pod in pods:
+            if not _started(pod):
+                ns, pname = pod["metadata"]["namespace"], pod["metadata"]["name"]
+                self.tell(f"pod {ns}/{pname}", _waiting_for(pod))
+
+
 def _started(pod: JSON) -> bool:
     """Whether a container of the pod has run (its log can be read)."""
     for cs in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -338,6 +374,7 @@ class MSJobClient:
         follow: bool = False,
         previous: bool = False,
         tail_lines: int | None = None,
+        notice: Callable[[str], None] | None = None,
     ) -> AsyncGenerator[tuple[str, str], None]:
         """Yield ``(pod name, line)`` from every pod of the job (one replica type's with
         ``replica_type``, one pod's with ``index`` too), pod after pod.
@@ -349,6 +386,8 @@ class MSJobClient:
         stream ended. MSJobLogsError when a pod's log cannot be read (without ``follow``:
         after the lines of every pod that could be read, naming each one that could not),
         MSJobNotFoundError when the job does not exist (or, following, is deleted).
+        ``notice`` (with ``follow``) is told, once per change, what a pod waits for before
+        its log can be read ("waiting for pod ns/j-worker-0: ContainerCreating").
         """
         ns = self._ns(namespace)
         query = {"container": container}
@@ -363,7 +402,8 @@ class MSJobClient:
 
         if follow:
             query["follow"] = "true"
-            async with contextlib.aclosing(self._follow_logs(name, ns, pods, query)) as lines:
+            followed = self._follow_logs(name, ns, pods, query, notice)
+            async with contextlib.aclosing(followed) as lines:
                 async for item in lines:
                     yield item
             return
@@ -473,34 +513,44 @@ class MSJobClient:
         ns: str,
         pods: Callable[[], Awaitable[JSONList]],
         query: Mapping[str, str],
+        notice: Callable[[str], None] | None = None,
     ) -> AsyncGenerator[tuple[str, str], None]:
         """Every started pod's log, followed by a task of its own (owned and awaited
-        here); the pods are looked at again every :data:`LOG_LOOK_SECONDS`."""
+        here); the pods are looked at again every :data:`LOG_LOOK_SECONDS`. ``notice``
+        hears, once per change, why a pod's log is not read yet."""
         lines: asyncio.Queue[tuple[str, str]] = asyncio.Queue(maxsize=1024)
         followed: set[str] = set()
         tasks: set[asyncio.Task[None]] = set()
+        waits = _Waits(notice)
 
         async def follow(pod: JSON) -> None:
             pname, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
             chunks = self._log_stream(self.kube, log_path(ns, pname), query, f"pod {ns}/{pname}")
             try:
                 async for text in iter_lines(chunks):
+                    waits.clear(f"pod {ns}/{pname}")
                     await lines.put((pname, text))
-            except MSJobLogsError:
+            except MSJobLogsError as e:
                 followed.discard(uid)  # not readable (yet): tried again at the next look
+                waits.tell(f"pod {ns}/{pname}", str(e).split(": ", 1)[-1])
+
+        def look(found: JSONList, finished: bool) -> None:
+            """Follow every pod that has started and is not followed yet; say what the
+            others wait for."""
+            waits.look(f"MSJob {ns}/{name}", found, finished)
+            for pod in found:
+                uid = pod["metadata"]["uid"]
+                if _started(pod) and uid not in followed:
+                    followed.add(uid)
+                    task = asyncio.create_task(follow(pod), name=f"logs {pod['metadata']['name']}")
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
 
         loop = asyncio.get_running_loop()
         try:
             while True:
                 status = await self.get_status(name, ns)
-                for pod in await pods():
-                    uid = pod["metadata"]["uid"]
-                    if uid in followed or not _started(pod):
-                        continue
-                    followed.add(uid)
-                    task = asyncio.create_task(follow(pod), name=f"logs {pod['metadata']['name']}")
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
+                look(await pods(), status.finished)
                 if status.finished and not tasks and lines.empty():
                     return
                 deadline = loop.time() + LOG_LOOK_SECONDS

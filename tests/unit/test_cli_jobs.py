@@ -468,7 +468,10 @@ class FakeClient:
     async def get_job_logs(
         self, name: str, namespace: str | None = None, **kw: Any
     ) -> AsyncIterator[tuple[str, str]]:
+        notice = kw.pop("notice")
         self._call("get_job_logs", name, namespace, **kw)
+        if kw["follow"]:
+            notice("waiting for pod ns/j-worker-1: ContainerCreating")
         for item in self.log_lines:
             yield item
         if "get_job_logs_late" in self.fail:
@@ -550,10 +553,11 @@ def test_logs_prefix_each_line_with_its_pod_and_pass_the_flags_on() -> None:
         "replica_type": None, "index": None, "container": "mindspore", "follow": False,
         "previous": False, "tail_lines": None,
     })  # fmt: skip
-    code, out, _ = command(
+    code, out, err = command(
         ["logs", "j", "--index", "1", "-f", "--previous", "--tail", "5", "--no-prefix"], client
     )
     assert (code, out) == (0, "hello\nworld\n")
+    assert err == "waiting for pod ns/j-worker-1: ContainerCreating\n"  # what -f waits for
     assert client.calls[-1][2] == {
         "replica_type": "Worker", "index": 1, "container": "mindspore", "follow": True,
         "previous": True, "tail_lines": 5,

@@ -233,6 +233,15 @@ async def test_the_wait_calls_back_with_each_status(monkeypatch: pytest.MonkeyPa
     assert [s.state for s in seen] == ["Running", "Succeeded"]
 
 
+async def test_following_says_what_a_pod_waits_for_once() -> None:
+    # A finished job with a pod that never started: one look, one notice, then the end.
+    pods = [pod("Worker", 0, "w0", started=False)]
+    c = client(Api(builders.job(status=builders.finished()), pods))
+    told: list[str] = []
+    got = [x async for x in c.get_job_logs("j", follow=True, notice=told.append)]
+    assert got == [] and told == ["waiting for pod ns/j-worker-0: ContainerCreating"]
+
+
 async def test_an_unreadable_pod_does_not_hide_the_others_logs() -> None:
     pods = [pod("Scheduler", 0, "s0"), pod("Worker", 0, "w0"), pod("Worker", 1, "w1")]
     c = client(Api(builders.job(), pods), {"j-scheduler-0@": ["s"], "j-worker-1@": ["c"]})
