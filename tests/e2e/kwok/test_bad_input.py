@@ -15,16 +15,17 @@ JSON = dict[str, Any]
 
 
 def _job(name: str) -> JSON:
-    """Valid for admission; the API server refuses its Worker pods: requests above limits is
-    pod validation, which the CRD does not repeat."""
+    """Valid for admission; the API server refuses its Worker pods: a volume mount that
+    names no volume of the pod is pod validation, which the CRD does not repeat (a request
+    above its limit no longer serves: admission refuses it now)."""
 
-    def replica(replicas: int, resources: JSON | None = None) -> JSON:
+    def replica(replicas: int, mounts: list[JSON] | None = None) -> JSON:
         container: JSON = {"name": "mindspore", "image": "ms:1"}
-        if resources:
-            container["resources"] = resources
+        if mounts:
+            container["volumeMounts"] = mounts
         return {"replicas": replicas, "template": {"spec": {"containers": [container]}}}
 
-    worker = replica(2, {"requests": {"cpu": "2"}, "limits": {"cpu": "1"}})
+    worker = replica(2, [{"name": "data", "mountPath": "/data"}])
     return {
         "apiVersion": "mindspore.gitee.com/v1",
         "kind": "MSJob",
@@ -48,7 +49,7 @@ def test_a_create_the_api_server_refuses_fails_the_job_once(
     assert failed is not None
     assert failed["reason"] == "Invalid", failed
     assert f'Pod "{name}-worker-0" is invalid' in failed["message"], failed
-    assert "must be less than or equal to cpu limit" in failed["message"], failed
+    assert "volumeMounts[0].name: Not found" in failed["message"], failed
     assert condition(job, "ReplicaFailure") is None
     assert job["status"].get("completionTime")
     # The finished job is cleaned up like any Failed one (cleanPodPolicy Running).
@@ -73,7 +74,7 @@ def test_a_create_the_api_server_refuses_fails_the_job_once(
 
     warnings = [e for e in events(cluster, namespace, name) if e["type"] == "Warning"]
     assert [(e["reason"], e.get("count", 1)) for e in warnings] == [("FailedCreatePod", 1)]
-    assert "must be less than or equal to cpu limit" in warnings[0]["message"]
+    assert "volumeMounts[0].name: Not found" in warnings[0]["message"]
     lines = _log_lines(operator, "failed to create pod")
     assert len(lines) == 1, lines
     assert lines[0]["level"] == "warning" and lines[0]["name"] == name
@@ -137,5 +138,5 @@ def test_created_counts_the_jobs_whose_created_condition_this_process_wrote(
 
 def _valid(name: str) -> JSON:
     job = _job(name)
-    del job["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
+    del job["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["volumeMounts"]
     return job
