@@ -53,9 +53,14 @@ def install_keeper(agent_dir: Path) -> Path:
 
 
 def show_stopped_run(
-    agent_dir: Path, out: BinaryIO | None = None, log: Callable[[str], None] | None = None
+    agent_dir: Path,
+    out: BinaryIO | None = None,
+    log: Callable[[str], None] | None = None,
+    wait: float = 0.0,
 ) -> bool:
-    """Print the stopped run, if there is one not shown yet; True if it printed one."""
+    """Print the stopped run, if there is one not shown yet; True if it printed one.
+    ``wait``: seconds to wait for a keeper still running to end (the kubelet may start the
+    sidecar again before the old training container is gone)."""
     runs = runs_dir(agent_dir)
     out = sys.stdout.buffer if out is None else out
     try:
@@ -67,10 +72,15 @@ def show_stopped_run(
             log(f"cannot read the kept run in {runs}: {exc}")
         return False
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False  # a keeper runs: the training container was not restarted
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    return False  # a keeper runs: the training container was not restarted
+                time.sleep(0.1)
         return _show(runs, out)
     except OSError as exc:
         if log is not None:

@@ -39,6 +39,9 @@ __all__ = ["Agent", "Reply", "serve"]
 
 IO_TIMEOUT: Final = 5.0
 """Seconds a client has to send its request and read the answer."""
+STOPPED_RUN_WAIT: Final = 30.0
+"""Seconds the sidecar, started again by a restart it asked for, waits for the stopped
+training container's keeper to end before it shows the stopped run."""
 _LISTEN_BACKLOG = 5
 _MAX_CONNECTIONS = 16
 _JSON_SEPARATORS = (",", ":")
@@ -220,7 +223,10 @@ def serve(config: Config, host: str | None = None) -> int:
     """Run the sidecar's server until SIGTERM (0), or until a restart (the process exits
     75). 1 if the port cannot be bound."""
     agent = Agent(config)
-    show_stopped_run(config.directory, log=log)  # before the barrier can be released
+    # Before the barrier can be released. After a restart this sidecar asked for, the old
+    # training container may still be stopping: wait for its keeper to end.
+    requested = agent.files.current().requested
+    show_stopped_run(config.directory, log=log, wait=STOPPED_RUN_WAIT if requested else 0.0)
     try:
         sock = listen(config.port, host=host, backlog=_LISTEN_BACKLOG)
     except OSError as exc:

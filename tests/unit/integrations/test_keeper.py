@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -122,10 +123,11 @@ def test_the_agent_shows_a_stopped_run_once_and_never_a_running_one(tmp_path: Pa
     shown = agent_dir / "shown.txt"
     with shown.open("wb") as out:
         assert not show_stopped_run(agent_dir, out)  # the keeper holds the lock: it runs
-    os.killpg(proc.pid, signal.SIGKILL)  # what the restart of every container does to it
-    proc.communicate(timeout=WAIT)
+    # The sidecar may start again before the old training container is gone: it waits.
+    threading.Timer(0.3, os.killpg, (proc.pid, signal.SIGKILL)).start()
     with shown.open("wb") as out:
-        assert show_stopped_run(agent_dir, out)
+        assert show_stopped_run(agent_dir, out, wait=WAIT)
+    proc.communicate(timeout=WAIT)
     text = shown.read_text().splitlines()
     assert text[0].startswith("----- msop: the stopped run of container mindspore (started ")
     assert ", stopped with its container; its last 14 bytes," in text[0]
