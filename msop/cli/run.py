@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from msop.msjob.inplace.pods import InPlace
 
 USER_AGENT = f"msop/{__version__}"
+#: The source of the Events about the operator itself (its set-up), on its own pod.
+OPERATOR_EVENT_COMPONENT = "msop"
 _SA_NAMESPACE_FILE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
 
 
@@ -140,10 +142,11 @@ def _status_budget(qps: float) -> float:
 
 
 async def _restart_in_place(
-    client: Any, args: argparse.Namespace
+    client: Any, args: argparse.Namespace, manager: Manager
 ) -> tuple[InPlace | None, AgentClient | None, Callable[[], Awaitable[str]] | None]:
     """What restarting jobs in place needs (``--restart-in-place``): msop.msjob.inplace's
-    start-up, with the flags' values."""
+    start-up, with the flags' values; its set-up problems go to the operator's Events
+    (on its pod) and its ``/readyz``."""
     if not args.restart_in_place:
         return None, None, None
     from msop.msjob.inplace import startup
@@ -152,7 +155,9 @@ async def _restart_in_place(
     started = await startup.start(
         client, namespace=own, probe_namespace=args.namespaces[0] if args.namespaces else own,
         image=args.agent_image, port=args.agent_port, restart_timeout=args.restart_in_place_timeout,
+        record=manager.event_recorder(OPERATOR_EVENT_COMPONENT).event,
     )  # fmt: skip
+    manager.readyz.add(startup.READY_CHECK, started.problem.ready)
     return started.in_place, started.client, started.check
 
 
@@ -200,7 +205,7 @@ async def run_operator(args: argparse.Namespace) -> int:
         if args.legacy_operator_lease:
             namespace, name = args.legacy_operator_lease.split("/")
             manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))
-        in_place, agents, recheck = await _restart_in_place(client, args)
+        in_place, agents, recheck = await _restart_in_place(client, args, manager)
         setup(
             manager,
             Settings(

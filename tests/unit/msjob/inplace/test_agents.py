@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from msop.integrations import signature, wire
-from msop.kube.errors import ApiError
+from msop.kube.errors import ApiError, ApiUnavailable
 from msop.msjob.inplace import startup
 from msop.msjob.inplace.client import AgentClient
 from msop.msjob.inplace.pods import InPlace
@@ -157,7 +157,9 @@ class FakeAPI:
         return answer
 
     async def list_all(self, res: Any, *, transform: Any = None) -> dict[str, Any]:
-        nodes: list[Any] = self.answers["nodes"]  # as KubeClient.list_all: one List dict
+        nodes: list[Any] | Exception = self.answers["nodes"]  # as KubeClient.list_all: a List
+        if isinstance(nodes, Exception):
+            raise nodes
         return {"kind": "NodeList", "items": [transform(n) if transform else n for n in nodes]}
 
 
@@ -242,9 +244,10 @@ def test_start_without_a_key_says_why_and_has_no_client() -> None:
     started = asyncio.run(startup.start(api, namespace="msop-system", probe_namespace="ns"))
     assert started.client is None
     assert started.in_place.public_key == ""
-    assert started.in_place.unavailable.startswith(
+    assert started.problem.text.startswith(
         "msop cannot read or make its signing key Secret msop-system/msop-agent-key"
     )
+    assert started.in_place.unavailable == startup.SETUP_FAILED  # the jobs: where to look
     assert asyncio.run(_answer(started.check())) == started.in_place.unavailable
     assert api.calls == [("get", "msop-agent-key")]  # no image lookup, no detection
 
@@ -255,6 +258,95 @@ def test_start_with_a_secret_that_holds_no_key_says_why_and_goes_on() -> None:
     api = FakeAPI(get=[broken], request=KEPT, nodes=[])
     started = asyncio.run(startup.start(api, namespace="msop-system", probe_namespace="ns"))
     assert started.client is None
-    assert started.in_place.unavailable.startswith(
+    assert started.problem.text.startswith(
         "msop cannot read or make its signing key Secret msop-system/msop-agent-key"
     )
+    assert started.in_place.unavailable == startup.SETUP_FAILED
+
+
+def _stored_key() -> dict[str, Any]:
+    d = signature.private_scalar(signature.generate_private_key())
+    return {"data": {"key": base64.b64encode(f"{d:064x}".encode()).decode()}}
+
+
+OWN_POD = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "msop-7d9-x", "namespace": "msop-system", "uid": "u"},
+           "spec": {"containers": [{"name": "manager", "image": "msop:2"}]}}  # fmt: skip
+
+
+def test_a_set_up_problem_is_the_admins_not_in_every_jobs_condition() -> None:
+    # The operator's pod cannot be read as its hostname: no image for the agent.
+    missing = ApiError(404, "NotFound", 'pods "vm" not found')
+    events: list[tuple[Any, ...]] = []
+    api = FakeAPI(get=[_stored_key(), missing], request=KEPT, nodes=[])
+    started = asyncio.run(
+        startup.start(api, namespace="msop-system", probe_namespace="ns", in_pod=True,
+                      record=lambda *e: events.append(e))
+    )  # fmt: skip
+    why = started.in_place.unavailable
+    assert why == startup.SETUP_FAILED
+    assert "vm" not in why and "404" not in why and "--agent-image" not in why
+    assert "the operator's log" in why and "/readyz" in why
+    assert started.problem.text == f"the agent's image is unknown (set --agent-image): {missing}"
+    assert not started.problem.ready()
+    assert events == []  # no pod of its own to put the Event on: the log and /readyz say it
+
+
+def test_a_set_up_problem_is_one_event_on_the_operators_pod_until_it_is_solved() -> None:
+    forbidden = ApiError(403, "Forbidden", "nodes is forbidden")
+    events: list[tuple[Any, ...]] = []
+    api = FakeAPI(get=[_stored_key(), OWN_POD], request=KEPT, nodes=forbidden)
+    started = asyncio.run(
+        startup.start(api, namespace="msop-system", probe_namespace="ns", in_pod=True,
+                      record=lambda *e: events.append(e))
+    )  # fmt: skip
+    assert started.in_place.image == "msop:2"
+    assert started.in_place.unavailable == startup.SETUP_FAILED
+    problem = f"cannot tell whether the cluster restarts pods in place: {forbidden}"
+    assert events == [(OWN_POD, "Warning", "RestartInPlaceSetupFailed",
+                       f"Restarts in place are off for every MSJob: {problem}")]  # fmt: skip
+    assert asyncio.run(_answer(started.check())) == startup.SETUP_FAILED
+    assert len(events) == 1 and not started.problem.ready()  # the same problem: said once
+    # No answer at a later look says nothing of the set-up: the last verdict stands.
+    api.answers["nodes"] = ApiUnavailable("connection refused")
+    with pytest.raises(ApiUnavailable):
+        asyncio.run(_answer(started.check()))
+    assert len(events) == 1 and started.problem.text == problem
+    # The admin grants the right: solved, said once.
+    api.answers["nodes"] = [node("a", startup.FEATURE)]
+    assert asyncio.run(_answer(started.check())) == ""
+    assert events[1:] == [(OWN_POD, "Normal", "RestartInPlaceSetUp",
+                           "Restarts in place are set up again")]  # fmt: skip
+    assert started.problem.ready()
+
+
+def test_outside_a_pod_without_an_agent_image_restarts_in_place_are_off_not_broken() -> None:
+    api = FakeAPI(get=[_stored_key()], request=KEPT, nodes=[node("a", startup.FEATURE)])
+    started = asyncio.run(
+        startup.start(api, namespace="msop-system", probe_namespace="ns", in_pod=False)
+    )
+    assert started.in_place.unavailable == startup.OUTSIDE_A_POD
+    assert started.problem.ready() and started.problem.text == ""
+    assert api.calls == [("get", "msop-agent-key")]  # its own pod is not looked for
+
+
+def test_the_operator_serves_the_set_up_problem_on_readyz_and_its_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from msop.cli.flags import parse_args
+    from msop.cli.run import OPERATOR_EVENT_COMPONENT, _restart_in_place
+    from msop.controller.manager import Manager
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")  # as in a pod
+    forbidden = ApiError(403, "Forbidden", "nodes is forbidden")
+    api = FakeAPI(get=[_stored_key(), OWN_POD], request=KEPT, nodes=forbidden)
+    manager = Manager(api, metrics_bind_address="0", health_probe_bind_address="0")  # type: ignore[arg-type]
+    args = parse_args(["run", "--leader-election-namespace", "msop-system"])
+    in_place, _, recheck = asyncio.run(_restart_in_place(api, args, manager))
+    assert in_place is not None and in_place.unavailable == startup.SETUP_FAILED
+    assert manager.readyz.run()[startup.READY_CHECK] is False
+    recorder = manager.event_recorder(OPERATOR_EVENT_COMPONENT)
+    assert recorder.pending() == 1  # the Warning on its pod, written once the manager runs
+    api.answers["nodes"] = [node("a", startup.FEATURE)]
+    assert recheck is not None and asyncio.run(_answer(recheck())) == ""
+    assert manager.readyz.run()[startup.READY_CHECK] is True
