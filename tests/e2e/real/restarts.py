@@ -52,36 +52,76 @@ def kill_a_worker(
     return before, killed_at, restarting
 
 
-def time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: JobLogs) -> JSON:
-    """Wait for the job to run again after a kill at ``killed_at``; what it took."""
-    trained = wait_for("every rank training again", lambda: training_again(
-        cluster, ns, WORKERS, killed_at), timeout=240, interval=0.5, details=logs.tail)  # fmt: skip
+#: How often :func:`time_the_restart` reads the job (the moment it is Running again is
+#: known to this much) and, at most, the Workers' logs (their moments are the logged ones).
+JOB_LOOK_SECONDS = 0.2
+LOG_LOOK_SECONDS = 1.0
 
-    def running_again() -> float | None:
-        job = get(cluster, ns, "msjob", NAME)
+
+def running_again(samples: list[tuple[float, JSON | None]]) -> float | None:
+    """When the job was first seen Running again (``Restarting`` False, ``Running`` True)
+    among ``samples`` of ``(when the answer came, the job)``, taken from when it was
+    ``Restarting``; None if it was not."""
+    for when, job in samples:
         done, running = condition(job, "Restarting"), condition(job, "Running")
-        ok = done and done["status"] == "False" and running and running["status"] == "True"
-        return time.time() if ok else None
+        if done and done["status"] == "False" and running and running["status"] == "True":
+            return when
+    return None
 
-    running = wait_for("Running again", running_again, timeout=240, interval=0.2,
-                       details=logs.tail)  # fmt: skip
-    writes = operator_writes(cluster.audit_log, ns, killed_at, running)
-    # Where the time went: the training processes started again (the container and
-    # Python's start), joined MindSpore's cluster and loaded the checkpoint (resume), and
-    # trained (the first step): the latest of the Workers' for each.
+
+def restart_figures(
+    killed_at: float, worker_records: dict[str, list[JSON]], running: float
+) -> dict[str, float]:
+    """Each moment of a restart, in seconds from the kill at ``killed_at``, measured on
+    its own: from the Workers' own records (their first ``start``, ``resume`` and
+    ``step`` after the kill; the latest Worker's, as ``seconds to every <event>``;
+    ``seconds to every rank training`` is the latest first step), and ``running``,
+    when the job was seen Running again. No moment waits for another, so any may come
+    before any other."""
     marks: dict[str, float] = {}
-    for pod in WORKERS:
-        for r in records(cluster, ns, pod):
+    for pod, lines in worker_records.items():
+        for r in lines:
             event = r.get("event")
             if r.get("time", 0) > killed_at and event in ("start", "resume", "step"):
-                key = f"seconds to every {event}"
                 first = min(marks.get(f"{pod} {event}", r["time"]), r["time"])
                 marks[f"{pod} {event}"] = first
-                marks[key] = max(marks.get(key, 0.0), first)
+    figures: dict[str, float] = {}
+    for event in ("start", "resume", "step"):
+        firsts = [marks[k] for pod in worker_records if (k := f"{pod} {event}") in marks]
+        if firsts and len(firsts) == len(worker_records):
+            figures[f"seconds to every {event}"] = round(max(firsts) - killed_at, 1)
+    figures["seconds to every rank training"] = figures["seconds to every step"]
+    figures["seconds to Running"] = round(running - killed_at, 1)
+    return figures
+
+
+def time_the_restart(cluster: RealCluster, ns: str, killed_at: float, logs: JobLogs) -> JSON:
+    """Wait for the job to run again after a kill at ``killed_at``; what it took.
+
+    The job's status is read every :data:`JOB_LOOK_SECONDS` and the Workers' logs at most
+    every :data:`LOG_LOOK_SECONDS`, in one loop, until both say the restart is over; each
+    moment is then measured from the kill on its own (:func:`restart_figures`)."""
+    samples: list[tuple[float, JSON | None]] = []
+    trained: list[float] = []
+    read_logs = [0.0]
+
+    def over() -> bool:
+        job = get(cluster, ns, "msjob", NAME)
+        samples.append((time.time(), job))
+        if not trained and time.monotonic() - read_logs[0] >= LOG_LOOK_SECONDS:
+            read_logs[0] = time.monotonic()
+            if (t := training_again(cluster, ns, WORKERS, killed_at)) is not None:
+                trained.append(t)
+        return bool(trained) and running_again(samples) is not None
+
+    wait_for("the job Running and every rank training again", over, timeout=240,
+             interval=JOB_LOOK_SECONDS, details=logs.tail)  # fmt: skip
+    running = running_again(samples)
+    assert running is not None
+    figures = restart_figures(killed_at, {p: records(cluster, ns, p) for p in WORKERS}, running)
+    writes = operator_writes(cluster.audit_log, ns, killed_at, max(running, trained[0]))
     return {
-        **{k: round(v - killed_at, 1) for k, v in marks.items() if k.startswith("seconds")},
-        "seconds to every rank training": round(trained - killed_at, 1),
-        "seconds to Running": round(running - killed_at, 1),
+        **figures,
         "pod writes": sum(n for k, n in writes.items() if k.split()[1] == "pods"),
         "writes": writes,
     }
