@@ -563,3 +563,19 @@ def test_the_version_is_read_as_importlib_metadata_reads_it_without_loading_it()
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("release_name", "prefix"),
+    [("msop", "msop"), ("msop-prod", "msop-prod"), ("training", "training-msop")],
+)
+def test_install_md_names_a_releases_objects_as_helm_does(release_name: str, prefix: str) -> None:
+    # Helm's usual rule: the release name when it contains the chart's, else <release>-<chart>.
+    text = _run(str(tools() / "helm"), "template", release_name, str(CHART), "--namespace",
+                NAMESPACE)  # fmt: skip
+    names = {(d["kind"], d["metadata"]["name"]) for d in _docs(text)}
+    assert ("Deployment", f"{prefix}-controller-manager") in names
+    assert ("ClusterRole", f"{prefix}-manager-role") in names
+    install = (REPO / "docs" / "tasks" / "install.md").read_text()
+    for name in (f"{prefix}-controller-manager", f"{prefix}-manager-role"):
+        assert f"`{name}`" in install, name

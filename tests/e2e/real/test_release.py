@@ -24,7 +24,8 @@ is the one ``make helm`` builds (hack/helm).
   the role and 200 with the metrics to one bound to the chart's ``msop-metrics-reader``.
 - ``test_helm_upgrade_leaves_a_training_job_alone``: while real MindSpore trains
   (examples/mindspore, Scheduler + 2 Workers, past its first epoch), the upgrade as
-  documented: the new chart's CRD with ``kubectl apply --server-side``, then ``helm
+  documented: the new chart's CRD with ``kubectl apply --server-side --force-conflicts``
+  (the same CRD here; tests/e2e/kwok/test_crd_upgrade.py changes it), then ``helm
   upgrade msop dist-next/msop-X.Y.(Z+1).tgz``. The Deployment rolls through its two
   replicas: afterwards both pods are new, Ready and run the new image, and one of them
   holds the Lease. The job was still training when the rollout ended, and no pod of it was
@@ -587,7 +588,9 @@ def test_helm_upgrade_leaves_a_training_job_alone(
         # given at install (none).
         crd = "msop/crds/mindspore.gitee.com_msjobs.yaml"
         subprocess.run(["tar", "xzf", str(second.chart), crd], cwd=tmp_path, check=True)
-        documented(cluster, "apply", "--server-side", "-f", str(tmp_path / crd))
+        documented(
+            cluster, "apply", "--server-side", "--force-conflicts", "-f", str(tmp_path / crd)
+        )
         helm_step(cluster, releases.helm, "upgrade", RELEASE, str(second.chart), "-n", NS)
         documented(cluster, "-n", NS, "rollout", "status", f"deployment/{DEPLOYMENT}",
                    "--timeout=180s", timeout=200)  # fmt: skip
