@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from testbed.examples import MINDSPORE_JOB
 from tests.e2e import msjobs
 from tests.e2e.real import restarts
 
@@ -63,7 +64,7 @@ class Cluster:
             {"type": "Running", "status": "True" if again else "False"},
             {"type": "Restarting", "status": "False" if again else "True"},
         ]
-        return {"metadata": {"name": restarts.NAME}, "status": {"conditions": conditions}}
+        return {"metadata": {"name": MINDSPORE_JOB}, "status": {"conditions": conditions}}
 
     def kubectl(
         self, *args: str, check: bool = True, **kw: Any
