@@ -1,12 +1,13 @@
 """The release's wheel in a training image: ``pip install --no-deps`` of the wheel into a
 fresh venv that holds nothing but the standard library (and pip), and the integrations a
 training script uses run there: the progress reporter, the MindSpore callback (on a
-stand-in ``mindspore``), the msrun launcher (on the stand-in msrun of
-``msrun_fakes/``). A module of theirs that imports a third-party package fails here:
-nothing but msop is installed.
+stand-in ``mindspore``), the msrun launcher (on the stand-in msrun of ``msrun_fakes/``),
+and the keeper, the part of a restart in place that runs the training command with the
+training image's Python. A module of theirs that imports a third-party package fails
+here: nothing but msop is installed.
 
-The restart agent is not among them: it runs from the operator's image, which has
-``cryptography`` for its signatures (``test_imports.py``).
+The restart agent's sidecar is not among them: it runs from the operator's image, which
+has ``cryptography`` for its signatures (``test_imports.py``).
 
 The wheel is built as the Dockerfile builds it (``pip wheel --no-deps``), offline and from
 a copy of the sources, so the checkout gets no ``build/``.
@@ -35,20 +36,18 @@ TRAINING = textwrap.dedent(
     """
     import json, sys, urllib.request
     before = set(sys.modules)
-    import msop.integrations, msop.integrations.listener, msop.integrations.mindspore
-    import msop.integrations.msrun, msop.integrations.reporter, msop.integrations.wire
+    import msop.integrations, msop.integrations.keeper, msop.integrations.mindspore
+    import msop.integrations.msrun, msop.integrations.podhttp, msop.integrations.reporter
+    import msop.integrations.wire
     from msop.integrations import Reporter
     new = {m.split(".")[0] for m in set(sys.modules) - before}
     third_party = sorted(m for m in new - {"msop"} if m not in sys.stdlib_module_names)
 
     # Served on loopback only here (in a pod: every address of the pod).
-    import msop.integrations.reporter as reporter_module
-    everywhere = reporter_module.listen
-    reporter_module.listen = lambda port, **kw: everywhere(port, host="127.0.0.1", **kw)
-
     files = sys.argv[1:]
     env = {"MSOP_PROGRESS_PORT": "0", "MSOP_POD_NAME": "j-worker-0", "MSOP_POD_UID": "u"}
-    reporter = Reporter(total_steps=4, env={**env, "MSOP_PROGRESS_FILE": files[0]})
+    reporter = Reporter(total_steps=4, env={**env, "MSOP_PROGRESS_FILE": files[0]},
+                        host="127.0.0.1")
     reporter.update(step=1, epoch=1, metrics={"loss": 0.5}, force=True)
     url = f"http://127.0.0.1:{reporter.port}/progress"
     served = json.load(urllib.request.urlopen(url, timeout=10))
@@ -68,7 +67,8 @@ TRAINING = textwrap.dedent(
 
     params = Params(cur_step_num=0, cur_epoch_num=1, epoch_num=1, batch_num=2, mode="train",
                     dataset_sink_mode=False, net_outputs=0.25)
-    callback = ProgressReporter(env={**env, "MSOP_PROGRESS_FILE": files[1]}, min_interval=0)
+    own = Reporter(env={**env, "MSOP_PROGRESS_FILE": files[1]}, min_interval=0, host="127.0.0.1")
+    callback = ProgressReporter(own)
     context = Context(params)
     callback.on_train_begin(context)
     callback.on_train_epoch_begin(context)
@@ -185,3 +185,18 @@ def test_the_msrun_launcher_runs_on_the_standard_library(
     assert {f.name for f in out.glob("*.done")} == {
         "MS_SCHED-0.done", "MS_WORKER-0.done", "MS_WORKER-1.done",
     }  # fmt: skip
+
+
+def test_the_keeper_runs_a_training_command_on_the_standard_library(
+    training_image: Path, tmp_path: Path
+) -> None:
+    find = "import msop.integrations.keeper as k; print(k.__file__)"
+    keeper = _run(training_image, "-c", find, cwd=tmp_path).stdout.strip()
+    assert Path(keeper).is_relative_to(training_image.parent.parent)  # the wheel's
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    done = _run(training_image, keeper, str(kept), "mindspore", "--", str(training_image),
+                "-c", "print('epoch 1'); raise SystemExit(3)", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 3, done.stderr
+    assert done.stdout == "epoch 1\n"
+    assert (kept / "run.log").read_text() == "epoch 1\n"
