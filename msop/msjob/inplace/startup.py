@@ -270,12 +270,15 @@ async def start(
     in_pod = in_a_pod() if in_pod is None else in_pod
     setup_error = ""
     key: signature.PrivateKey | None = None
-    try:
-        key = await load_key(client, namespace)
-    except (ApiError, RuntimeError, ValueError) as e:  # ValueError: not a key in the Secret
-        setup_error = (
-            f"msop cannot read or make its signing key Secret {namespace}/{KEY_SECRET}: {e}"
-        )
+    # Outside a pod with no --agent-image there is nothing to set up: restarts in place
+    # are off (OUTSIDE_A_POD), and a key this operator has no right to read is no problem.
+    if in_pod or image:
+        try:
+            key = await load_key(client, namespace)
+        except (ApiError, RuntimeError, ValueError) as e:  # ValueError: no key in the Secret
+            setup_error = (
+                f"msop cannot read or make its signing key Secret {namespace}/{KEY_SECRET}: {e}"
+            )
     agents = AgentClient(key) if key is not None else None
     pod: JSON | None = None
     if in_pod and not setup_error:
