@@ -17,7 +17,8 @@
   Event name, so a create that was stored although its answer was lost is not stored
   twice (the retry finds it: 409 AlreadyExists counts as written). Events that still fail,
   and refusals that do not pass (403, 422 ...), are counted as
-  ``msop_events_dropped_total{reason="write_failed"}``.
+  ``msop_events_dropped_total{reason="write_failed"}``. ``msop_events_pending`` says
+  how many are not written yet (queued, deferred, waiting to be tried again or in flight).
 * ``await recorder.run()`` drains the queue and writes; the manager owns this task
   (``Manager.event_recorder()`` registers it). Write errors are logged and swallowed.
 * **Bounded shutdown.** The first cancellation of ``run()`` flushes what is pending
@@ -52,6 +53,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -60,7 +62,7 @@ from typing import Any, Literal, Protocol
 import structlog
 from cachetools import LRUCache
 
-from msop.controller.metrics import EVENTS_DROPPED, EVENTS_WRITTEN
+from msop.controller.metrics import EVENTS_DROPPED, EVENTS_PENDING, EVENTS_WRITTEN
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists, is_not_found
 from msop.kube.objects import EventType, format_time
 from msop.kube.resources import EVENTS, Resource
@@ -303,6 +305,15 @@ class EventRecorder:
             for r in ("queue_full", "shutdown", "write_failed")
         }
         self._m_written = {a: EVENTS_WRITTEN.labels(component, a) for a in ("create", "patch")}
+        # The gauge reads the live recorder at scrape time; a weak reference, so a gauge
+        # left behind by a recorder that is gone reads 0 instead of keeping it alive.
+        me = weakref.ref(self)
+
+        def unwritten() -> float:
+            recorder = me()
+            return 0.0 if recorder is None else float(recorder.unwritten())
+
+        EVENTS_PENDING.labels(component).set_function(unwritten)
 
     def _key(self, ref: Mapping[str, Any], type_: str, reason: str, message: str) -> EventKey:
         return EventKey(
@@ -355,6 +366,11 @@ class EventRecorder:
     def pending(self) -> int:
         """Distinct events queued and not yet written (in-flight writes not included)."""
         return self._pending
+
+    def unwritten(self) -> int:
+        """Distinct events not written yet: queued, deferred, waiting to be tried again, or
+        in flight (``msop_events_pending``)."""
+        return self._pending + self._in_flight
 
     async def run(self) -> None:
         """Write queued events until cancelled, ``writers`` at a time (a burst of pod

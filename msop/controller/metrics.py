@@ -16,7 +16,8 @@ Go controllers work unchanged:
 * events (msop's own, label ``component``): ``msop_events_written_total{component,action}``
   (``create`` a new Event, ``patch`` an aggregated one) and
   ``msop_events_dropped_total{component,reason}`` (``queue_full``, ``shutdown``,
-  ``write_failed``).
+  ``write_failed``) and ``msop_events_pending{component}`` (queued, deferred, waiting to be
+  tried again or in flight: 0 once every Event so far is written or given up).
 
 Only queues with a non-empty name report metrics (as in client-go).
 """
@@ -147,6 +148,13 @@ EVENTS_DROPPED = Counter(
     "queue was at its bound), shutdown (still pending when the shutdown deadline came), "
     "write_failed (the API server refused or did not answer)",
     ["component", "reason"],
+    registry=REGISTRY,
+)
+EVENTS_PENDING = Gauge(
+    "msop_events_pending",
+    "Kubernetes Events the event recorder has not written yet: queued, deferred while a "
+    "burst of creates lasts, waiting to be tried again after a failure, or in flight",
+    ["component"],
     registry=REGISTRY,
 )
 

@@ -197,6 +197,9 @@ async def test_second_cancel_abandons_the_backlog_and_counts_it(
     for i in range(10):
         rec.event(OBJ, "Normal", "R", f"m{i}")
     await client.wait_calls(2)  # both writers stuck in a write
+    # Pending counts the 8 queued and the 2 in flight; the gauge reads it at scrape time.
+    assert (rec.pending(), rec.unwritten()) == (8, 10)
+    assert REGISTRY.get_sample_value("msop_events_pending", {"component": "c-shutdown"}) == 10
     task.cancel()  # graceful: starts flushing, cannot finish
     for _ in range(5):
         await asyncio.sleep(0)
@@ -207,6 +210,7 @@ async def test_second_cancel_abandons_the_backlog_and_counts_it(
     assert rec.abandoned == 10  # 8 pending + 2 in flight
     assert drops("c-shutdown", "shutdown") == 10
     assert rec.pending() == 0
+    assert REGISTRY.get_sample_value("msop_events_pending", {"component": "c-shutdown"}) == 0
 
 
 async def test_drops_are_logged_once_per_interval_not_per_event() -> None:
