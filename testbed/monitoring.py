@@ -53,9 +53,15 @@ ALERTS = REPO / "config" / "prometheus" / "alerts.yaml"
 DASHBOARD = REPO / "config" / "grafana" / "msop.json"
 """The Grafana dashboard (in a source checkout)."""
 
-TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "service", "endpoint"})
+TARGET_LABELS = frozenset(
+    {"job", "instance", "namespace", "pod", "service", "endpoint", "container"}
+)
 """Labels Prometheus attaches to every scraped series (``job``, ``instance``) or that the
-usual Kubernetes service discovery relabelling adds; rules may select and group by them."""
+usual Kubernetes service discovery relabelling (``namespace``, ``pod``) or a
+ServiceMonitor (also ``service``, ``endpoint``, ``container``) adds to the target's; rules
+may select and group by them, and no series msop exposes may carry one of them.
+"""
+
 
 # Series Prometheus itself makes for every target.
 _SYNTHETIC = {"up": frozenset(TARGET_LABELS)}

@@ -17,15 +17,23 @@ Every counter of a namespace exists (at 0) from the moment the namespace is watc
 (``--namespace``) or its first MSJob is seen, so ``rate()`` and alerts have a series
 before the first transition.
 
-Each counter exists under msop's name (label ``namespace``) and under the
+Labels name a job's namespace ``job_namespace`` and its name ``job_name``, as
+training-operator names ``job_namespace``: Prometheus attaches ``job``, ``instance`` and,
+with Kubernetes service discovery or a ServiceMonitor, the target's ``namespace`` (msop's
+own) to every scraped series and keeps an exposed label of the same name only as
+``exported_<label>``, so a series labelled ``namespace`` would name msop's namespace in
+every alert, and two jobs of one name in two namespaces would merge.
+
+Each counter exists under msop's name (label ``job_namespace``) and under the
 training-operator name (labels ``job_namespace`` and ``framework="mindspore"``), so
 existing Kubeflow dashboards keep working. ``msop_jobs`` is a gauge of the jobs in the
 cache by their current state (the type of their last condition), computed at scrape time.
 
 Training progress: ``msop_progress_polls_total{result}`` counts the progress poller's
-polls, and ``msop_job_progress_ratio{namespace,name}`` is the fraction done that each
-running job last reported, and ``msop_job_progress_last_report_timestamp_seconds`` when
-it last reported a new snapshot, computed at scrape time from the pollers registered in
+polls, and ``msop_job_progress_ratio{job_namespace,job_name}`` is the fraction done that
+each running job last reported (only when it reports its totals), and
+``msop_job_progress_last_report_timestamp_seconds`` when it last reported a new snapshot
+(whatever it reports), computed at scrape time from the pollers registered in
 :data:`PROGRESS` (so a series lives only as long as its job's Worker 0 runs).
 
 For alerts about jobs, :data:`JOBS` serves per unfinished job ``msop_job_restarts_total``
@@ -52,6 +60,9 @@ from msop.metrics import (
 )
 
 FRAMEWORK = "mindspore"
+#: The label names of a job's namespace and name on every series about MSJobs.
+JOB_NAMESPACE = "job_namespace"
+JOB_NAME = "job_name"
 
 # transition -> (msop counter name, training-operator counter name)
 _NAMES = {
@@ -66,7 +77,7 @@ _OURS = {
     what: Counter(
         ours.removesuffix("_total"),
         f"MSJobs {what}, counted once per job transition.",
-        ["namespace"],
+        [JOB_NAMESPACE],
         registry=REGISTRY,
     )
     for what, (ours, _) in _NAMES.items()
@@ -75,7 +86,7 @@ _KUBEFLOW = {
     what: Counter(
         theirs.removesuffix("_total"),
         f"MSJobs {what} (training-operator compatible name).",
-        ["job_namespace", "framework"],
+        [JOB_NAMESPACE, "framework"],
         registry=REGISTRY,
     )
     for what, (_, theirs) in _NAMES.items()
@@ -140,7 +151,7 @@ def state_counts(store: StateIndex) -> Iterator[tuple[str, str, int]]:
 
 
 class JobStateCollector(Collector):
-    """``msop_jobs{namespace,state}``: jobs by the type of their latest condition
+    """``msop_jobs{job_namespace,state}``: jobs by the type of their latest condition
     (``None`` before the first status write), from the sources registered with ``add``:
     each yields ``(namespace, state, count)`` (:func:`state_counts`)."""
 
@@ -152,7 +163,7 @@ class JobStateCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         family = GaugeMetricFamily(
-            "msop_jobs", "MSJobs in the cache by current state.", labels=["namespace", "state"]
+            "msop_jobs", "MSJobs in the cache by current state.", labels=[JOB_NAMESPACE, "state"]
         )
         counts: dict[tuple[str, str], int] = {}
         for source in self._sources:
@@ -200,9 +211,9 @@ def alerting_values(store: StateIndex) -> Iterator[tuple[str, str, int, str]]:
 
 class JobCollector(Collector):
     """Per unfinished MSJob, for alerts about jobs (a series ends with its job):
-    ``msop_job_restarts_total{namespace,name}`` (the restarts the operator made, from
+    ``msop_job_restarts_total{job_namespace,job_name}`` (the restarts the operator made, from
     ``status.replicaStatuses``) and, while the job waits in a queue (``Queued`` True),
-    ``msop_job_queued_since_timestamp_seconds{namespace,name}``."""
+    ``msop_job_queued_since_timestamp_seconds{job_namespace,job_name}``."""
 
     def __init__(self) -> None:
         self._sources: list[Callable[[], Iterable[tuple[str, str, int, str]]]] = []
@@ -215,13 +226,13 @@ class JobCollector(Collector):
             "msop_job_restarts",
             "Restarts the operator made of each unfinished MSJob (status.replicaStatuses "
             "restarts, summed); the series ends with the job.",
-            labels=["namespace", "name"],
+            labels=[JOB_NAMESPACE, JOB_NAME],
         )
         queued = GaugeMetricFamily(
             "msop_job_queued_since_timestamp_seconds",
             "Since when each waiting MSJob has been Queued (gang scheduling or Kueue), as a "
             "Unix time; only while it waits.",
-            labels=["namespace", "name"],
+            labels=[JOB_NAMESPACE, JOB_NAME],
         )
         for source in self._sources:
             for ns, name, n, since in source():
@@ -257,7 +268,9 @@ class Reports(Protocol):
 
 
 class ProgressCollector(Collector):
-    """``msop_job_progress_ratio{namespace,name}`` from the registered progress pollers."""
+    """``msop_job_progress_ratio{job_namespace,job_name}`` (when the job reports its totals)
+    and ``msop_job_progress_last_report_timestamp_seconds{job_namespace,job_name}`` (of
+    every report) from the registered progress pollers."""
 
     def __init__(self) -> None:
         self._sources: list[Reports] = []
@@ -269,15 +282,15 @@ class ProgressCollector(Collector):
         family = GaugeMetricFamily(
             "msop_job_progress_ratio",
             "Fraction of training done (0-1) that Worker 0 last reported, for each running "
-            "MSJob that reports progress.",
-            labels=["namespace", "name"],
+            "MSJob that reports progress with its total steps or epochs.",
+            labels=[JOB_NAMESPACE, JOB_NAME],
         )
         reported = GaugeMetricFamily(
             "msop_job_progress_last_report_timestamp_seconds",
             "When Worker 0 of each running MSJob that reports progress last reported a new "
-            "snapshot (its lastReportTime), as a Unix time: a training that stops moving "
-            "stops renewing it.",
-            labels=["namespace", "name"],
+            "snapshot (its lastReportTime), as a Unix time, with or without totals: a "
+            "training that stops moving stops renewing it.",
+            labels=[JOB_NAMESPACE, JOB_NAME],
         )
         for source in self._sources:
             for job, progress in source.reports():

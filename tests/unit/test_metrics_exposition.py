@@ -149,7 +149,7 @@ def test_msops_registry_and_collectors_render_in_both_formats() -> None:
         om = _get(registry, accept="application/openmetrics-text;version=1.0.0").body.decode()
         assert list(om_families(om))
     assert b"workqueue_depth" in generate_latest(REGISTRY)
-    assert 'msop_jobs{namespace="a",state="Running"} 2.0' in _get(r).body.decode()
+    assert 'msop_jobs{job_namespace="a",state="Running"} 2.0' in _get(r).body.decode()
 
 
 def test_content_type_is_prometheus_clients() -> None:

@@ -5,6 +5,9 @@
   failure (scaled to 0, no leader, errors, stuck queue, ...) fires exactly its alert;
 - every metric, label and label value the rules and the dashboard name is one msop exports
   (taken from msop's registry, not from a list kept here);
+- no label msop exports is one a standard scrape attaches to the target (``namespace``,
+  ``job``, ...): such a label would be renamed ``exported_<label>`` by Prometheus, and the
+  synthetic series here are what Prometheus stores after such a scrape;
 - the dashboard's panels all use the ``${datasource}`` variable and literal queries.
 
 promtool is built from Prometheus's Go module by ``hack/prometheus/build.sh`` (``make unit``
@@ -26,6 +29,7 @@ from msop.controller.controller import Controller
 from msop.controller.reconcile import Request, Result
 from msop.informers.metrics import RESTART_REASONS
 from msop.metrics import REGISTRY
+from msop.msjob.metrics import JobCollector, ProgressCollector
 from testbed.monitoring import (
     ALERTS,
     DASHBOARD,
@@ -87,12 +91,47 @@ def test_dashboard_queries_are_valid_promql(tmp_path: Path) -> None:
 
 
 def _series(
-    metric: str, values: str, instance: str = "a:8080", /, job: str = JOB, **labels: str
+    metric: str, values: str, instance: str = "a:8080", /, job: str = JOB, **exposed: str
 ) -> dict[str, str]:
-    """One promtool input series; ``values`` in promtool's expanding notation."""
-    all_labels = {"job": job, "instance": instance, **labels}
+    """One promtool input series as Prometheus stores it after scraping ``exposed`` (the
+    labels msop serves) from the replica at ``instance`` with the scrape config of
+    docs/tasks/monitoring.md: the target's labels (``job``, ``instance``, and the
+    ``namespace`` and ``pod`` of msop's pod) win, and an exposed label of the same name is
+    kept as ``exported_<label>`` (``honor_labels: false``, the default, also the
+    ServiceMonitor's). ``values`` in promtool's expanding notation."""
+    target = {
+        "job": job,
+        "instance": instance,
+        "namespace": OPERATOR_NAMESPACE,
+        "pod": f"msop-controller-manager-{instance.partition(':')[0]}",
+    }
+    labels = {(f"exported_{k}" if k in target else k): v for k, v in exposed.items()}
+    all_labels = {**labels, **target}
     selector = ",".join(f'{k}="{v}"' for k, v in sorted(all_labels.items()))
     return {"series": f"{metric}{{{selector}}}", "values": values}
+
+
+def _job_labels(namespace: str, name: str) -> dict[str, str]:
+    """The labels msop serves on the per-job series of MSJob ``namespace/name``, read
+    from its collectors (the progress series must carry the same ones)."""
+
+    class _Report:
+        def reports(self) -> list[tuple[Request, dict[str, object]]]:
+            progress = {"percentComplete": 50, "lastReportTime": "2026-01-01T00:00:00Z"}
+            return [(Request(namespace, name), progress)]
+
+    jobs, progress = JobCollector(), ProgressCollector()
+    jobs.add(lambda: [(namespace, name, 0, "2026-01-01T00:00:00Z")])
+    progress.add(_Report())
+    label_sets = [
+        s.labels
+        for collector in (jobs, progress)
+        for family in collector.collect()
+        for s in family.samples
+        if not s.name.endswith("_created")
+    ]
+    assert len(label_sets) == 4 and all(ls == label_sets[0] for ls in label_sets), label_sets
+    return dict(label_sets[0])
 
 
 def _healthy() -> dict[str, dict[str, str]]:
@@ -136,8 +175,15 @@ def _healthy() -> dict[str, dict[str, str]]:
 REPORTED = "msop_job_progress_last_report_timestamp_seconds"
 QUEUED_SINCE = "msop_job_queued_since_timestamp_seconds"
 RESTARTS = "msop_job_restarts_total"
-TRAIN = {"namespace": "team-a", "name": "train"}
-WAITING = {"namespace": "team-a", "name": "waiting"}
+OPERATOR_NAMESPACE = "msop-system"
+# The exposed labels of three jobs, and the labels their alerts must carry: the job's own
+# namespace and name, never msop's.
+TRAIN = _job_labels("team-a", "train")
+WAITING = _job_labels("team-a", "waiting")
+TRAIN_B = _job_labels("team-b", "train")
+ALERT_TRAIN = {"job_namespace": "team-a", "job_name": "train"}
+ALERT_WAITING = {"job_namespace": "team-a", "job_name": "waiting"}
+ALERT_TRAIN_B = {"job_namespace": "team-b", "job_name": "train"}
 
 
 def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, str]]]]:
@@ -149,7 +195,18 @@ def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, st
         "healthy": (h(), []),
         "a job's training stopped moving": (
             {**h(), "reported": _series(REPORTED, "0x60", **TRAIN)},
-            [{"alertname": "MsopJobProgressStalled", "job": JOB, **TRAIN, **warn}],
+            [{"alertname": "MsopJobProgressStalled", "job": JOB, **ALERT_TRAIN, **warn}],
+        ),
+        "a training that reports no totals stopped moving": (
+            {
+                **{k: v for k, v in h().items() if k != "ratio"},
+                "reported": _series(REPORTED, "0x60", **TRAIN),
+            },
+            [{"alertname": "MsopJobProgressStalled", "job": JOB, **ALERT_TRAIN, **warn}],
+        ),
+        "a training that reports no totals moves on": (
+            {k: v for k, v in h().items() if k != "ratio"},
+            [],
         ),
         "a finished training reports no more": (
             {
@@ -165,7 +222,14 @@ def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, st
                 "queued_a": _series(QUEUED_SINCE, "-1800x60", **WAITING),
                 "queued_b": _series(QUEUED_SINCE, "-1800x60", "b:8080", **WAITING),
             },
-            [{"alertname": "MsopJobQueuedTooLong", "job": JOB, **WAITING, "severity": "info"}],
+            [
+                {
+                    "alertname": "MsopJobQueuedTooLong",
+                    "job": JOB,
+                    **ALERT_WAITING,
+                    "severity": "info",
+                }
+            ],
         ),
         "a job restarting again and again": (
             {
@@ -173,7 +237,32 @@ def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, st
                 "restarts_a": _series(RESTARTS, "0+1x60", **TRAIN),
                 "restarts_b": _series(RESTARTS, "0+1x60", "b:8080", **TRAIN),
             },
-            [{"alertname": "MsopJobRestartingRepeatedly", "job": JOB, **TRAIN, **warn}],
+            [{"alertname": "MsopJobRestartingRepeatedly", "job": JOB, **ALERT_TRAIN, **warn}],
+        ),
+        "two jobs of one name in two namespaces restarting": (
+            {
+                **h(),
+                "restarts_a": _series(RESTARTS, "0+1x60", **TRAIN),
+                "restarts_b": _series(RESTARTS, "0+1x60", "b:8080", **TRAIN),
+                "restarts_other_a": _series(RESTARTS, "0+1x60", **TRAIN_B),
+                "restarts_other_b": _series(RESTARTS, "0+1x60", "b:8080", **TRAIN_B),
+            },
+            [
+                {"alertname": "MsopJobRestartingRepeatedly", "job": JOB, **ALERT_TRAIN, **warn},
+                {"alertname": "MsopJobRestartingRepeatedly", "job": JOB, **ALERT_TRAIN_B, **warn},
+            ],
+        ),
+        "two jobs of one name in two namespaces stopped moving": (
+            {
+                **h(),
+                "reported": _series(REPORTED, "0x60", **TRAIN),
+                "reported_other": _series(REPORTED, "0x60", **TRAIN_B),
+                "ratio_other": _series("msop_job_progress_ratio", "0.5x60", **TRAIN_B),
+            },
+            [
+                {"alertname": "MsopJobProgressStalled", "job": JOB, **ALERT_TRAIN, **warn},
+                {"alertname": "MsopJobProgressStalled", "job": JOB, **ALERT_TRAIN_B, **warn},
+            ],
         ),
         "healthy, ServiceMonitor job name": (
             {
@@ -193,8 +282,15 @@ def _scenarios() -> dict[str, tuple[dict[str, dict[str, str]], list[dict[str, st
             [
                 {"alertname": "MsopDown", **crit},
                 *(
-                    {"alertname": "MsopTargetDown", "job": JOB, "instance": i, **warn}
-                    for i in ("a:8080", "b:8080")
+                    {
+                        "alertname": "MsopTargetDown",
+                        "job": JOB,
+                        "instance": f"{r}:8080",
+                        "namespace": OPERATOR_NAMESPACE,  # the target's own labels
+                        "pod": f"msop-controller-manager-{r}",
+                        **warn,
+                    }
+                    for r in ("a", "b")
                 ),
             ],
         ),
@@ -319,6 +415,27 @@ def test_every_alert_is_actionable() -> None:
     }
 
 
+def test_annotations_name_the_jobs_namespace() -> None:
+    # After a standard scrape `namespace` is msop's own (msop-system): a runbook that
+    # sends the reader there, or a summary that names it, points at the wrong place.
+    doc = yaml.safe_load(ALERTS.read_text())
+    rules = [r for g in doc["groups"] for r in g["rules"]]
+    for rule in rules:
+        text = " ".join(rule["annotations"].values())
+        used = set(re.findall(r"\$labels\.(\w+)", text))
+        assert "namespace" not in used, f"{rule['alert']}: $labels.namespace is msop's"
+        assert "exported_namespace" not in used, rule["alert"]
+        for label in re.findall(r"kubectl\s+-n\s+\{\{\s*\$labels\.(\w+)", text):
+            assert label == "job_namespace", f"{rule['alert']}: kubectl -n $labels.{label}"
+        # Every label a template reads is one the expression keeps.
+        kept = grouping_labels(str(rule["expr"])) or set(TARGET_LABELS)
+        assert used <= kept, f"{rule['alert']}: {sorted(used - kept)} not in the alert"
+    per_job = [r for g in doc["groups"] if g["name"] == "msop-jobs" for r in g["rules"]]
+    assert per_job
+    for rule in per_job:
+        assert {"job_namespace", "job_name"} <= grouping_labels(str(rule["expr"])), rule["alert"]
+
+
 # --- the names match what msop exports -----------------------------------------------------
 
 
@@ -336,6 +453,21 @@ def test_queries_use_metrics_and_labels_msop_exports(where: str, expr: str) -> N
     # by/without/on/ignoring may name any label of the metrics used (and ``le``).
     known = set(TARGET_LABELS).union(*(exported[n] for n in names))
     assert grouping_labels(expr) <= known, f"{where}: grouping by {grouping_labels(expr) - known}"
+    # On series about jobs, `namespace` is the scraped target's: grouping by it merges
+    # every job of one name.
+    if any("job_namespace" in exported[n] for n in names):
+        assert not grouping_labels(expr) & {"namespace", "name"}, f"{where}: {expr}"
+
+
+def test_no_exported_label_is_a_scrape_target_label() -> None:
+    # Prometheus attaches job, instance and (Kubernetes discovery, ServiceMonitor) the
+    # target's namespace, pod, service, endpoint and container; an exposed label of the same
+    # name would become exported_<label>, and rules grouping by it would group by msop's.
+    for metric, labels in exported_metrics().items():
+        if metric == "up":
+            continue
+        clash = labels & TARGET_LABELS
+        assert not clash, f"{metric} exposes {sorted(clash)}, which the scrape overwrites"
 
 
 class _Noop:

@@ -81,7 +81,7 @@ def test_a_create_the_api_server_refuses_fails_the_job_once(
     assert "the job fails" in lines[0]["outcome"]
     assert not _log_lines(operator, "reconciler error")
     assert metric(operator.metrics_url, "controller_runtime_reconcile_errors_total") == 0
-    assert metric(operator.metrics_url, "msop_jobs_failed_total", namespace=namespace) == 1
+    assert metric(operator.metrics_url, "msop_jobs_failed_total", job_namespace=namespace) == 1
     final = get(cluster, namespace, "msjob", name)
     assert final is not None and condition(final, "Failed") == failed  # written once
 
@@ -91,7 +91,7 @@ def test_job_counters_exist_at_zero_from_the_start(
 ) -> None:
     text = _scrape(operator)
     for counter in ("created", "succeeded", "failed", "restarted", "deleted"):
-        assert f'msop_jobs_{counter}_total{{namespace="{namespace}"}} 0.0' in text, counter
+        assert f'msop_jobs_{counter}_total{{job_namespace="{namespace}"}} 0.0' in text, counter
     assert (
         f'training_operator_jobs_successful_total{{framework="mindspore",'
         f'job_namespace="{namespace}"}} 0.0' in text
@@ -117,21 +117,22 @@ def test_created_counts_the_jobs_whose_created_condition_this_process_wrote(
     for name in ("one", "two"):
         wait_condition(cluster, namespace, name, "Created")
     created = "msop_jobs_created_total"
-    wait_for("both counted", lambda: metric(first.metrics_url, created, namespace=namespace) == 2)
+    ns = {"job_namespace": namespace}
+    wait_for("both counted", lambda: metric(first.metrics_url, created, **ns) == 2)
     assert first.stop() == 0
 
     second = start_operator()
     wait_for(
         "the cache synced",
-        lambda: metric(second.metrics_url, "msop_jobs", namespace=namespace) == 2,
+        lambda: metric(second.metrics_url, "msop_jobs", job_namespace=namespace) == 2,
     )
     apply(cluster, namespace, _valid("three"))
     wait_condition(cluster, namespace, "three", "Created")
-    wait_for("three counted", lambda: metric(second.metrics_url, created, namespace=namespace) == 1)
+    wait_for("three counted", lambda: metric(second.metrics_url, created, **ns) == 1)
     # one and two were reconciled by this process too (its initial list), and not counted.
     passes = "controller_runtime_reconcile_total"
     wait_for("every job reconciled", lambda: metric(second.metrics_url, passes) >= 3)
-    assert metric(second.metrics_url, created, namespace=namespace) == 1
+    assert metric(second.metrics_url, created, job_namespace=namespace) == 1
     kubeflow = "training_operator_jobs_created_total"
     assert metric(second.metrics_url, kubeflow, job_namespace=namespace) == 1
 

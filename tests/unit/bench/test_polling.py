@@ -42,8 +42,8 @@ msop_progress_polls_total{result="report"} 10.0
 msop_progress_polls_total{result="unreachable"} 2.0
 msop_progress_polls_created{result="report"} 1.7e+09
 workqueue_depth{name="msjob"} 3.0
-msop_job_progress_ratio{namespace="ns",name="a"} 0.5
-msop_job_progress_ratio{namespace="ns",name="b \\"q\\""} 0.25
+msop_job_progress_ratio{job_namespace="ns",job_name="a"} 0.5
+msop_job_progress_ratio{job_namespace="ns",job_name="b \\"q\\""} 0.25
 process_cpu_seconds_total 4.5
 """
 
@@ -109,7 +109,7 @@ def test_two_writes_for_one_report_count_twice() -> None:
 def _snap(wall: float, cpu: float, rss_mib: float, polls: dict[str, float],
           series: int = 0) -> Snapshot:  # fmt: skip
     text = "".join(f'msop_progress_polls_total{{result="{r}"}} {v}\n' for r, v in polls.items())
-    text += "".join(f'msop_job_progress_ratio{{namespace="n",name="j{i}"}} 0.5\n'
+    text += "".join(f'msop_job_progress_ratio{{job_namespace="n",job_name="j{i}"}} 0.5\n'
                     for i in range(series))  # fmt: skip
     text += f"workqueue_queue_duration_seconds_sum {cpu / 100}\n"
     text += f"workqueue_queue_duration_seconds_count {polls.get('report', 0)}\n"

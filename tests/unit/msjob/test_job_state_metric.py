@@ -1,4 +1,4 @@
-"""``msop_jobs{namespace,state}`` counts an index of the MSJob cache: no job is decoded
+"""``msop_jobs{job_namespace,state}`` counts an index of the MSJob cache: no job is decoded
 on a scrape, and the counts follow every status change."""
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ def test_counts_follow_status_changes_and_deletes_without_decoding_jobs(
         return sorted(line for line in text.splitlines() if line.startswith("msop_jobs{"))
 
     assert scrape() == [
-        'msop_jobs{namespace="a",state="None"} 1.0',
-        'msop_jobs{namespace="a",state="Running"} 1.0',
-        'msop_jobs{namespace="b",state="Running"} 1.0',
+        'msop_jobs{job_namespace="a",state="None"} 1.0',
+        'msop_jobs{job_namespace="a",state="Running"} 1.0',
+        'msop_jobs{job_namespace="b",state="Running"} 1.0',
     ]
     store.update(job("a", "j1", "Running", rv="2"))
     store.update(job("a", "j2", "Succeeded", rv="2"))
@@ -52,8 +52,8 @@ def test_counts_follow_status_changes_and_deletes_without_decoding_jobs(
 
     monkeypatch.setattr(store, "decode", decoding)
     assert scrape() == [
-        'msop_jobs{namespace="a",state="Running"} 1.0',
-        'msop_jobs{namespace="a",state="Succeeded"} 1.0',
+        'msop_jobs{job_namespace="a",state="Running"} 1.0',
+        'msop_jobs{job_namespace="a",state="Succeeded"} 1.0',
     ]
     assert decodes == []  # a scrape reads the index only
 
@@ -63,7 +63,7 @@ def test_sources_of_several_namespaces_add_up() -> None:
     collector.add(lambda: [("a", "Running", 2)])
     collector.add(lambda: [("a", "Running", 3), ("c", "Failed", 1)])
     family = next(iter(collector.collect()))
-    assert [(s.labels["namespace"], s.labels["state"], s.value) for s in family.samples] == [
+    assert [(s.labels["job_namespace"], s.labels["state"], s.value) for s in family.samples] == [
         ("a", "Running", 5.0),
         ("c", "Failed", 1.0),
     ]
@@ -102,12 +102,13 @@ def test_per_job_series_exist_while_the_job_is_unfinished_and_read_no_job(
 
     monkeypatch.setattr(store, "decode", decoding)
     assert scrape() == [
-        'msop_job_queued_since_timestamp_seconds{name="waiting",namespace="a"} 1.7672256e+09',
-        'msop_job_restarts_total{name="flaky",namespace="a"} 3.0',
-        'msop_job_restarts_total{name="waiting",namespace="a"} 0.0',
+        'msop_job_queued_since_timestamp_seconds{job_name="waiting",job_namespace="a"} '
+        "1.7672256e+09",
+        'msop_job_restarts_total{job_name="flaky",job_namespace="a"} 3.0',
+        'msop_job_restarts_total{job_name="waiting",job_namespace="a"} 0.0',
     ]
     assert decodes == []
     # Admitted: the queue wait ends; finished: its series end.
     store.update(_job("waiting", "2", conditions=[{**queued, "status": "False"}]))
     store.update(_job("flaky", "2", conditions=[{"type": "Failed", "status": "True"}]))
-    assert scrape() == ['msop_job_restarts_total{name="waiting",namespace="a"} 0.0']
+    assert scrape() == ['msop_job_restarts_total{job_name="waiting",job_namespace="a"} 0.0']

@@ -303,6 +303,24 @@ async def test_polls_a_real_http_endpoint_through_its_own_session() -> None:
     assert p.get(JOB) is not None
 
 
+async def test_a_report_without_totals_has_a_report_time_and_no_ratio() -> None:
+    # No total steps or epochs: no fraction done, but the time of the report still tells
+    # a stalled training (MsopJobProgressStalled) from a moving one.
+    body = json.dumps({"version": 1, "pod": {"name": "j-worker-0", "uid": "uid-w0"},
+                       "seq": 1, "age": 2.0, "step": 5}).encode()  # fmt: skip
+    p, _ = poller(Answers((200, body)))
+    p.observe(worker())
+    for target in list(p._targets.values()):
+        await p.poll(target)
+    collector = ProgressCollector()
+    collector.add(p)
+    family, reported = list(collector.collect())
+    assert family.samples == []
+    assert [(s.labels["job_namespace"], s.labels["job_name"]) for s in reported.samples] == [
+        ("ns", "j")
+    ]
+
+
 async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
     p, _ = poller(Answers((200, report(step=9)), (200, report(uid="u2", name="k-worker-0"))))
     p.observe(worker())
@@ -312,16 +330,16 @@ async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
     collector = ProgressCollector()
     collector.add(p)
     family, reported = list(collector.collect())
-    assert {(s.labels["namespace"], s.labels["name"]): s.value for s in family.samples} == {
+    assert {(s.labels["job_namespace"], s.labels["job_name"]): s.value for s in family.samples} == {
         ("ns", "j"): 0.45,
         ("ns", "k"): 0.25,
     }
     # When each last reported a new snapshot (for the alert on a stalled training).
     assert reported.name == "msop_job_progress_last_report_timestamp_seconds"
-    assert {s.labels["name"] for s in reported.samples} == {"j", "k"}
+    assert {s.labels["job_name"] for s in reported.samples} == {"j", "k"}
     assert all(s.value > 1.7e9 for s in reported.samples)
     p.forget(worker(uid="u2", job_name="k"))
     family, reported = list(collector.collect())
-    assert [s.labels["name"] for s in family.samples] == ["j"]
-    assert [s.labels["name"] for s in reported.samples] == ["j"]
+    assert [s.labels["job_name"] for s in family.samples] == ["j"]
+    assert [s.labels["job_name"] for s in reported.samples] == ["j"]
     assert REGISTRY.get_sample_value("msop_progress_polls_total", {"result": "report"}) is not None
