@@ -651,8 +651,11 @@ def metrics_page() -> str:
         "security](../tasks/monitoring.md#metrics-security)), "
         "with the help text it is served with. Every replica serves them; only the leader's "
         "controller series move. Counters and histograms that msop defines also expose "
-        "prometheus-client's `_created` series. How to scrape and read them, and the alerts "
-        "built on them: [Monitoring](../tasks/monitoring.md).",
+        "prometheus-client's `_created` series. Series about MSJobs name a job's namespace "
+        "`job_namespace` and its name `job_name`, never `namespace`, which Prometheus gives "
+        "the scraped target ([Labels that name a "
+        "job](../tasks/monitoring.md#labels-that-name-a-job)). How to scrape and read them, "
+        "and the alerts built on them: [Monitoring](../tasks/monitoring.md).",
         "",
         "| metric | type | labels | help |",
         "|---|---|---|---|",
