@@ -7,6 +7,8 @@
   names, taken from :data:`msop.metrics.REGISTRY` after importing every ``metrics`` module.
 - :func:`metric_names`, :func:`matchers`, :func:`grouping_labels`: the metric and
   label names a PromQL expression refers to (a lexical scan, enough for our own rules).
+- :func:`documented_scrape_config`: the Prometheus configuration docs/tasks/monitoring.md
+  gives, as data.
 - :func:`prometheus_tools`: the directory of ``prometheus`` and ``promtool``, built from
   their Go module by ``hack/prometheus/build.sh`` (cached; ``make prometheus``).
 """
@@ -36,10 +38,12 @@ from testbed.ports import free_port
 __all__ = [
     "ALERTS",
     "DASHBOARD",
+    "MONITORING_DOC",
     "TARGET_LABELS",
     "Matcher",
     "alert_exprs",
     "dashboard_variables",
+    "documented_scrape_config",
     "exported_metrics",
     "grouping_labels",
     "matchers",
@@ -283,15 +287,37 @@ def prometheus_tools() -> Path:
     return Path(proc.stdout.strip().splitlines()[-1])
 
 
+MONITORING_DOC = REPO / "docs" / "tasks" / "monitoring.md"
+"""The monitoring task page, whose YAML block with ``scrape_configs`` users copy."""
+
+
+def documented_scrape_config(path: Path = MONITORING_DOC) -> dict[str, Any]:
+    """The Prometheus configuration the monitoring page gives (its one YAML block that has
+    ``scrape_configs``), parsed, so a test scrapes msop exactly as the page says."""
+    blocks = re.findall(r"```yaml\n(.*?)```", path.read_text(), re.DOTALL)
+    configs = [yaml.safe_load(b) for b in blocks if "scrape_configs:" in b]
+    assert len(configs) == 1, f"{path}: {len(configs)} YAML blocks with scrape_configs"
+    config: dict[str, Any] = configs[0]
+    return config
+
+
 class LocalPrometheus:
-    """A real Prometheus on loopback scraping ``scrape_configs`` every second, for a test:
+    """A real Prometheus on loopback scraping ``scrape_configs`` every second, and
+    evaluating ``rule_files`` every second, for a test:
     ``with LocalPrometheus(tmp_path, configs, log) as prom: prom.get("/api/v1/targets")``.
     Its data lives under ``workdir``; its output goes to ``log``."""
 
-    def __init__(self, workdir: Path, scrape_configs: list[dict[str, Any]], log: Path) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        scrape_configs: list[dict[str, Any]],
+        log: Path,
+        rule_files: list[Path] | None = None,
+    ) -> None:
         self.workdir = workdir
         self.scrape_configs = scrape_configs
         self.log = log
+        self.rule_files = [str(f) for f in rule_files or []]
         self.base = f"http://127.0.0.1:{free_port()}"
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -300,6 +326,7 @@ class LocalPrometheus:
         config.write_text(json.dumps({
             "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
             "scrape_configs": self.scrape_configs,
+            "rule_files": self.rule_files,
         }))  # fmt: skip
         with self.log.open("wb") as out:
             self._proc = subprocess.Popen(
