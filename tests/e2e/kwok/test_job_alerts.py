@@ -29,7 +29,7 @@ import yaml
 from testbed import KubeletStandIn, LocalCluster, OperatorProcess
 from testbed.cluster import create_namespace
 from testbed.monitoring import ALERTS, LocalPrometheus, documented_scrape_config
-from testbed.paths import REPO
+from testbed.paths import CACHE, REPO
 from testbed.serviceaccount import (
     OPERATOR_NAMESPACE,
     install_rbac,
@@ -40,7 +40,7 @@ from tests.e2e.msjobs import apply, get, wait_for
 from tests.e2e.sessions import OperatorFactory
 
 CONFIG = REPO / "config"
-LOGS = REPO / ".cache" / "e2e-logs"
+LOGS = CACHE / "e2e-logs"
 SERVICE = "msop-controller-manager-metrics"
 SLICE = f"{SERVICE}-e2e"
 #: An address of TEST-NET-1 (RFC 5737): the slice needs one that is not loopback.
