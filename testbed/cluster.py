@@ -22,7 +22,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -139,6 +139,16 @@ def create_namespace(
             )
         time.sleep(0.2)
     return name
+
+
+def namespace_for_a_test(
+    cluster: Kubectl, *, prefix: str = "ns", timeout: float = 60
+) -> Iterator[str]:
+    """A pytest fixture's body: a new namespace (:func:`create_namespace`), deleted after
+    the test without waiting for its objects to go (``yield from`` it)."""
+    name = create_namespace(cluster, prefix=prefix, timeout=timeout)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
 
 
 class ClusterStartError(RuntimeError):

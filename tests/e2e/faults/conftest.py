@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from testbed import LocalCluster
-from testbed.cluster import create_namespace
+from testbed.cluster import namespace_for_a_test
 from testbed.paths import CACHE
 from testbed.serviceaccount import service_account_kubeconfig
 from tests.e2e.faults.checks import FIGURES
@@ -61,9 +61,7 @@ def namespace(cluster: LocalCluster) -> Iterator[str]:
     # The cluster's own controllers recover from the previous test's outage on client-go's
     # backoff (up to 30 s): each test starts once the scheduler and kwok run a pod again.
     cluster.wait_healthy(120)
-    name = create_namespace(cluster, prefix="fault", timeout=90)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from namespace_for_a_test(cluster, prefix="fault", timeout=90)
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:

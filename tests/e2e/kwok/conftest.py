@@ -17,7 +17,7 @@ from collections.abc import Iterator
 import pytest
 
 from testbed import KubeletStandIn, LocalCluster
-from testbed.cluster import create_namespace, fake_node, pod_cidr
+from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
 from testbed.operator import OperatorProcess
 from testbed.paths import CACHE
 from tests.e2e.sessions import (
@@ -44,9 +44,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def namespace(cluster: LocalCluster) -> Iterator[str]:
-    name = create_namespace(cluster, prefix="e2e", timeout=30)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from namespace_for_a_test(cluster, prefix="e2e", timeout=30)
 
 
 @pytest.fixture

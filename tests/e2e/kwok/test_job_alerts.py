@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from testbed import KubeletStandIn, LocalCluster, OperatorProcess
-from testbed.cluster import create_namespace
+from testbed.cluster import namespace_for_a_test
 from testbed.monitoring import ALERTS, LocalPrometheus, documented_scrape_config
 from testbed.paths import CACHE, REPO
 from testbed.serviceaccount import (
@@ -50,9 +50,7 @@ JOB = "train"
 
 @pytest.fixture
 def other_namespace(cluster: LocalCluster) -> Iterator[str]:
-    name = create_namespace(cluster, prefix="e2e", timeout=30)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from namespace_for_a_test(cluster, prefix="e2e", timeout=30)
 
 
 @pytest.fixture

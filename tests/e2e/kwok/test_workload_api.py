@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from testbed import KubeletStandIn, LocalCluster
-from testbed.cluster import create_namespace, fake_node, pod_cidr
+from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
 from testbed.paths import CACHE
 from tests.e2e.msjobs import apply, bound, get, items, job_pods, queued, wait_for, wait_queued
 from tests.e2e.sessions import (
@@ -73,9 +73,7 @@ def cluster() -> Iterator[LocalCluster]:
 
 @pytest.fixture
 def namespace(cluster: LocalCluster) -> Iterator[str]:
-    name = create_namespace(cluster, prefix="wl", timeout=30)
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from namespace_for_a_test(cluster, prefix="wl", timeout=30)
 
 
 @pytest.fixture

@@ -24,15 +24,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from testbed.cluster import ClusterStartError
+from testbed.cluster import ClusterStartError, namespace_for_a_test
 from testbed.paths import CACHE, REPO
 from testbed.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
 from tests.e2e.real.install import wait_available
@@ -88,15 +86,7 @@ def installed(real_cluster: RealCluster, images: NodeImages) -> RealCluster:
 
 @pytest.fixture
 def namespace(real_cluster: RealCluster) -> Iterator[str]:
-    name = f"real-{uuid.uuid4().hex[:8]}"
-    real_cluster.kubectl("create", "namespace", name)
-    deadline = time.monotonic() + 30
-    while real_cluster.kubectl("get", "sa", "default", "-n", name, check=False).returncode:
-        if time.monotonic() > deadline:
-            pytest.fail(f"namespace {name}: default ServiceAccount never appeared")
-        time.sleep(0.2)
-    yield name
-    real_cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    yield from namespace_for_a_test(real_cluster, prefix="real", timeout=30)
 
 
 @pytest.fixture
