@@ -66,7 +66,7 @@ from msop.controller.metrics import EVENTS_DROPPED, EVENTS_PENDING, EVENTS_WRITT
 from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists, is_not_found
 from msop.kube.objects import EventType, format_time
 from msop.kube.resources import EVENTS, Resource
-from msop.kube.writer import PatchType
+from msop.kube.writer import Creator, PatchType
 
 __all__ = [
     "Correlation",
@@ -102,14 +102,10 @@ class Recorder(Protocol):
         ...
 
 
-class EventWriter(Protocol):
-    """The two writes of v1 Events the recorder makes (a ``KubeClient`` makes them)."""
-
-    async def create(
-        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
-    ) -> dict[str, Any]:
-        """POST a new Event; raises ``ApiError`` (``is_already_exists`` when taken)."""
-        ...
+class EventWriter(Creator, Protocol):
+    """The writes of v1 Events the recorder makes (a ``KubeClient`` makes them): a create
+    (``is_already_exists`` when taken) and a merge patch of an Event's count and last
+    timestamp. Narrower than :class:`~msop.kube.writer.Writer`: no delete, no subresource."""
 
     async def patch(
         self,
@@ -120,7 +116,7 @@ class EventWriter(Protocol):
         *,
         patch_type: PatchType = "merge",
     ) -> dict[str, Any]:
-        """PATCH an Event's count and last timestamp; returns the Event stored."""
+        """PATCH an Event; returns the Event stored."""
         ...
 
 

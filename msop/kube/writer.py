@@ -16,20 +16,24 @@ from typing import Any, Literal, Protocol
 
 from msop.kube.resources import Resource
 
-__all__ = ["Client", "LiveReader", "PatchType", "Writer"]
+__all__ = ["Client", "Creator", "LiveReader", "PatchType", "Writer"]
 
 PatchType = Literal["merge", "json", "strategic", "apply"]
 """How a patch body is read: RFC 7386, RFC 6902, strategic merge, server-side apply."""
 
 
-class Writer(Protocol):
-    """Creates, patches and deletes objects on the API server."""
+class Creator(Protocol):
+    """Creates objects on the API server (the part every writer has)."""
 
     async def create(
         self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
     ) -> dict[str, Any]:
         """POST a new object; raises ``ApiError`` (``is_already_exists`` when taken)."""
         ...
+
+
+class Writer(Creator, Protocol):
+    """Creates, patches and deletes objects on the API server."""
 
     async def patch(
         self,
