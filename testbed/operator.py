@@ -112,7 +112,13 @@ class OperatorProcess:
         )
         log.close()
         if wait_ready:
-            self.wait_ready(timeout)
+            try:
+                self.wait_ready(timeout)
+            except RuntimeError:
+                # Not ready: it must not outlive the test that wanted it (a test that starts
+                # it before its own cleanup is set up has nobody else to stop it).
+                self.kill()
+                raise
         return self
 
     def wait_ready(self, timeout: float = 60) -> None:
