@@ -39,6 +39,12 @@ COMPONENTS = (
     "kwok-controller",
 )
 
+#: Kubernetes' Workload API of 1.36 (gang scheduling, workload-aware preemption): the
+#: feature gates of the API server, the scheduler and the controller-manager, and the
+#: API version the API server must serve.
+WORKLOAD_API_GATES = "GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
+WORKLOAD_API_RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
+
 #: Capacity of every fake node; the GPU samples request ``nvidia.com/gpu``.
 NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "2000", "nvidia.com/gpu": "8"}
 

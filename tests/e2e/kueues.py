@@ -18,6 +18,15 @@ def create(cluster: LocalCluster, obj: JSON) -> None:
     cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
 
 
+def flavor(name: str, node_labels: JSON | None = None, toleration: JSON | None = None) -> JSON:
+    """A ResourceFlavor: ``node_labels`` go to the nodeSelector of the pods it admits."""
+    spec: JSON = {"nodeLabels": node_labels or {}}
+    if toleration:
+        spec["tolerations"] = [toleration]
+    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
+            "metadata": {"name": name}, "spec": spec}  # fmt: skip
+
+
 def queues(
     cluster: LocalCluster, ns: str, flavors: dict[str, str], preemption: JSON | None = None
 ) -> str:
@@ -58,7 +67,8 @@ def queues(
 
 
 def workload(cluster: LocalCluster, ns: str, job: str) -> JSON | None:
-    wls = items(cluster, ns, "workloads", f"training.kubeflow.org/job-name={job}")
+    # By its group: where Kubernetes' Workload API is served, "workloads" is its kind.
+    wls = items(cluster, ns, "workloads.kueue.x-k8s.io", f"training.kubeflow.org/job-name={job}")
     return wls[0] if len(wls) == 1 else None
 
 

@@ -171,10 +171,15 @@ def wait_bound(cluster: Kubectl, ns: str, job: str, n: int, timeout: float = 60)
     def details() -> str:
         status = (get(cluster, ns, "msjob", job) or {}).get("status") or {}
         pods = {k: p["status"].get("phase") for k, p in job_pods(cluster, ns, job).items()}
-        # The scheduling objects of the job, if their CRDs are installed: Volcano's
-        # PodGroup, Kueue's Workloads.
+        # The scheduling objects of the job, where they are served: Volcano's PodGroup,
+        # Kueue's Workloads, Kubernetes' Workload and PodGroup (each kind by its group).
         more = []
-        for kind in ("podgroups", "workloads"):
+        for kind in (
+            "podgroups.scheduling.volcano.sh",
+            "workloads.kueue.x-k8s.io",
+            "workloads.scheduling.k8s.io",
+            "podgroups.scheduling.k8s.io",
+        ):
             proc = cluster.kubectl("get", kind, "-n", ns, "-l",
                                    f"training.kubeflow.org/job-name={job}", "-o", "json",
                                    check=False)  # fmt: skip

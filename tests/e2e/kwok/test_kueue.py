@@ -16,7 +16,14 @@ import pytest
 from testbed import KubeletStandIn, LocalCluster
 from testbed.kueue import Kueue, build
 from testbed.paths import REPO
-from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
+from tests.e2e.kueues import (
+    QUEUE_LABEL,
+    create,
+    flavor,
+    queues,
+    stays_without_pods,
+    workload,
+)
 from tests.e2e.msjobs import (
     apply,
     bound,
@@ -49,14 +56,6 @@ def kueue(cluster: LocalCluster) -> Iterator[Kueue]:
         "Kueue", build,
         lambda bin_dir, logs: Kueue(cluster, bin_dir, logs, pods_ready_timeout=PODS_READY_TIMEOUT),
     )  # fmt: skip
-
-
-def flavor(name: str, node_labels: JSON | None = None, toleration: JSON | None = None) -> JSON:
-    spec: JSON = {"nodeLabels": node_labels or {}}
-    if toleration:
-        spec["tolerations"] = [toleration]
-    return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-            "metadata": {"name": name}, "spec": spec}  # fmt: skip
 
 
 @pytest.fixture

@@ -12,6 +12,9 @@ PodGroup; the real kube-scheduler places the pods whole or not at all.
   for the new gang; suspend deletes them, resume makes them again.
 - A higher-priority gang preempts every pod of a lower one (``disruptionMode:
   PodGroup``), where pod-by-pod preemption would take two of its three.
+- With a real Kueue (``--enable-kueue``): Kueue admits, the Workload API places. A job
+  Kueue holds back has no gang objects and no pod; an admitted gang that does not fit
+  waits whole; the next job is admitted when the first ends, and placed whole.
 """
 
 from __future__ import annotations
@@ -25,21 +28,39 @@ from typing import Any
 import pytest
 
 from testbed import KubeletStandIn, LocalCluster
-from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
+from testbed.cluster import WORKLOAD_API_GATES as GATES
+from testbed.cluster import (
+    WORKLOAD_API_RUNTIME_CONFIG,
+    fake_node,
+    namespace_for_a_test,
+    pod_cidr,
+)
+from testbed.kueue import Kueue, build
 from testbed.paths import CACHE
-from tests.e2e.msjobs import apply, bound, get, items, job_pods, queued, wait_for, wait_queued
+from tests.e2e.kueues import QUEUE_LABEL, create, flavor, queues, stays_without_pods, workload
+from tests.e2e.msjobs import (
+    apply,
+    bound,
+    finish,
+    get,
+    items,
+    job_pods,
+    queued,
+    wait_for,
+    wait_queued,
+)
 from tests.e2e.sessions import (
     OperatorFactory,
     build_binaries,
     install_crds,
     operator_factory,
+    run_addon,
     run_session_cluster,
 )
 
 JSON = dict[str, Any]
 TEST_LABEL = "msop.e2e/test"
 """The label of a test's nodes (the test's namespace), which its pods select."""
-GATES = "GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
 
 
 def gated(name: str) -> JSON:
@@ -53,7 +74,7 @@ def gated(name: str) -> JSON:
         "kind": "KwokctlConfiguration",
         "componentsPatches": [
             {"name": "kube-apiserver", "extraArgs": args(
-                **{"feature-gates": GATES, "runtime-config": "scheduling.k8s.io/v1alpha2=true"})},
+                **{"feature-gates": GATES, "runtime-config": WORKLOAD_API_RUNTIME_CONFIG})},
             {"name": "kube-scheduler", "extraArgs": args(**{"feature-gates": GATES})},
             {"name": "kube-controller-manager", "extraArgs": args(**{"feature-gates": GATES})},
         ],
@@ -300,3 +321,64 @@ def test_a_restart_of_the_job_keeps_its_group_and_is_placed_whole_again(
     assert [(get(cluster, namespace, k, "again") or {})["metadata"]["uid"] for k in kinds] == uids
     for pod in job_pods(cluster, namespace, "again").values():
         assert pod["spec"]["schedulingGroup"] == {"podGroupName": "again"}
+
+
+@pytest.fixture(scope="module")
+def kueue(cluster: LocalCluster) -> Iterator[Kueue]:
+    """A real Kueue on this gated control plane."""
+    yield from run_addon(
+        "Kueue", build, lambda bin_dir, logs: Kueue(cluster, bin_dir, logs)
+    )  # fmt: skip
+
+
+GANG_KINDS = ("workloads.scheduling.k8s.io", "podgroups.scheduling.k8s.io")
+
+
+def test_kueue_admits_and_the_workload_api_places_the_gang(
+    cluster: LocalCluster, namespace: str, start_operator: OperatorFactory, add_node: AddNode,
+    kueue: Kueue,
+) -> None:  # fmt: skip
+    # Kueue's quota: one job (9 CPUs) at a time. The room: a node of 8 CPUs, two of a
+    # job's three pods.
+    add_node("a", "8")
+    name = f"default-{namespace}"
+    create(cluster, flavor(name) | {"metadata": {"name": name, "labels": {TEST_LABEL: namespace}}})
+    queue = queues(cluster, namespace, {name: "9"})
+    try:
+        start_operator("--enable-kueue")
+        for job_name in ("first", "second"):
+            queued_job = job(job_name, namespace)
+            queued_job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+            apply(cluster, namespace, queued_job)
+            if job_name == "first":
+                # Admitted by Kueue, then the gang's objects and pods: none of the three
+                # is bound, and Queued says it is the scheduler that waits now.
+                wait = wait_queued(cluster, namespace, "first", "Unschedulable", timeout=90)
+                assert "gang of 3 pods" in wait["message"], wait
+                admitted = workload(cluster, namespace, "first") or {}
+                assert any(
+                    c["type"] == "Admitted" and c["status"] == "True"
+                    for c in admitted.get("status", {}).get("conditions", [])
+                ), admitted
+                assert [min_count(cluster, namespace, k, "first") for k in GANG_KINDS] == [3, 3]
+                assert bound(cluster, namespace, "first") == {}
+        # The second waits for Kueue's quota: no gang objects, no pods.
+        q = wait_queued(cluster, namespace, "second", "WorkloadPending")
+        assert "'team'" in q["message"], q
+        stays_without_pods(cluster, namespace, "second")
+        assert all(absent(cluster, namespace, k, "second") for k in GANG_KINDS)
+        # Room for the first gang: all three bound at once.
+        add_node("b", "8")
+        wait_for("first bound whole", lambda: len(bound(cluster, namespace, "first")) == 3,
+                 timeout=120)  # fmt: skip
+        # The first ends: Kueue admits the second, and the scheduler places it whole.
+        finish(KubeletStandIn(cluster), cluster, namespace, "first", 2)
+        wait_for("second bound whole", lambda: len(bound(cluster, namespace, "second")) == 3,
+                 timeout=120)  # fmt: skip
+        assert [min_count(cluster, namespace, k, "second") for k in GANG_KINDS] == [3, 3]
+        for pod in job_pods(cluster, namespace, "second").values():
+            assert pod["spec"]["schedulingGroup"] == {"podGroupName": "second"}
+    finally:
+        cluster.kubectl("delete", "msjobs", "--all", "-n", namespace, "--wait=true", check=False)
+        cluster.kubectl("delete", "clusterqueue", f"cq-{namespace}", "--wait=false", check=False)
+        cluster.kubectl("delete", "resourceflavor", name, "--wait=false", check=False)
