@@ -44,7 +44,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-from testbed.cluster import ClusterStartError, LocalCluster
+from testbed.cluster import (
+    WORKLOAD_API_GATES,
+    WORKLOAD_API_RUNTIME_CONFIG,
+    ClusterStartError,
+    LocalCluster,
+)
 from testbed.images import Image, ImageBuilder, ImageBuildError
 from testbed.monitoring import prometheus_tools
 from testbed.netns import NETNS_DIR, NetNamespace
@@ -93,6 +98,8 @@ class RealCluster:
     node_bin_dir: Path
     workdir: Path
     images: Sequence[Image] = ()
+    workload_api: bool = False
+    """Serve Kubernetes' Workload API (its feature gates on every component that has them)."""
     netns: NetNamespace = field(init=False)
     control_plane: LocalCluster = field(init=False)
     host_api_port: int = field(default=0, init=False)
@@ -232,18 +239,22 @@ class RealCluster:
             "kubelet-client-certificate": str(pki / "admin.crt"),
             "kubelet-client-key": str(pki / "admin.key"),
         }
+        manager = {"service-cluster-ip-range": SERVICE_RANGE}
+        scheduler: dict[str, str] = {}
+        if self.workload_api:
+            gates = {"feature-gates": WORKLOAD_API_GATES}
+            args |= gates | {"runtime-config": WORKLOAD_API_RUNTIME_CONFIG}
+            manager |= gates
+            scheduler |= gates
+        patches = [("kube-apiserver", args), ("kube-controller-manager", manager)]
+        if scheduler:
+            patches.append(("kube-scheduler", scheduler))
         return {
             "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
             "kind": "KwokctlConfiguration",
             "componentsPatches": [
-                {
-                    "name": "kube-apiserver",
-                    "extraArgs": [{"key": k, "value": v} for k, v in args.items()],
-                },
-                {
-                    "name": "kube-controller-manager",
-                    "extraArgs": [{"key": "service-cluster-ip-range", "value": SERVICE_RANGE}],
-                },
+                {"name": name, "extraArgs": [{"key": k, "value": v} for k, v in kv.items()]}
+                for name, kv in patches
             ],
         }
 

@@ -3,8 +3,9 @@
 - ``real_cluster`` (session): Debian packages installed (hack/realnode/ensure-packages.sh),
   the control plane and kubelet/kube-proxy built (hack/cluster/build.sh), the images
   built or taken from the cache (testbed.images), then one control plane and one real
-  node in a network namespace of their own. A failure at any step fails every test of the
-  tier with the step's (or the component's) output; nothing is skipped.
+  node in a network namespace of their own, serving Kubernetes' Workload API (its gates
+  on), so that every job of the tier is placed as a gang. A failure at any step fails
+  every test of the tier with the step's (or the component's) output; nothing is skipped.
 - ``images``: the images imported into the node (``operator``, ``python``, ``pause``).
 - ``installed`` (session): msop installed as users install it, ``kubectl apply -k`` of an
   overlay of config/default that sets the locally built image (docs/tasks/install.md),
@@ -70,6 +71,9 @@ def real_cluster(prepared: Prepared) -> Iterator[RealCluster]:
         node_bin_dir=prepared.node_bin_dir,
         workdir=CACHE / "real",
         images=prepared.images.all(),
+        # Kubernetes' Workload API served: msop's --gang-scheduler=auto places every job
+        # of the tier as a gang (test_workload_api.py).
+        workload_api=True,
     )
     yield from run_session_cluster(cluster)
 

@@ -158,7 +158,7 @@ def test_a_preempted_training_resumes_from_its_checkpoint_and_succeeds(
             assert lines[-1]["event"] == "done"
         reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
         assert "WorkloadEvicted" in reasons and "MSJobRestarting" not in reasons
-        wl = json.loads(cluster.kubectl("get", "workloads", "-n", namespace, "-l",
+        wl = json.loads(cluster.kubectl("get", "workloads.kueue.x-k8s.io", "-n", namespace, "-l",
                                         f"training.kubeflow.org/job-name={NAME}", "-o",
                                         "json").stdout)["items"]  # fmt: skip
         assert len(wl) == 1

@@ -331,7 +331,8 @@ def delete_jobs_as_documented(cluster: RealCluster) -> None:
     if kueue_api(cluster):
         wait_for(
             "no Workload of msop's left",
-            lambda: not documented(cluster, "get", "workloads", "-A", "-l", OPERATOR_SELECTOR)
+            lambda: not documented(cluster, "get", "workloads.kueue.x-k8s.io", "-A", "-l",
+                                     OPERATOR_SELECTOR)
             .strip(),
             timeout=60, details=lambda: diagnostics(cluster),
         )  # fmt: skip
