@@ -4,11 +4,14 @@
   the pod's emptyDir on every start of the pod's containers, before the training container
   starts (the training image runs it with its own Python).
 - :func:`show_stopped_run`: the sidecar, which starts first after a restart of every
-  container of the pod, prints the run that the restart stopped into its own log, once,
+  container of the pod, prints the run that the restart stopped into its own log,
   between a :data:`~msop.integrations.wire.KEPT_RUN_BEGIN` line and a
   :data:`~msop.integrations.wire.KEPT_RUN_END` line, where ``msop logs --previous`` and
   ``kubectl logs <pod> -c msop-agent`` read it. A run is stopped when no keeper holds its
-  lock; a sidecar that restarted alone while the training runs prints nothing.
+  lock; a sidecar that restarted alone while the training runs prints nothing. Every
+  start of the sidecar with no keeper running prints the last stopped run again: a
+  second restart of every container before the training ran again (a restart asked for
+  twice, a sidecar stopped while it printed) removed the log that held it.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from msop.integrations.wire import KEEPER_DIR, KEPT_RUN_BEGIN, KEPT_RUN_END
 __all__ = ["KEEPER_SCRIPT", "install_keeper", "runs_dir", "show_stopped_run"]
 
 KEEPER_SCRIPT: Final = "keeper.py"
-_SHOWN = "shown"
 _LOG, _OLDER, _LOCK, _INFO = "run.log", "run.log.1", "run.lock", "run.json"
 
 
@@ -118,11 +120,6 @@ def _show(runs: Path, out: BinaryIO) -> bool:
     stats = [p.stat() for p in parts if p.exists()]
     if not stats:
         return False
-    identity = ",".join(f"{s.st_ino}:{s.st_size}:{s.st_mtime_ns}" for s in stats)
-    shown = runs / _SHOWN
-    with contextlib.suppress(FileNotFoundError):
-        if shown.read_text() == identity:
-            return False
     container, how = _describe(runs / _INFO)
     size = sum(s.st_size for s in stats)
     out.write(
@@ -139,7 +136,4 @@ def _show(runs: Path, out: BinaryIO) -> bool:
         out.write(b"\n")
     out.write(f"{KEPT_RUN_END}{container} -----\n".encode())
     out.flush()
-    tmp = runs / f".{_SHOWN}.{os.getpid()}"
-    tmp.write_text(identity)
-    tmp.replace(shown)
     return True

@@ -150,6 +150,9 @@ def test_killed_worker_restarts_every_pod_in_place(
     after = job_pods(cluster, namespace, NAME)
     assert figures["pod writes"] == 0, figures
     report_restart("in place (Scheduler/Worker, 3 pods)", figures)
+    # While every pod is there: once the job Succeeds, cleanPodPolicy Running deletes the
+    # Scheduler's pod, and its log with it.
+    assert_every_stopped_run_kept(cluster, namespace, NAME, sorted(after))
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
 
     assert_restarted_once(job)
@@ -161,7 +164,6 @@ def test_killed_worker_restarts_every_pod_in_place(
         assert_exit_reported(messages, namespace)
         assert_last_output_kept(restart, namespace)
     assert_no_failure(messages, "MSJobRestarting")
-    assert_every_stopped_run_kept(cluster, namespace, NAME, sorted(after))
 
 
 def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(

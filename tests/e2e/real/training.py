@@ -82,14 +82,37 @@ def kept_runs(cluster: RealCluster, ns: str, job: str) -> dict[str, list[str]]:
     return out
 
 
+def agent_log_outline(cluster: RealCluster, ns: str, pod: str) -> str:
+    """Where the kept-run markers stand in the pod's msop-agent log, with its container
+    status: what a failed check of the kept runs needs to tell a cut block from a lost
+    one."""
+    proc = cluster.kubectl("logs", pod, "-n", ns, "-c", "msop-agent", check=False)
+    lines = proc.stdout.splitlines()
+    marks = [
+        f"{i}: {line[:160]}"
+        for i, line in enumerate(lines)
+        if line.startswith((KEPT_RUN_BEGIN, KEPT_RUN_END)) or line.startswith("msop agent: ")
+    ]
+    status = cluster.kubectl(
+        "get", "pod", pod, "-n", ns, "-o", "jsonpath={.status.initContainerStatuses}",
+        check=False,
+    ).stdout  # fmt: skip
+    return (
+        f"{len(lines)} lines; markers and agent lines: {marks[-40:]}; last lines: "
+        f"{[line[:160] for line in lines[-3:]]}; status: {status}"
+    )
+
+
 def assert_every_stopped_run_kept(cluster: RealCluster, ns: str, job: str, pods: list[str]) -> None:
     """Every pod's stopped run is readable after the restart in place, and says where it
     comes from; the Workers' have what train.py printed before the restart."""
     kept = kept_runs(cluster, ns, job)
-    assert sorted(kept) == sorted(pods), sorted(kept)
+    missing = {p: agent_log_outline(cluster, ns, p) for p in pods if p not in kept}
+    assert not missing and sorted(kept) == sorted(pods), (sorted(kept), missing)
     for pod, lines in kept.items():
         assert lines[0].startswith(KEPT_RUN_BEGIN + "mindspore "), (pod, lines[:2])
-        assert lines[-1].startswith(KEPT_RUN_END + "mindspore "), (pod, lines[-2:])
+        assert lines[-1].startswith(KEPT_RUN_END + "mindspore "), (
+            pod, lines[-2:], agent_log_outline(cluster, ns, pod))  # fmt: skip
         if "-worker-" in pod:
             assert any(line.startswith("{") for line in lines), (pod, lines[-20:])
 
