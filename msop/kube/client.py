@@ -27,6 +27,10 @@ Contract for every request method:
   ApiError with ``retry_after`` set. Watches and streams are not retried here (their
   callers reopen them). Nothing else is retried: callers own their retry policy.
 
+Every request tells the transport's :class:`~msop.kube.contact.Contact` whether the API
+server answered it (a broken or silent watch stream counts as no answer): the process knows
+how long it was cut off from the cluster.
+
 Requests other than watches may be throttled by client-side :class:`TokenBucket` s, one
 per **budget**, each of ``qps``/``burst`` (read by :func:`~msop.kube.flowcontrol.client_limit`:
 by default, ``qps=-1``, there is no client-side limit and the API server's Priority and
@@ -391,19 +395,23 @@ class KubeClient:
         if not gate.is_open:
             HELD_TOTAL.labels(self.host).inc()
             await gate.wait()
+        contact = self.transport.contact
         try:
             resp = await self.transport.request(
                 method, path, query=query, headers=headers, body=body, client_timeout=client_timeout
             )
         except TimeoutError as e:
             self._count_request("<error>", method)
+            contact.unanswered()
             raise ApiTimeout(f"{method} {path}: timed out") from e
         except _TRANSPORT_ERRORS as e:
             self._count_request("<error>", method)
+            contact.unanswered()
             if server_unreachable(e) and gate.trip(headers):
                 UNREACHABLE_TOTAL.labels(self.host).inc()
             raise ApiUnavailable(f"{method} {path}: {transport_reason(e)}") from e
         self._count_request(str(resp.status), method)
+        contact.answered()
         return resp
 
     @staticmethod
@@ -701,8 +709,10 @@ class KubeClient:
                 try:
                     line = await content.readline()
                 except TimeoutError as e:
+                    self.transport.contact.unanswered()
                     raise ApiTimeout(f"watch {path}: no data for {read_timeout} s") from e
                 except _TRANSPORT_ERRORS as e:
+                    self.transport.contact.unanswered()
                     raise ApiUnavailable(f"watch {path}: {transport_reason(e)}") from e
                 if not line:
                     return

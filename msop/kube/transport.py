@@ -46,6 +46,8 @@ from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
 import aiohttp
 import orjson
 
+from msop.kube.contact import Contact
+
 #: Watch events carrying large objects can exceed aiohttp's default line buffer; etcd
 #: accepts requests up to 1.5 MiB, so 2 MiB holds any object the API server can store.
 READ_BUFSIZE = 2**21
@@ -272,6 +274,9 @@ class Transport:
         )
         self.gate = ReadyGate(self._probe_ready)
         """Holds requests while the API server is unreachable (see the module docstring)."""
+        self.contact = Contact()
+        """When the API server stopped answering the requests sent through this
+        transport, and for how long (:mod:`msop.kube.contact`)."""
 
     async def _probe_ready(self, headers: Mapping[str, str]) -> int:
         timeout = aiohttp.ClientTimeout(total=PROBE_MAX_INTERVAL)
