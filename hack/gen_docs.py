@@ -386,6 +386,8 @@ _TYPES = {
     "_port": "port, 0-65535",
     "_lease_ref": "`<namespace>/<name>` or empty",
     "_duration": "duration: `600s`, `10m`, `1h30m`, `500ms`; a bare number is seconds",
+    "_duration_or_off": "duration: `600s`, `10m`, `1h30m`; a bare number is seconds; "
+    "`0` turns it off",
     "_wait_condition": " \\| ".join(f"`{x}`" for x in flags.WAIT_CONDITIONS)
     + ", or `condition=<one of them>`; any case",
 }

@@ -116,6 +116,13 @@ def _duration(value: str) -> float:
     return seconds
 
 
+def _duration_or_off(value: str) -> float:
+    """:func:`_duration`, or 0 (``0``, ``0s``): off."""
+    if value.strip() in ("0", "0s"):
+        return 0.0
+    return _duration(value)
+
+
 def _replica_type(value: str) -> str:
     rtype = c.canonical_replica_type(value)
     if rtype is None:
@@ -306,6 +313,27 @@ def _add_run(sub: Any) -> None:
         "their pods run only while Kueue admits it (Kueue lists MSJob.v1.mindspore.gitee.com "
         "among its externalFrameworks)",
         action="store_true",
+    )
+    a(
+        "--multikueue-worker-lost-timeout",
+        "MSOP_MULTIKUEUE_WORKER_LOST_TIMEOUT",
+        "on a MultiKueue worker cluster (with --enable-kueue): once this cluster's API "
+        "server has not answered msop for this long, MultiKueue's copies of jobs that were "
+        "here before are held (no pod created, none restarted; running pods left alone) "
+        "until MultiKueue deletes them or --multikueue-lost-copy-hold has passed, because "
+        "the manager may have given the jobs to another worker. Set it to the manager's "
+        "multiKueue.workerLostTimeout or less; 0 turns it off",
+        "15m",
+        type=_duration_or_off,
+    )
+    a(
+        "--multikueue-lost-copy-hold",
+        "MSOP_MULTIKUEUE_LOST_COPY_HOLD",
+        "how long after such an outage (--multikueue-worker-lost-timeout) a copy is held "
+        "at most: the manager's reconnect backoff (at most 5m20s) plus its "
+        "multiKueue.gcInterval, with a margin",
+        "7m",
+        type=_duration,
     )
     a(
         "--progress-port",

@@ -24,7 +24,7 @@ from msop.kube.errors import ApiError, ApiUnavailable, is_forbidden, is_not_foun
 from msop.kube.flowcontrol import client_limit
 from msop.kube.resources import PODGROUPS, WORKLOADS
 from msop.metrics import register_process_metrics
-from msop.msjob.settings import Settings
+from msop.msjob.settings import Settings, WorkerLost
 from msop.msjob.setup import setup
 
 if TYPE_CHECKING:
@@ -214,6 +214,9 @@ async def run_operator(args: argparse.Namespace) -> int:
                 gang_scheduling=volcano,
                 workload_api=workload_api,
                 kueue=args.enable_kueue,
+                worker_lost=WorkerLost(
+                    args.multikueue_worker_lost_timeout, args.multikueue_lost_copy_hold
+                ),
                 progress_port=args.progress_port,
                 progress_interval=args.progress_interval,
                 progress_writes_per_second=_status_budget(args.kube_api_qps) / 2,

@@ -187,6 +187,9 @@ class KubeClient:
     ) -> None:
         self.transport = transport
         """The HTTP session (shared by clients made from this one's transport)."""
+        self.contact = transport.contact
+        """The outages of the API server seen through this transport
+        (:mod:`msop.kube.contact`)."""
         self._configuration = transport.configuration
         self._base = transport.base
         self.host = urlsplit(self._base).netloc or self._base
@@ -395,7 +398,7 @@ class KubeClient:
         if not gate.is_open:
             HELD_TOTAL.labels(self.host).inc()
             await gate.wait()
-        contact = self.transport.contact
+        contact = self.contact
         try:
             resp = await self.transport.request(
                 method, path, query=query, headers=headers, body=body, client_timeout=client_timeout
@@ -709,10 +712,10 @@ class KubeClient:
                 try:
                     line = await content.readline()
                 except TimeoutError as e:
-                    self.transport.contact.unanswered()
+                    self.contact.unanswered()
                     raise ApiTimeout(f"watch {path}: no data for {read_timeout} s") from e
                 except _TRANSPORT_ERRORS as e:
-                    self.transport.contact.unanswered()
+                    self.contact.unanswered()
                     raise ApiUnavailable(f"watch {path}: {transport_reason(e)}") from e
                 if not line:
                     return

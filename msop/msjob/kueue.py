@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 import structlog
@@ -73,8 +74,10 @@ import structlog
 from msop.api import constants as c
 from msop.api.conditions import get_condition, is_finished
 from msop.api.conditions import is_true as is_true_condition
+from msop.api.report import format_duration
+from msop.kube.contact import Contact, Outage
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
-from msop.kube.objects import JSON, parse_time
+from msop.kube.objects import JSON, format_time, parse_time
 from msop.kube.resources import (
     PRIORITYCLASSES,
     RESOURCEFLAVORS,
@@ -92,6 +95,8 @@ from msop.msjob.kueue_workload import (
     REASON_PENDING,
     REASON_PREBUILT_MISMATCH,
     REASON_PREBUILT_MISSING,
+    REASON_WORKER_LOST,
+    LostWorker,
     MissingClass,
     active,
     admitted,
@@ -106,6 +111,8 @@ from msop.msjob.kueue_workload import (
     has_finalizer,
     has_quota,
     is_true,
+    lost_worker,
+    origin,
     placements,
     pod_sets,
     pod_sets_match,
@@ -132,6 +139,7 @@ from msop.msjob.scheduling import (
     Wait,
     Writer,
 )
+from msop.msjob.settings import WorkerLost
 
 if TYPE_CHECKING:
     from msop.controller.reconcile import Request
@@ -163,24 +171,39 @@ class Kueue:
         owned_by: Callable[[str], list[JSON]],
         in_namespace: Callable[[str], list[JSON]],
         flavor: Callable[[str], JSON | None],
+        worker_lost: WorkerLost | None = None,
+        outages: Callable[[], list[Outage]] = list,
     ) -> None:
         self.client = client
         self.owned_by = owned_by
         """The Workloads whose controller has this uid."""
         self.in_namespace = in_namespace
         self.flavor = flavor
+        self.worker_lost = worker_lost or WorkerLost()
+        self.outages = outages
+        """The API server's outages this process saw (:class:`~msop.kube.contact.Contact`)."""
 
     @classmethod
-    def start(cls, client: Client, caches: Caches) -> Kueue:
+    def start(
+        cls,
+        client: Client,
+        caches: Caches,
+        *,
+        worker_lost: WorkerLost | None = None,
+        contact: Contact | None = None,
+    ) -> Kueue:
         """Kueue in the operator, with its caches: the Workloads msop made (their events
         enqueue the job) and every ResourceFlavor (cluster-scoped, few: an admitted
-        Workload's flavors give its pods their node labels and tolerations)."""
+        Workload's flavors give its pods their node labels and tolerations); ``contact``:
+        the outages of the API server, which hold MultiKueue's copies (``worker_lost``)."""
         workloads = caches.children(WORKLOADS)
         return cls(
             client,
             owned_by=workloads.owned_by,
             in_namespace=workloads.in_namespace,
             flavor=caches.cluster(RESOURCEFLAVORS),
+            worker_lost=worker_lost,
+            outages=contact.outages if contact is not None else list,
         )
 
     async def observe(self, job: JSON) -> Seen | None:
@@ -209,7 +232,13 @@ class Kueue:
             and not is_finished(job.get("status") or {})
         ):
             priority = await self._priority(job)
-        return Seen(wl, others, flavors, priority, dispatched=dispatched(job), prebuilt=prebuilt)
+        lost = lost_worker(
+            job, self.outages(), timeout=self.worker_lost.timeout, hold=self.worker_lost.hold
+        )
+        return Seen(
+            wl, others, flavors, priority,
+            dispatched=dispatched(job), prebuilt=prebuilt, lost=lost,
+        )  # fmt: skip
 
     async def _priority(self, job: JSON) -> JSON | MissingClass | None:
         """The priority fields of the class the job names; None: it names none."""
@@ -253,6 +282,9 @@ class Seen:
     """MultiKueue runs the job on a worker cluster (:func:`dispatched`)."""
     prebuilt: str = ""
     """This is a worker cluster's copy: the name of the Workload MultiKueue pre-built."""
+    lost: LostWorker | None = None
+    """This worker cluster's copy was here through a long outage of the API server
+    (:func:`lost_worker`): the manager may have given the job to another worker."""
 
     def decide(self) -> Decision:
         return Decision(self)
@@ -454,8 +486,34 @@ class Decision(WorkloadWrites, Admitted):
                 event_type="Warning",
             ))  # fmt: skip
             return False
+        if self._held(p, wl):
+            return False
         self._sync_spec(p, wl, resuming)
         return self._admitted(p, wl)
+
+    def _held(self, p: Pass, wl: JSON) -> bool:
+        """A copy whose worker (this cluster) was lost to the manager for long may have
+        been given to another worker meanwhile, and MultiKueue deletes it only once it
+        reaches this cluster again: until it does (or the hold ends), nothing of it starts
+        again here: no pod is created, none restarted. Pods still running are left alone
+        (the copy may still be the one the manager wants); a Workload no longer admitted
+        stops them as usual."""
+        lost = self.seen.lost
+        if lost is None or p.now >= lost.until or not admitted(wl):
+            return False
+        self._wait(p, Wait(
+            REASON_WORKER_LOST,
+            f"MSJob {p.ref} is MultiKueue's copy of a job of manager "
+            f"{origin(p.stored)!r}, and this cluster's API server did not answer msop for "
+            f"{format_duration(round((lost.end - lost.start).total_seconds()))} (from "
+            f"{format_time(lost.start)} to {format_time(lost.end)}): long enough for the "
+            "manager to have given the job to another worker. Until MultiKueue deletes "
+            f"this copy, or until {format_time(lost.until)} if it does not, msop creates "
+            "and restarts none of its pods here; pods still running are left alone.",
+            event_type="Warning",
+        ))  # fmt: skip
+        p.requeue_at(max(1.0, (lost.until - p.now).total_seconds()))
+        return True
 
     def runs_elsewhere(self, p: Pass) -> bool:
         """A dispatched job (``spec.managedBy: kueue.x-k8s.io/multikueue``): MultiKueue
@@ -611,3 +669,10 @@ async def _patch(
 
 #: Kueue among the scheduling systems (:mod:`.systems`).
 INTEGRATION = Integration("kueue", Kueue.start, Seen)
+
+
+def integration(worker_lost: WorkerLost, contact: Contact | None) -> Integration:
+    """Kueue among the scheduling systems, holding MultiKueue's copies after the outages
+    ``contact`` records (:class:`WorkerLost`)."""
+    start = partial(Kueue.start, worker_lost=worker_lost, contact=contact)
+    return replace(INTEGRATION, start=start)

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from msop.api import constants as c
 from msop.api.naming import job_selector, owner_reference
 from msop.api.types import MSJob
+from msop.kube.contact import Outage
 from msop.kube.objects import JSON, parse_time
 from msop.msjob import topology
 from msop.msjob.scheduling import Placement, Wait
@@ -39,6 +42,8 @@ REASON_ADMITTED = "WorkloadAdmitted"
 REASON_DISPATCHED = "WorkloadDispatched"
 REASON_PREBUILT_MISSING = "PrebuiltWorkloadMissing"
 REASON_PREBUILT_MISMATCH = "PrebuiltWorkloadMismatch"
+#: A MultiKueue copy held after this (worker) cluster's API server was lost for long.
+REASON_WORKER_LOST = "MultiKueueWorkerLost"
 #: Kueue's ``Evicted`` reason for a Workload made inactive (``spec.active: false``).
 EVICTED_DEACTIVATED = "Deactivated"
 
@@ -69,6 +74,40 @@ def worker_cluster(wl: JSON | None) -> str:
     """The worker cluster MultiKueue placed the Workload's job on (its
     ``status.clusterName``, cleared when the Workload is evicted); "" while none."""
     return str(((wl or {}).get("status") or {}).get("clusterName") or "")
+
+
+def origin(job: JSON) -> str:
+    """The MultiKueue manager that made this copy (its ``multikueue-origin`` label); ""
+    for a job not made by MultiKueue."""
+    value = (job["metadata"].get("labels") or {}).get(ORIGIN_LABEL)
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    """This worker cluster's API server did not answer msop from ``start`` to ``end``,
+    long enough for MultiKueue's manager to have given its jobs to another worker; a copy
+    that was here before is held until ``until``."""
+
+    start: datetime
+    end: datetime
+    until: datetime
+
+
+def lost_worker(
+    job: JSON, outages: Sequence[Outage], *, timeout: float, hold: float
+) -> LostWorker | None:
+    """The outage (at least ``timeout`` seconds; 0: never) that holds this MultiKueue
+    copy (made before it ended) for ``hold`` seconds after it, the latest if several;
+    None if none does."""
+    if timeout <= 0 or not origin(job) or not prebuilt_name(job):
+        return None
+    created = parse_time(job["metadata"].get("creationTimestamp"))
+    found = None
+    for o in outages:
+        if o.seconds >= timeout and (created is None or created < o.end):
+            found = LostWorker(o.start, o.end, o.end + timedelta(seconds=hold))
+    return found
 
 
 def controller_uid(obj: JSON) -> str | None:

@@ -18,6 +18,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class WorkerLost:
+    """How msop on a MultiKueue worker cluster treats the copies that were here through a
+    long outage of this cluster's API server (``msop run
+    --multikueue-worker-lost-timeout``, ``--multikueue-lost-copy-hold``)."""
+
+    timeout: float = 900.0
+    """Seconds of outage from which a copy is held: the manager's ``workerLostTimeout``
+    (15 minutes by default), after which it gives the worker's jobs to another worker, or
+    less; 0: never held."""
+    hold: float = 420.0
+    """Seconds after the outage during which it is held at most: MultiKueue's reconnect
+    backoff (at most 5m20s) plus its default ``gcInterval`` (one minute), and a margin."""
+
+
+@dataclass(frozen=True)
 class Settings:
     """How the MSJob controller runs."""
 
@@ -45,6 +60,9 @@ class Settings:
     it (the status budget), so that progress never holds up a condition, and more jobs
     than that allows at ``progress_interval`` are polled less often. Without one (the
     default) the interval alone paces them: one write per job per interval."""
+    worker_lost: WorkerLost = WorkerLost()
+    """On a MultiKueue worker: how the copies that were here through a long outage of
+    this cluster's API server are held (:class:`WorkerLost`)."""
     in_place: InPlace | None = None
     """How failed jobs are restarted in place (:mod:`msop.msjob.inplace`); None: never."""
     agents: AgentClient | None = None

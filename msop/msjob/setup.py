@@ -211,6 +211,8 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         kueue_enabled=settings.kueue,
         gang_scheduling=settings.gang_scheduling,
         workload_api=settings.workload_api,
+        worker_lost=settings.worker_lost,
+        contact=manager.client.contact,
     )
     scheduling = [integration.start(manager.client, caches) for integration in enabled]
 

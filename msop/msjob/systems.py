@@ -13,17 +13,27 @@ from typing import TYPE_CHECKING
 
 from msop.msjob import gang, kueue, workloadapi
 from msop.msjob.scheduling import Integration
+from msop.msjob.settings import WorkerLost
 
 if TYPE_CHECKING:
     from msop.kube.client import KubeClient
+    from msop.kube.contact import Contact
 
 
 def enabled(
-    *, kueue_enabled: bool, gang_scheduling: bool, workload_api: str | None = None
+    *,
+    kueue_enabled: bool,
+    gang_scheduling: bool,
+    workload_api: str | None = None,
+    worker_lost: WorkerLost | None = None,
+    contact: Contact | None = None,
 ) -> list[Integration]:
     """The systems switched on (``--enable-kueue``; ``--gang-scheduler``: Volcano, or the
-    Workload API of the version ``workload_api``), in the order they decide."""
-    switched = ((kueue.INTEGRATION, kueue_enabled), (gang.INTEGRATION, gang_scheduling))
+    Workload API of the version ``workload_api``), in the order they decide; Kueue holds
+    MultiKueue's copies after the API server's outages ``contact`` records
+    (``worker_lost``)."""
+    queue = kueue.integration(worker_lost or WorkerLost(), contact)
+    switched = ((queue, kueue_enabled), (gang.INTEGRATION, gang_scheduling))
     on = [integration for integration, wanted in switched if wanted]
     if workload_api is not None:
         on.append(workloadapi.integration(workload_api))

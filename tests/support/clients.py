@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import NoReturn
 
 from msop.kube.client import KubeClient
+from msop.kube.contact import Contact
 
 
 class NoApiServer(KubeClient):
@@ -14,7 +15,9 @@ class NoApiServer(KubeClient):
     it would send fails the test. A subclass serves the calls its test expects."""
 
     def __init__(self) -> None:
-        """Nothing to set up: every request fails before it needs anything."""
+        """Nothing to set up: every request fails before it needs anything (and a client
+        that never reached an API server never lost it either)."""
+        self.contact = Contact()
 
     def __getattr__(self, name: str) -> NoReturn:
         # Reached when a request looks for what __init__ did not set (its transport,

@@ -11,6 +11,7 @@ on the manager creates no pod.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import functools
@@ -21,7 +22,7 @@ import os
 import socketserver
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,7 @@ from tests.e2e.sessions import (
     run_addon,
     run_session_cluster,
 )
+from tests.e2e.tcpproxy import TcpProxy
 
 JSON = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -59,6 +61,9 @@ MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 ORIGIN = "msop-e2e"
 WORKER_SA = "multikueue"
 JOB_NAME = "training.kubeflow.org/job-name"
+#: The manager's multiKueue.workerLostTimeout, and msop's on the workers (seconds).
+WORKER_LOST_TIMEOUT = 20
+HELD = "MultiKueueWorkerLost"
 
 
 def create(cluster: LocalCluster, obj: JSON) -> None:
@@ -95,22 +100,23 @@ def active(cluster: LocalCluster, kind: str, name: str) -> bool:
     return bool((condition(obj, "Active") or {}).get("status") == "True")
 
 
-def sa_kubeconfig(cluster: LocalCluster) -> str:
+def sa_kubeconfig(cluster: LocalCluster, server: str | None = None) -> str:
     """A self-contained kubeconfig for the worker's MultiKueue ServiceAccount: the CA as
-    data and a bound token, as MultiKueue requires (no file paths)."""
+    data and a bound token, as MultiKueue requires (no file paths); ``server``: reach the
+    API server there (a proxy) instead."""
     token = cluster.kubectl(
         "create", "token", WORKER_SA, "-n", NAMESPACE, "--duration=2h"
     ).stdout.strip()
     raw = json.loads(
         cluster.kubectl("config", "view", "--raw", "--minify", "--flatten", "-o", "json").stdout
     )
-    server = raw["clusters"][0]["cluster"]
+    ca = raw["clusters"][0]["cluster"]["certificate-authority-data"]
     config = {
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": "worker", "cluster": {
-            "server": server["server"],
-            "certificate-authority-data": server["certificate-authority-data"],
+            "server": server or raw["clusters"][0]["cluster"]["server"],
+            "certificate-authority-data": ca,
         }}],
         "users": [{"name": WORKER_SA, "user": {"token": token}}],
         "contexts": [{"name": "worker", "context": {"cluster": "worker", "user": WORKER_SA}}],
@@ -155,6 +161,8 @@ def clusters(cluster: LocalCluster) -> Iterator[Clusters]:
         multikueue = {"multiKueue": {
             "externalFrameworks": [{"name": EXTERNAL_FRAMEWORK}],
             "origin": ORIGIN, "gcInterval": "30s",
+            # A worker lost this long loses its jobs to another (the lost-worker test).
+            "workerLostTimeout": f"{WORKER_LOST_TIMEOUT}s",
         }}  # fmt: skip
         stack.enter_context(_addon(
             "Kueue (MultiKueue manager)", build,
@@ -445,3 +453,140 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
         time.sleep(1)  # the audit log is written asynchronously
         assert audited_pod_creates(manager, namespace) == 0
         assert audited_pod_creates(w2, namespace) >= 3
+
+
+def kubeconfig_secret(manager: LocalCluster, name: str, kubeconfig: str) -> None:
+    """The manager's Secret that MultiKueueCluster ``name`` reads its kubeconfig from."""
+    create(manager, {
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": f"mk-{name}", "namespace": NAMESPACE},
+        "data": {"kubeconfig": base64.b64encode(kubeconfig.encode()).decode()},
+    })  # fmt: skip
+
+
+@contextlib.contextmanager
+def proxied(
+    cluster: LocalCluster,
+) -> Iterator[tuple[TcpProxy, Callable[[Callable[[], Any]], None]]]:
+    """A TCP proxy to ``cluster``'s API server, run on an event loop of its own thread,
+    and a function that runs a call of it there."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    proxy = TcpProxy("127.0.0.1", cluster.api_port)
+
+    def do(call: Callable[[], Any]) -> None:
+        async def run() -> None:
+            call()
+
+        asyncio.run_coroutine_threadsafe(run(), loop).result(10)
+
+    try:
+        asyncio.run_coroutine_threadsafe(proxy.__aenter__(), loop).result(10)
+        yield proxy, do
+    finally:
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(proxy.__aexit__(None, None, None), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def serving(cluster: LocalCluster) -> bool:
+    return cluster.kubectl("get", "--raw", "/readyz", check=False, timeout=10).returncode == 0
+
+
+def test_a_lost_workers_copy_starts_nothing_again_when_the_worker_comes_back(
+    clusters: Clusters, namespace: str
+) -> None:
+    """w1 is lost to the manager (the link cut) and its API server goes down; the manager
+    gives the job to w2. w1's API server comes back while the manager cannot reach it
+    yet: the stale copy there is still admitted, and one of its pods has gone. msop on w1
+    creates no pod and restarts nothing of it, until MultiKueue, once it reaches w1
+    again, deletes it."""
+    manager, workers = clusters.manager, clusters.workers
+    w1, w2 = workers["w1"], workers["w2"]
+    create(manager, kueue_obj("LocalQueue", "team", {"clusterQueue": "cq-mk"}, namespace))
+    for w in workers.values():
+        w.kubectl("create", "namespace", namespace)
+        create(w, kueue_obj("LocalQueue", "team", {"clusterQueue": "cq"}, namespace))
+    lost_flags = (
+        "--multikueue-worker-lost-timeout", f"{WORKER_LOST_TIMEOUT}s",
+        "--multikueue-lost-copy-hold", "10m",
+    )  # fmt: skip
+    with (
+        proxied(w1) as (proxy, on_proxy),
+        operator_factory(manager.kubeconfig, namespace) as on_manager,
+        operator_factory(w1.kubeconfig, namespace) as on_w1,
+        operator_factory(w2.kubeconfig, namespace) as on_w2,
+    ):
+        # The manager reaches w1 through the proxy, whose cut is the lost link.
+        kubeconfig_secret(manager, "w1", sa_kubeconfig(w1, f"https://127.0.0.1:{proxy.port}"))
+        try:
+            wait_for("the manager reaches w1 through the proxy", lambda: bool(proxy.conns), 60)
+            on_manager("--enable-kueue")
+            for start in (on_w1, on_w2):
+                start("--enable-kueue", *lost_flags)
+            # w2 is full: the job goes to w1.
+            create(w2, msjob("filler", namespace, dispatched=False))
+            wait_condition(w2, namespace, "filler", "Running", timeout=60)
+            create(manager, msjob("lost", namespace, dispatched=True))
+            wait_for("lost copied to w1", lambda: where(workers, namespace, "lost") == ["w1"], 90)
+            wait_condition(w1, namespace, "lost", "Running", timeout=60)
+            wait_condition(manager, namespace, "lost", "Running", timeout=60)
+            w2.kubectl("delete", "msjob", "filler", "-n", namespace, "--wait=true")
+            time.sleep(1)  # the audit log is written asynchronously
+            creates_before = audited_pod_creates(w1, namespace)
+            assert creates_before == 3
+
+            # w1 is lost: the manager's link is cut, and its API server goes down.
+            on_proxy(proxy.hold_new)
+            on_proxy(proxy.cut)
+            w1.kill_component("kube-apiserver")
+            down_at = time.monotonic()
+            try:
+                # After workerLostTimeout the manager queues the job again: it runs on w2.
+                wait_for(
+                    "lost dispatched to w2 and running",
+                    lambda: is_true(get(w2, namespace, "msjob", "lost"), "Running"),
+                    180,
+                )
+                # The manager may give the job away sooner (it counts from the dispatch):
+                # msop on w1 holds after an outage of workerLostTimeout.
+                time.sleep(max(0.0, down_at + WORKER_LOST_TIMEOUT + 5 - time.monotonic()))
+            finally:
+                w1.start_component("kube-apiserver")
+            wait_for("w1's API server serving again", lambda: serving(w1), 90)
+            for component in w1.dead_components():  # those that lost their leases
+                w1.start_component(component)
+
+            # The manager cannot reach w1 yet: its copy is still there, admitted, and a
+            # pod of it goes (as a node lost meanwhile would take it).
+            stale = get(w1, namespace, "msjob", "lost")
+            assert stale is not None, "the manager reached w1 through a cut link"
+            w1.kubectl("delete", "pod", "lost-worker-1", "-n", namespace, "--timeout=60s")
+            wait_for(
+                "msop on w1 holds the stale copy",
+                lambda: (queued_condition(w1, namespace, "lost") or {}).get("reason") == HELD,
+                60,
+            )
+            held = queued_condition(w1, namespace, "lost") or {}
+            assert held["status"] == "True" and ORIGIN in held["message"], held
+            events = items(w1, namespace, "events")
+            assert [e["type"] for e in events if e.get("reason") == HELD] == ["Warning"]
+            time.sleep(10)  # a restart would have been made by now
+            assert "lost-worker-1" not in job_pods(w1, namespace, "lost")
+
+            # The manager reaches w1 again and removes the stale copy, pods and all.
+            on_proxy(proxy.thaw)
+            wait_for("the stale copy removed from w1",
+                     lambda: get(w1, namespace, "msjob", "lost") is None, 300)  # fmt: skip
+            wait_for("its pods gone from w1",
+                     lambda: not job_pods(w1, namespace, "lost"), 90)  # fmt: skip
+            time.sleep(1)
+            assert audited_pod_creates(w1, namespace) == creates_before
+            # The job goes on on w2, and the manager shows it running there.
+            assert is_true(get(w2, namespace, "msjob", "lost"), "Running")
+            wait_condition(manager, namespace, "lost", "Running", timeout=60)
+        finally:
+            kubeconfig_secret(manager, "w1", sa_kubeconfig(w1))

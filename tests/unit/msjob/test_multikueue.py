@@ -5,13 +5,17 @@ under the Workload MultiKueue pre-built for it."""
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime, timedelta
 from typing import Any
 
 from msop.api import constants as c
 from msop.api.validation import validate
+from msop.kube.contact import Outage
+from msop.kube.objects import format_time
 from msop.msjob import gang, kueue, kueue_workload
 from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.scheduling import Seen
+from msop.msjob.settings import WorkerLost
 from tests.support.builders import NOW, T0, pod, queue, service, status_of
 from tests.support.kueue import (
     ADMISSION,
@@ -344,3 +348,131 @@ def test_the_adoption_that_conflicts_is_planned_again() -> None:
     d = queue(run(j, wl))
     assert d.adopt_workload is not None
     assert not apply_decision(WorkloadApi(wl, conflict=True), d, j)
+
+
+# --- the worker cluster, lost to the manager and back ----------------------------------------
+
+LOST = WorkerLost(timeout=900.0, hold=420.0)
+# The API server did not answer from 20 to 4 minutes ago: 16 minutes, past the timeout.
+OUTAGE = Outage(NOW - timedelta(minutes=20), NOW - timedelta(minutes=4))
+
+
+def run_lost(
+    j: JSON,
+    wl: JSON,
+    *,
+    pods: list[JSON],
+    outages: list[Outage],
+    worker_lost: WorkerLost = LOST,
+    now: datetime = NOW,
+) -> Plan:
+    seen = asyncio.run(
+        kueue.Kueue(
+            WorkloadApi(wl),
+            owned_by=lambda uid: [wl],
+            in_namespace=lambda ns: [wl],
+            flavor=FLAVORS.get,
+            worker_lost=worker_lost,
+            outages=lambda: outages,
+        ).observe(j)
+    )
+    assert seen is not None
+    return plan(Observed(j, pods, [service()], now, scheduling=[seen]))
+
+
+def admitted_copy(restart_policy: str = "Never") -> tuple[JSON, JSON]:
+    """A copy made an hour ago, its pre-built Workload adopted and admitted."""
+    manager = dispatched_job()
+    wl = prebuilt(manager, ("QuotaReserved", "True", "QuotaReserved"),
+                  ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
+    j = worker_copy(wl["metadata"]["name"])
+    j["metadata"]["creationTimestamp"] = format_time(NOW - timedelta(hours=1))
+    j["spec"]["msReplicaSpecs"]["Worker"]["restartPolicy"] = restart_policy
+    wl["metadata"]["ownerReferences"] = [{"uid": "worker-uid", "controller": True}]
+    return j, wl
+
+
+def three_pods(worker0: str = "Running", exit_code: int | None = None) -> list[JSON]:
+    return [
+        pod("Scheduler", 0),
+        pod("Worker", 0, worker0, exit_code=exit_code),
+        pod("Worker", 1),
+    ]
+
+
+def test_after_a_long_outage_a_copy_creates_no_pod_and_leaves_running_ones_alone() -> None:
+    j, wl = admitted_copy()
+    pods = [pod("Scheduler", 0), pod("Worker", 1)]  # Worker 0 went while the server was away
+    p = run_lost(j, wl, pods=pods, outages=[OUTAGE])
+    assert p.create_pods == [] and p.delete_pods == [] and p.create_services == []
+    q = queued(p)
+    assert q is not None and q["status"] == "True"
+    assert q["reason"] == kueue_workload.REASON_WORKER_LOST
+    assert "16m0s" in q["message"] and "'mk'" in q["message"]
+    assert format_time(NOW + timedelta(minutes=3)) in q["message"]  # the hold's end
+    assert [(e.type, e.reason) for e in p.events] == [
+        ("Warning", kueue_workload.REASON_WORKER_LOST)
+    ]
+    # Looked at again when the hold ends (sooner if MultiKueue deletes the copy).
+    assert p.requeue_after == 180.0
+    # Planned again while held: the Event is not repeated.
+    j["status"] = status_of(p)
+    again = run_lost(j, wl, pods=pods, outages=[OUTAGE])
+    assert again.events == [] and again.create_pods == []
+
+
+def test_after_a_long_outage_a_copy_is_not_restarted() -> None:
+    j, wl = admitted_copy("OnFailure")
+    pods = three_pods("Failed", exit_code=1)  # retryable: would restart every pod
+    held = run_lost(j, wl, pods=pods, outages=[OUTAGE])
+    assert held.create_pods == [] and held.delete_pods == [] and held.agent_requests == []
+    # The same copy, with no outage behind it, restarts.
+    restarted = run_lost(j, wl, pods=pods, outages=[])
+    assert len(restarted.delete_pods) == 3
+
+
+def test_the_hold_ends_and_the_copy_runs_as_before() -> None:
+    j, wl = admitted_copy()
+    pods = [pod("Scheduler", 0), pod("Worker", 1)]
+    later = NOW + timedelta(minutes=3)  # OUTAGE.end + hold
+    p = run_lost(j, wl, pods=pods, outages=[OUTAGE], now=later)
+    assert [x["metadata"]["name"] for x in p.create_pods] == ["j-worker-0"]
+
+
+def test_short_outages_off_or_copies_made_after_hold_nothing() -> None:
+    j, wl = admitted_copy()
+    pods = [pod("Scheduler", 0), pod("Worker", 1)]
+    short = Outage(NOW - timedelta(minutes=10), NOW - timedelta(minutes=4))  # 6 minutes
+    assert len(run_lost(j, wl, pods=pods, outages=[short]).create_pods) == 1
+    off = WorkerLost(timeout=0.0, hold=420.0)
+    assert len(run_lost(j, wl, pods=pods, outages=[OUTAGE], worker_lost=off).create_pods) == 1
+    # Dispatched here after the outage (by the manager that got the worker back).
+    j["metadata"]["creationTimestamp"] = format_time(NOW - timedelta(minutes=2))
+    assert len(run_lost(j, wl, pods=pods, outages=[OUTAGE]).create_pods) == 1
+    # A job submitted to this cluster itself is not MultiKueue's copy.
+    own = queued_job()
+    own["metadata"]["creationTimestamp"] = format_time(NOW - timedelta(hours=1))
+    own_wl = wl_of(own, ("QuotaReserved", "True", "QuotaReserved"),
+                   ("Admitted", "True", "Admitted"), admission=ADMISSION)  # fmt: skip
+    assert len(run_lost(own, own_wl, pods=pods, outages=[OUTAGE]).create_pods) == 1
+
+
+def test_a_held_copy_whose_workload_is_evicted_stops_its_pods() -> None:
+    j, wl = admitted_copy()
+    wl["status"]["conditions"].append(
+        {"type": "Evicted", "status": "True", "reason": "Deactivated", "message": "by manager",
+         "lastTransitionTime": T0}
+    )  # fmt: skip
+    p = run_lost(j, wl, pods=three_pods(), outages=[OUTAGE])
+    assert len(p.delete_pods) == 3 and p.create_pods == []
+    q = queued(p)
+    assert q is not None and q["reason"] != kueue_workload.REASON_WORKER_LOST
+
+
+def test_the_latest_long_outage_holds_a_copy() -> None:
+    j, _ = admitted_copy()
+    older = Outage(NOW - timedelta(minutes=50), NOW - timedelta(minutes=30))
+    short = Outage(NOW - timedelta(minutes=2), NOW - timedelta(minutes=1))
+    lost = kueue_workload.lost_worker(j, [older, OUTAGE, short], timeout=900.0, hold=420.0)
+    assert lost is not None and (lost.start, lost.end) == (OUTAGE.start, OUTAGE.end)
+    assert lost.until == OUTAGE.end + timedelta(seconds=420)
