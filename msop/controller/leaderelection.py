@@ -51,7 +51,7 @@ import structlog
 
 from msop.controller import metrics
 from msop.kube.errors import ApiError, is_already_exists, is_conflict, is_not_found
-from msop.kube.objects import format_micro_time
+from msop.kube.objects import format_micro_time, parse_time
 from msop.kube.resources import LEASES, Resource
 from msop.kube.writer import LiveReader
 
@@ -140,11 +140,16 @@ class LeaderElector:
         *,
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
+        on_takeover: Callable[[datetime], None] | None = None,
     ) -> None:
         """``clock``: monotonic seconds (renew deadline, expiry of an observed Lease);
-        ``now``: wall-clock seconds, for the times written into the Lease."""
+        ``now``: wall-clock seconds, for the times written into the Lease;
+        ``on_takeover``: called once this process takes the Lease over from a holder that
+        did not release it, with that holder's last ``renewTime`` (until then nobody led:
+        a crashed leader, or one cut off from the API server)."""
         self.client = client
         self.config = config
+        self._on_takeover = on_takeover
         self._clock = clock
         self._now = now
         self._leader = asyncio.Event()
@@ -276,6 +281,10 @@ class LeaderElector:
             updated["spec"] = self._spec(lease, self._now())
             result = await self.client.replace(LEASES, updated)
             self._observe(result)
+            last_renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
+            if holder and holder != cfg.identity and last_renewed is not None:
+                if self._on_takeover is not None:
+                    self._on_takeover(last_renewed)
             return True
         except ApiError as e:
             if is_conflict(e) or is_already_exists(e):

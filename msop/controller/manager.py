@@ -159,7 +159,14 @@ class Manager:
                 f"HTTP for the kubelet (both are {metrics_bind_address!r})"
             )
         self._shared_server = same and secure_metrics is None
-        self.elector = LeaderElector(client, leader_election) if leader_election else None
+        # A Lease taken over from a holder that never released it: from its last renewal
+        # until now, nothing of this controller reached the API server (the holder crashed,
+        # or was cut off from it), an outage this process inherits.
+        self.elector = (
+            LeaderElector(client, leader_election, on_takeover=client.contact.missed)
+            if leader_election
+            else None
+        )
         """The leader elector, or None without leader election."""
         self.healthz = Checks({"ping": lambda: True})
         """``/healthz`` checks (``ping`` always passes while the event loop serves)."""

@@ -61,6 +61,14 @@ class Contact:
         if self._since is None:
             self._since = self._now()
 
+    def missed(self, since: datetime) -> None:
+        """An outage an earlier process saw and this one inherits: nothing reached the API
+        server for this controller from ``since`` (the last renewal of the Lease the earlier
+        process held and did not release) until now (this process took the Lease over)."""
+        now = self._now()
+        if since < now:
+            self._outages.append(Outage(since, now))
+
     @property
     def lost_since(self) -> datetime | None:
         """When the outage in progress started; None while the server answers."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -77,3 +79,42 @@ async def test_term_ends_renew_deadline_after_the_last_good_renewal_was_sent(
     assert last_attempt < good_sent + config.renew_deadline
     assert clock.now <= good_sent + config.renew_deadline + 1.0
     assert clock.now < good_sent + config.lease_duration
+
+
+async def test_a_lease_taken_over_from_a_holder_that_did_not_release_it_is_reported() -> None:
+    # The earlier leader's last renewal is when nothing of this controller reached the
+    # API server any more (it crashed, or was cut off from it): the new leader inherits
+    # that outage (Contact.missed).
+    clock = FakeClock(100.0)
+    server = LeaseServer(clock)
+    server.plan = [("ok", 0.0)] * 3
+    old_renewal = "2026-11-28T12:00:00.000000Z"
+    server.lease = {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "msop", "namespace": "ns", "resourceVersion": "1"},
+        "spec": {"holderIdentity": "old", "leaseDurationSeconds": 15,
+                 "renewTime": old_renewal, "acquireTime": old_renewal},
+    }  # fmt: skip
+    config = LeaderElectionConfig(
+        name="msop", namespace="ns", identity="new", lease_duration=15.0, renew_deadline=10.0,
+        retry_period=1.0,
+    )  # fmt: skip
+    taken: list[datetime] = []
+    elector = LeaderElector(
+        server, config, clock=clock, now=lambda: 1_800_000_000.0, on_takeover=taken.append
+    )
+    assert not await elector._try_acquire_or_renew()  # still the old holder's: not expired
+    clock.now += 16.0
+    assert await elector._try_acquire_or_renew()  # expired: taken over
+    assert taken == [datetime(2026, 11, 28, 12, 0, tzinfo=UTC)]
+    assert await elector._try_acquire_or_renew()  # a renewal of our own: nothing new
+    assert len(taken) == 1
+    # A Lease its holder released (holderIdentity "") was handed over, not taken.
+    assert server.lease is not None
+    server.lease["spec"]["holderIdentity"] = ""
+    other = LeaderElector(
+        server, replace(config, identity="third"), clock=clock, now=lambda: 1_800_000_100.0,
+        on_takeover=taken.append,
+    )  # fmt: skip
+    assert await other._try_acquire_or_renew()
+    assert len(taken) == 1

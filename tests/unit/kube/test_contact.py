@@ -43,6 +43,15 @@ def test_an_outage_runs_from_the_first_unanswered_request_to_the_next_answer() -
     assert contact.lost_since is None
 
 
+def test_an_outage_an_earlier_process_saw_is_inherited() -> None:
+    wall = Wall()
+    contact = Contact(now=wall)
+    wall.t = T0 + timedelta(minutes=20)
+    contact.missed(T0)  # the Lease taken over was last renewed at T0
+    contact.missed(T0 + timedelta(hours=1))  # a renewal "from the future": no outage
+    assert contact.outages() == [Outage(T0, T0 + timedelta(minutes=20))]
+
+
 def test_only_the_last_outages_are_kept() -> None:
     wall = Wall()
     contact = Contact(now=wall, keep=2)
