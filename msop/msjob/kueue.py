@@ -492,24 +492,25 @@ class Decision(WorkloadWrites, Admitted):
         return self._admitted(p, wl)
 
     def _held(self, p: Pass, wl: JSON) -> bool:
-        """A copy whose worker (this cluster) was lost to the manager for long may have
-        been given to another worker meanwhile, and MultiKueue deletes it only once it
-        reaches this cluster again: until it does (or the hold ends), nothing of it starts
-        again here: no pod is created, none restarted. Pods still running are left alone
-        (the copy may still be the one the manager wants); a Workload no longer admitted
-        stops them as usual."""
+        """A copy whose worker (this cluster) was cut off for at least the manager's
+        ``workerLostTimeout`` has been given to another worker by then, and MultiKueue
+        acts on it only once it reaches this cluster again: until it does (or the hold
+        ends), nothing of it runs here. Its pods are stopped and none is created or
+        restarted, so that two runs of the job do not write the same checkpoints; if the
+        manager keeps this copy after all, it runs again once the hold ends."""
         lost = self.seen.lost
         if lost is None or p.now >= lost.until or not admitted(wl):
             return False
+        p.stop_pods()
         self._wait(p, Wait(
             REASON_WORKER_LOST,
             f"MSJob {p.ref} is MultiKueue's copy of a job of manager "
             f"{origin(p.stored)!r}, and this cluster's API server did not answer msop for "
             f"{format_duration(round((lost.end - lost.start).total_seconds()))} (from "
             f"{format_time(lost.start)} to {format_time(lost.end)}): long enough for the "
-            "manager to have given the job to another worker. Until MultiKueue deletes "
-            f"this copy, or until {format_time(lost.until)} if it does not, msop creates "
-            "and restarts none of its pods here; pods still running are left alone.",
+            "manager to have given the job to another worker. Its pods are stopped, and "
+            "none is created or restarted until MultiKueue deletes this copy, or until "
+            f"{format_time(lost.until)} if it does not.",
             event_type="Warning",
         ))  # fmt: skip
         p.requeue_at(max(1.0, (lost.until - p.now).total_seconds()))

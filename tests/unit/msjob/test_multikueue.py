@@ -400,11 +400,12 @@ def three_pods(worker0: str = "Running", exit_code: int | None = None) -> list[J
     ]
 
 
-def test_after_a_long_outage_a_copy_creates_no_pod_and_leaves_running_ones_alone() -> None:
+def test_after_a_long_outage_a_copy_stops_its_pods_and_creates_none() -> None:
     j, wl = admitted_copy()
     pods = [pod("Scheduler", 0), pod("Worker", 1)]  # Worker 0 went while the server was away
     p = run_lost(j, wl, pods=pods, outages=[OUTAGE])
-    assert p.create_pods == [] and p.delete_pods == [] and p.create_services == []
+    assert p.create_pods == [] and p.create_services == []
+    assert [x["metadata"]["name"] for x in p.delete_pods] == ["j-scheduler-0", "j-worker-1"]
     q = queued(p)
     assert q is not None and q["status"] == "True"
     assert q["reason"] == kueue_workload.REASON_WORKER_LOST
@@ -415,20 +416,27 @@ def test_after_a_long_outage_a_copy_creates_no_pod_and_leaves_running_ones_alone
     ]
     # Looked at again when the hold ends (sooner if MultiKueue deletes the copy).
     assert p.requeue_after == 180.0
-    # Planned again while held: the Event is not repeated.
+    # Planned again while held (the pods going): the Event is not repeated.
     j["status"] = status_of(p)
-    again = run_lost(j, wl, pods=pods, outages=[OUTAGE])
-    assert again.events == [] and again.create_pods == []
+    again = run_lost(j, wl, pods=[], outages=[OUTAGE])
+    assert again.events == [] and again.create_pods == [] and again.create_services == []
 
 
 def test_after_a_long_outage_a_copy_is_not_restarted() -> None:
     j, wl = admitted_copy("OnFailure")
     pods = three_pods("Failed", exit_code=1)  # retryable: would restart every pod
     held = run_lost(j, wl, pods=pods, outages=[OUTAGE])
-    assert held.create_pods == [] and held.delete_pods == [] and held.agent_requests == []
+    assert held.create_pods == [] and held.agent_requests == []
+    held_status = status_of(held)
+    assert "restarts" not in held_status.get("replicaStatuses", {}).get("Worker", {})
+    assert not any(x["type"] == c.RESTARTING for x in held_status["conditions"])
     # The same copy, with no outage behind it, restarts.
     restarted = run_lost(j, wl, pods=pods, outages=[])
     assert len(restarted.delete_pods) == 3
+    assert any(
+        x["type"] == c.RESTARTING and x["status"] == "True"
+        for x in status_of(restarted)["conditions"]
+    )
 
 
 def test_the_hold_ends_and_the_copy_runs_as_before() -> None:
