@@ -282,9 +282,9 @@ class LeaderElector:
             result = await self.client.replace(LEASES, updated)
             self._observe(result)
             last_renewed = parse_time((lease.get("spec") or {}).get("renewTime"))
-            if holder and holder != cfg.identity and last_renewed is not None:
-                if self._on_takeover is not None:
-                    self._on_takeover(last_renewed)
+            taken_over = holder and holder != cfg.identity and last_renewed is not None
+            if taken_over and last_renewed is not None and self._on_takeover is not None:
+                self._on_takeover(last_renewed)
             return True
         except ApiError as e:
             if is_conflict(e) or is_already_exists(e):
