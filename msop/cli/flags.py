@@ -319,9 +319,9 @@ def _add_run(sub: Any) -> None:
         "MSOP_MULTIKUEUE_WORKER_LOST_TIMEOUT",
         "on a MultiKueue worker cluster (with --enable-kueue): once this cluster's API "
         "server has not answered msop for this long, MultiKueue's copies of jobs that were "
-        "here before are held (no pod created, none restarted; running pods left alone) "
-        "until MultiKueue deletes them or --multikueue-lost-copy-hold has passed, because "
-        "the manager may have given the jobs to another worker. Set it to the manager's "
+        "here before are held (their pods stopped, none created or restarted) until "
+        "MultiKueue deletes them or --multikueue-lost-copy-hold has passed: by then the "
+        "manager has given the jobs to another worker. Set it to the manager's "
         "multiKueue.workerLostTimeout or less; 0 turns it off",
         "15m",
         type=_duration_or_off,

@@ -59,7 +59,12 @@ the name of the Workload it pre-built there) and copies the worker's status back
 writes the status only while the job is not on a worker (its Workload has no
 ``status.clusterName``): ``Created``, ``Queued``, ``Suspended``. On the worker, the copy's
 label names its *pre-built* Workload: msop adopts it (makes the job its controller, as
-Kueue's jobframework does) instead of creating one, and runs the job as usual.
+Kueue's jobframework does) instead of creating one, and runs the job as usual. A copy
+that was on the worker through an outage of its API server at least as long as the
+manager's ``workerLostTimeout`` (:class:`~msop.msjob.settings.WorkerLost`, the outages
+from :class:`~msop.kube.contact.Contact`) has been given to another worker meanwhile:
+it is held (``Queued`` ``MultiKueueWorkerLost``: its pods stopped, none created or
+restarted) until MultiKueue deletes it or the hold ends (:meth:`Decision._held`).
 """
 
 from __future__ import annotations
