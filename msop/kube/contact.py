@@ -49,12 +49,23 @@ class Contact:
         self._now = now
         self._since: datetime | None = None
         self._outages: deque[Outage] = deque(maxlen=keep)
+        self._subscribers: list[Callable[[Outage], None]] = []
+
+    def subscribe(self, callback: Callable[[Outage], None]) -> None:
+        """Call ``callback`` with each outage as it ends (on the event loop, from the
+        request that got the first answer): it must be quick and must not raise."""
+        self._subscribers.append(callback)
+
+    def _ended(self, outage: Outage) -> None:
+        self._outages.append(outage)
+        for callback in self._subscribers:
+            callback(outage)
 
     def answered(self) -> None:
         """The API server answered: an outage in progress ends now."""
         if self._since is not None:
-            self._outages.append(Outage(self._since, self._now()))
-            self._since = None
+            since, self._since = self._since, None
+            self._ended(Outage(since, self._now()))
 
     def unanswered(self) -> None:
         """A request got no answer: an outage starts now, unless one already runs."""
@@ -67,7 +78,7 @@ class Contact:
         process held and did not release) until now (this process took the Lease over)."""
         now = self._now()
         if since < now:
-            self._outages.append(Outage(since, now))
+            self._ended(Outage(since, now))
 
     @property
     def lost_since(self) -> datetime | None:

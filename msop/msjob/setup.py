@@ -41,7 +41,14 @@ from msop.controller.workqueue import WorkQueue
 from msop.informers.factory import InformerFactory
 from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister, MultiNamespaceLister, Reader
-from msop.informers.store import BY_CONTROLLER_UID, BY_NAMESPACE, Transform, make_transform
+from msop.informers.store import (
+    BY_CONTROLLER_UID,
+    BY_NAMESPACE,
+    Transform,
+    make_transform,
+    split_key,
+)
+from msop.kube.contact import Outage
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, SERVICES, Resource
 from msop.msjob import metrics, systems
@@ -281,11 +288,31 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     for inf in caches.watched:
         controller.watch(inf, OWNER)
     manager.add(controller)
+    if settings.kueue and settings.worker_lost.timeout > 0:
+        # After a long outage MultiKueue's copies are held (kueue.py): plan every job again
+        # as soon as the API server answers, not at its next event (a relist that finds
+        # the cache unchanged sends none).
+        manager.client.contact.subscribe(
+            functools.partial(_plan_all_after, settings.worker_lost.timeout, jobs, queue)
+        )
     if settings.recheck_in_place is not None:
         manager.add(_InPlaceRecheck(reconciler, settings.recheck_in_place))
     if poller is not None:
         _follow_progress(manager, controller, poller, pods)
     return controller
+
+
+def _plan_all_after(
+    timeout: float, jobs: list[SharedInformer], queue: WorkQueue[Request], outage: Outage
+) -> None:
+    """An outage of at least ``timeout`` seconds ended: every cached job is planned again."""
+    if outage.seconds < timeout:
+        return
+    for inf in jobs:
+        cached = inf.store.keys()
+        for key in cached:
+            namespace, name = split_key(key)
+            queue.add(Request(namespace or "", name))
 
 
 def _follow_progress(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 from msop.api.resources import MSJOBS
 from msop.controller.events import EventRecorder
 from msop.controller.manager import Manager
@@ -9,7 +11,7 @@ from msop.controller.reconcile import Request
 from msop.kube.resources import PODGROUPS, PODS, RESOURCEFLAVORS, SERVICES, WORKLOADS
 from msop.msjob import gang, kueue
 from msop.msjob.reconciler import MSJobReconciler
-from msop.msjob.settings import Settings
+from msop.msjob.settings import Settings, WorkerLost
 from msop.msjob.setup import setup
 from tests.support.clients import NoApiServer
 
@@ -51,3 +53,29 @@ def test_the_enabled_systems_start_with_the_caches_they_ask_for() -> None:
     setup(plain, Settings(progress_port=0))
     plain_kinds = [inf.resource.kind for inf in plain.informers.informers()]
     assert sorted(plain_kinds) == sorted([MSJOBS.kind, PODS.kind, SERVICES.kind])
+
+
+def test_after_a_long_outage_every_job_is_planned_again() -> None:
+    # MultiKueue's copies are held after an outage of --multikueue-worker-lost-timeout:
+    # every cached job is planned again as soon as the API server answers, not at its
+    # next event (a relist that finds the cache unchanged sends none).
+    m = _manager()
+    settings = Settings(
+        namespaces=("a",), kueue=True, progress_port=0, worker_lost=WorkerLost(60.0, 420.0)
+    )
+    controller = setup(m, settings)
+    [jobs] = [inf for inf in m.informers.informers() if inf.resource.kind == MSJOBS.kind]
+    meta = {"name": "j", "namespace": "a", "uid": "u", "resourceVersion": "1"}
+    job = {"apiVersion": "mindspore.gitee.com/v1", "kind": "MSJob", "metadata": meta}
+    jobs.store.replace([job], "1")
+    contact = m.client.contact
+    now = datetime.now(UTC)
+    contact.missed(now - timedelta(seconds=5))  # too short to hold anything
+    assert len(controller.queue) == 0
+    contact.missed(now - timedelta(seconds=120))
+    assert len(controller.queue) == 1
+
+    off = _manager()
+    setup(off, Settings(namespaces=("a",), kueue=True, progress_port=0,
+                        worker_lost=WorkerLost(0.0, 420.0)))  # fmt: skip
+    assert off.client.contact._subscribers == []
