@@ -65,7 +65,7 @@ JOB_NAME = "training.kubeflow.org/job-name"
 WORKER_LOST_TIMEOUT = 20
 HELD = "MultiKueueWorkerLost"
 #: msop's --multikueue-lost-copy-hold on the workers, in the lost-worker test (seconds).
-HOLD = 240
+HOLD = 150
 
 
 def create(cluster: LocalCluster, obj: JSON) -> None:
