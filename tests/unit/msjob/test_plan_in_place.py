@@ -99,6 +99,11 @@ def restarting(restarts: int = 1, seconds_ago: float = 10.0, **extra: Any) -> JS
     return status
 
 
+def agent_env(made: JSON) -> dict[str, str]:
+    (agent,) = [c for c in made["spec"]["initContainers"] if c["name"] == "msop-agent"]
+    return {e["name"]: e["value"] for e in agent["env"]}
+
+
 def asked(p: Plan, action: str) -> set[str]:
     return {r.pod["metadata"]["name"] for r in p.agent_requests if r.action == action}
 
@@ -327,23 +332,28 @@ def test_running_again_ends_the_restart() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "why"),
+    ("change", "gone"),
     [
-        (lambda pods: pods[1:], "pod j-scheduler-0 is gone"),
+        (lambda pods: pods[1:], "j-scheduler-0"),
         (lambda pods: [*pods[:2], member("Worker", 1, phase="Failed", state="terminated",
-                                         code=1)], "pod j-worker-1 exited with code 1"),
+                                         code=1)], "j-worker-1"),
     ],
     ids=["deleted", "failed"],
 )  # fmt: skip
-def test_a_pod_gone_or_failed_falls_back_to_recreation(change: Any, why: str) -> None:
+def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(
+    change: Any, gone: str
+) -> None:
     pods = change(members(restarts=1, state="waiting", last=137, barrier="running"))
     p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
-    assert names(p.delete_pods) == names(pods)
-    c = cond(p, "Restarting")
-    assert c is not None and c["reason"] == "MSJobRestarting"
-    assert f"its restart in place failed because {why}" in c["message"]
-    assert restarts(p) == 1  # the same restart: not counted again
-    assert not p.agent_requests
+    if gone in names(pods):  # failed as a whole: deleted, made again once gone
+        assert names(p.delete_pods) == {gone} and not p.create_pods
+    else:
+        assert not p.delete_pods and names(p.create_pods) == {gone}
+        env = agent_env(p.create_pods[0])
+        assert env["MSOP_AGENT_GENERATION"] == "1" and env["MSOP_AGENT_HOLD"] == "1"
+    assert must_cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"
+    assert restarts(p) == 1  # nothing ran at generation 1 yet: the same restart
+    assert not asked(p, "release")  # not before the replacement waits with the others
 
 
 def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
@@ -375,11 +385,12 @@ def test_until_the_timeout_it_waits() -> None:
          "node(s) n1 do not declare it"),
         (members(member("Worker", 1, state="terminated"), agent=False), {"in_place": ON},
          "pod j-scheduler-0 was created without the msop agent"),
-        (members(member("Worker", 1, state="terminated"),
-                 member("Worker", 0, phase="Failed", state="terminated", code=1)),
-         {"in_place": ON}, "pod(s) j-worker-0 failed as a whole"),
+        (members(member("Worker", 1, phase="Failed", state="terminated"),
+                 member("Worker", 0, phase="Failed", state="terminated", code=1),
+                 member("Scheduler", 0, phase="Failed", state="terminated", code=1)),
+         {"in_place": ON}, "no pod of the job is left to restart in place"),
     ],
-    ids=["off", "unsupported", "no-agent", "a-pod-failed"],
+    ids=["off", "unsupported", "no-agent", "every-pod-failed"],
 )  # fmt: skip
 def test_a_recreation_says_why_not_in_place(pods: list[JSON], opts: JSON, why: str) -> None:
     for member_ in pods:
