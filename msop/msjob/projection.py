@@ -107,20 +107,24 @@ def pod_projection(obj: Obj) -> Obj:
         ]
         if barrier:
             projected["initContainerStatuses"] = barrier
-    if isinstance(status, dict) and isinstance(status.get("conditions"), list):
-        # Only a PodScheduled that is not True: why a pod cannot be placed (a replacement
-        # that a restart in place waits for says so in the job's condition).
-        unplaced = [
-            _pick(cond, ("type", "status", "reason", "message"))
-            for cond in status["conditions"]
-            if isinstance(cond, dict)
-            and cond.get("type") == "PodScheduled"
-            and cond.get("status") != "True"
-        ]
-        if unplaced:
-            projected["conditions"] = unplaced
+    if unplaced := _unplaced(status):
+        projected["conditions"] = unplaced
     out["status"] = projected
     return out
+
+
+def _unplaced(status: Any) -> list[Obj]:
+    """Only a PodScheduled that is not True: why a pod cannot be placed (a replacement
+    that a restart in place waits for says so in the job's condition)."""
+    if not isinstance(status, dict) or not isinstance(status.get("conditions"), list):
+        return []
+    return [
+        _pick(cond, ("type", "status", "reason", "message"))
+        for cond in status["conditions"]
+        if isinstance(cond, dict)
+        and cond.get("type") == "PodScheduled"
+        and cond.get("status") != "True"
+    ]
 
 
 def service_projection(obj: Obj) -> Obj:

@@ -96,6 +96,4 @@ def load_config(env: Mapping[str, str], *, serving: bool) -> Config:
     hold = env.get(ENV_AGENT_HOLD) == "1"
     if not serving:
         return Config(directory, generation, hold=hold)
-    return Config(
-        directory, generation, job=_job(env), key=_key(env), port=_port(env), hold=hold
-    )
+    return Config(directory, generation, job=_job(env), key=_key(env), port=_port(env), hold=hold)

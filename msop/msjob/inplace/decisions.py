@@ -36,6 +36,7 @@ A hybrid restart, in the words of the rules here:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from msop.api import constants as c
 from msop.api import naming
@@ -185,14 +186,7 @@ def advance(p: PlanningPass) -> Step:
         for pod in by_slot.values()
     ):
         return Step(done=True)
-    live: dict[Slot, JSON] = {}
-    for slot, pod in by_slot.items():
-        if pod is None or terminating(pod):
-            continue
-        if phase(pod) not in ACTIVE_PHASES:
-            p.delete_pod(pod)  # ended before the release: replaced in this restart
-            continue
-        live[slot] = pod
+    live = _live(p, by_slot)
     cond = get_condition(p.status, c.RESTARTING) or {}
     first = str(cond.get("message") or "").split("\n", 1)[0].split(_WAITING, 1)[0]
     for slot, pod in live.items():
@@ -207,16 +201,15 @@ def advance(p: PlanningPass) -> Step:
     arrived = {s for s, pod in new.items() if pods.at_barrier(pod) or going}
     restarted = all(pods.restarted_for(pod, generation) for pod in kept.values())
     # Only replacements on their way (scheduled, pulled, started): the kept pods wait.
-    only_new = restarted and all(
-        pods.at_barrier(pod) or pods.started_again(pod, generation) for pod in kept.values()
-    ) and (len(live) < len(slots) or len(arrived) < len(new))
-    since = parse_time(str(cond.get("lastTransitionTime") or "")) or p.now
-    for pod in new.values():
-        reached = parse_time(pods.at_barrier_since(pod))
-        if reached is not None and reached > since:
-            since = reached
+    only_new = (
+        restarted
+        and all(
+            pods.at_barrier(pod) or pods.started_again(pod, generation) for pod in kept.values()
+        )
+        and (len(live) < len(slots) or len(arrived) < len(new))
+    )
     timeout = p.opts.in_place.timeout if p.opts.in_place is not None else 0.0
-    remaining = timeout - (p.now - since).total_seconds()
+    remaining = timeout - (p.now - _since(p, cond, new)).total_seconds()
     if remaining <= 0 and not only_new:
         late = [
             pod["metadata"]["name"]
@@ -241,6 +234,31 @@ def advance(p: PlanningPass) -> Step:
         )
     p.requeue_at(min(AGENT_RETRY_SECONDS, max(remaining, 0.0)))
     return Step()
+
+
+def _live(p: PlanningPass, by_slot: dict[Slot, JSON | None]) -> dict[Slot, JSON]:
+    """The pods that take part in the restart; one that ended before the release is
+    deleted (replaced in this restart, once gone)."""
+    live: dict[Slot, JSON] = {}
+    for slot, pod in by_slot.items():
+        if pod is None or terminating(pod):
+            continue
+        if phase(pod) not in ACTIVE_PHASES:
+            p.delete_pod(pod)
+            continue
+        live[slot] = pod
+    return live
+
+
+def _since(p: PlanningPass, cond: JSON, new: dict[Slot, JSON]) -> datetime:
+    """Whence ``InPlace.timeout`` runs: the restart's start, or the moment the last
+    replacement reached its barrier, whichever is later."""
+    since = parse_time(str(cond.get("lastTransitionTime") or "")) or p.now
+    for pod in new.values():
+        reached = parse_time(pods.at_barrier_since(pod))
+        if reached is not None and reached > since:
+            since = reached
+    return since
 
 
 def _recreate(p: PlanningPass, why: str, first: str) -> str:

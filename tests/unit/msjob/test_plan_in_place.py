@@ -340,9 +340,7 @@ def test_running_again_ends_the_restart() -> None:
     ],
     ids=["deleted", "failed"],
 )  # fmt: skip
-def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(
-    change: Any, gone: str
-) -> None:
+def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(change: Any, gone: str) -> None:
     pods = change(members(restarts=1, state="waiting", last=137, barrier="running"))
     p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
     if gone in names(pods):  # failed as a whole: deleted, made again once gone

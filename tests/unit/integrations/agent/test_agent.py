@@ -505,8 +505,7 @@ def test_a_replacement_waits_on_its_first_start_for_the_release_of_its_generatio
     code, out, err = exits(barrier)
     assert code == 0, err
     assert out.splitlines() == [
-        "msop barrier: waiting for msop to release generation 3 (this pod replaces a lost "
-        "member)",
+        "msop barrier: waiting for msop to release generation 3 (this pod replaces a lost member)",
         "msop barrier: generation 3 released: the training may start",
     ]
     assert pod.state() == {"generation": 3, "requested": False, "waiting": False}
