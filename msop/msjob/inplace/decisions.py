@@ -209,7 +209,10 @@ def advance(p: PlanningPass) -> Step:
         and (len(live) < len(slots) or len(arrived) < len(new))
     )
     timeout = p.opts.in_place.timeout if p.opts.in_place is not None else 0.0
-    remaining = timeout - (p.now - _since(p, cond, new)).total_seconds()
+    # The kept pods' agents have had the whole time; the release, from the moment the
+    # last replacement reached its barrier.
+    since = _since(p, cond, new if restarted else {})
+    remaining = timeout - (p.now - since).total_seconds()
     if remaining <= 0 and not only_new:
         late = [
             pod["metadata"]["name"]
