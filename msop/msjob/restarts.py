@@ -13,16 +13,23 @@ a job with a Scheduler, not elastic) restarts the job as a whole:
   the job. Retryable by the failed replica's policy (``ExitCode``: a code >= 128, or no
   code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
   none) means every pod is restarted, counted once toward ``backoffLimit``: in place where
-  every pod carries the msop agent (:mod:`.inplace.decisions` decides the steps), else
-  deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming
+  the pods carry the msop agent (:mod:`.inplace.decisions` decides the steps), the pods
+  gone or ended (deleted, evicted, their node lost) recreated alone and released with
+  the others (a hybrid restart); else every pod deleted and recreated with the same
+  ``MS_*`` values. Otherwise the job fails, naming
   the pod, its exit code and the container's reason; the failed run's last output stays
   in the condition's message.
 - Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
   ``kubectl scale``) cannot join the others: if the cluster has started, every pod is
   recreated (not counted toward ``backoffLimit``); if none runs yet, only the stale ones
   are replaced.
-- A member of a Running cluster that disappeared (deleted by hand) leaves a cluster that
-  cannot go on: every pod is recreated (not counted either).
+- A member of a Running cluster that is gone or going (deleted by hand, its node lost)
+  leaves a cluster that cannot go on: it restarts the same way (a hybrid restart where it
+  can), counted once toward ``backoffLimit``: a pod deleted again and again must not
+  restart the job forever. The count lives only in the status, so no operator restart,
+  leader change or deleted child resets it.
+- While a restart in place is under way, what fails before its release joins it (nothing
+  ran at its generation yet); what fails after it is a new failure, counted.
 
 ``restartScope: Pod`` (:func:`restart_pods`, ms-operator's rules): ``Always``/``OnFailure``
 are restarted in place by the kubelet, and each ``restartCount`` counts toward
