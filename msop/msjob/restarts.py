@@ -144,7 +144,7 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     if not under_way or in_place_steps.released(p):
         if _first_failure(p, counts):
             return True
-        if under_way and (lost := in_place_steps.lost_slots(p)):
+        if under_way and _gone(p, lost := in_place_steps.lost_slots(p)):
             return _members_lost(p, counts, lost)
     if under_way:
         step = in_place_steps.advance(p)
@@ -293,10 +293,14 @@ def _replace_lost_member(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     if not is_true(p.status, c.RUNNING) or not any(not terminating(pod) for pod in p.pods):
         return False
     lost = in_place_steps.lost_slots(p)
-    # A member that ended (a Worker that succeeded before Worker 0) is no loss by itself;
-    # once the cluster restarts, it is recreated with the gone ones.
-    gone = [s for s in lost if (pod := p.by_slot.get(s)) is None or terminating(pod)]
-    return bool(gone) and _members_lost(p, counts, lost)
+    return _gone(p, lost) and _members_lost(p, counts, lost)
+
+
+def _gone(p: PlanningPass, lost: list[Slot]) -> bool:
+    """Whether a lost member is gone or going. A member that ended (a Worker that
+    succeeded before Worker 0) is no loss by itself; once the cluster restarts, it is
+    recreated with the gone ones."""
+    return any((pod := p.by_slot.get(s)) is None or terminating(pod) for s in lost)
 
 
 def _members_lost(p: PlanningPass, counts: dict[str, JSON], lost: list[Slot]) -> bool:
