@@ -215,10 +215,13 @@ def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
     (agent,) = [c for c in new["spec"]["initContainers"] if c["name"] == "msop-agent"]
     env = {e["name"]: e["value"] for e in agent["env"]}
     assert env["MSOP_AGENT_GENERATION"] == "1" and env["MSOP_AGENT_HOLD"] == "1"
-    kubelet_in_place.adopt(new)
+    # Held until its barrier is seen (the stand-in's status): the restart waits for it.
     job = get(cluster, namespace, "msjob", NAME) or {}
     restarting = must_condition(job, "Restarting")
+    assert restarting["status"] == "True", restarting
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
+    assert f"pod(s) {lost} of the running cluster are gone" in restarting["message"]
+    kubelet_in_place.adopt(new)
 
     def again() -> bool:
         now = get(cluster, namespace, "msjob", NAME)
