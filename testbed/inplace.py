@@ -7,8 +7,10 @@ answers, and what the operator makes of the pod statuses a kubelet reports.
 
 For each adopted pod, :class:`InPlaceKubelet` runs the agent's ``serve`` on the pod's IP
 (kwok gives pods loopback addresses, see ``fake_node``) with the environment the operator
-gave the pod, and its ``barrier`` once (the pod's first start). Then, as the kubelet would
-(``RestartAllContainers``):
+gave the pod, and its ``barrier`` once (the pod's first start). A pod made to replace a
+lost member (``MSOP_AGENT_HOLD=1``) is held there: its status says so (the barrier
+running, the training container waiting) until the operator releases it, whatever kwok
+first said of it. Then, as the kubelet would (``RestartAllContainers``):
 
 - ``fail(pod, code)``: the training container exits with ``code`` and the pod's rule
   restarts all its containers: the status shows the container waiting with the exit in
@@ -53,6 +55,8 @@ class _Pod:
     serve: subprocess.Popen[bytes] | None = None
     barrier: subprocess.Popen[bytes] | None = None
     restarts: int = 0
+    held: bool = False
+    """Made to replace a lost member: its first start waits at the barrier."""
     log: list[str] = field(default_factory=list)
 
 
@@ -71,15 +75,29 @@ class InPlaceKubelet:
 
     # --- the pods -----------------------------------------------------------------------
     def adopt(self, pod: JSON) -> None:
-        """Run the pod's agent (its first start: the barrier passes at once)."""
+        """Run the pod's agent (its first start: the barrier passes at once, unless the
+        pod replaces a lost member: then it waits, and the status says so). A pod of the
+        same name adopted before (the one it replaces) is stopped first."""
         name = pod["metadata"]["name"]
         (agent,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "msop-agent"]
         env = {e["name"]: e["value"] for e in agent["env"]}
-        env[wire.ENV_AGENT_DIR] = str(self.workdir / name)
-        (self.workdir / name).mkdir(parents=True, exist_ok=True)
-        p = _Pod(name, pod["status"]["podIP"], env)
+        directory = self.workdir / f"{name}-{pod['metadata']['uid']}"  # its own emptyDir
+        env[wire.ENV_AGENT_DIR] = str(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        p = _Pod(name, pod["status"]["podIP"], env, held=env.get(wire.ENV_AGENT_HOLD) == "1")
         with self.lock:
+            old = self.pods.pop(name, None)
+            if old is not None:
+                self._kill(old)
             self.pods[name] = p
+            if p.held:
+                self._serve(p)
+                self._patch(p, main={
+                    "name": MAIN, "restartCount": 0, "ready": False,
+                    "state": {"waiting": {"reason": "PodInitializing"}},
+                }, barrier={"running": {"startedAt": _now()}})  # fmt: skip
+                self._barrier(p)
+                return
             self._barrier(p).wait(timeout=30)
             self._serve(p)
 
@@ -94,10 +112,14 @@ class InPlaceKubelet:
         self.thread.join(timeout=5)
         with self.lock:
             for p in self.pods.values():
-                for proc in (p.serve, p.barrier):
-                    if proc is not None and proc.poll() is None:
-                        proc.kill()
-                        proc.wait()
+                self._kill(p)
+
+    @staticmethod
+    def _kill(p: _Pod) -> None:
+        for proc in (p.serve, p.barrier):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
 
     # --- what a kubelet does ------------------------------------------------------------
     def _run(self, p: _Pod, *argv: str) -> subprocess.Popen[bytes]:
@@ -172,7 +194,7 @@ class InPlaceKubelet:
             p.serve = None
             self.restarted_by_agent.append(p.name)
             self._restart_all(p, 137, "RestartingAllContainers")
-        elif p.barrier is not None and p.barrier.poll() == 0 and p.restarts:
+        elif p.barrier is not None and p.barrier.poll() == 0 and (p.restarts or p.held):
             p.barrier = None
             self._started(p)
 

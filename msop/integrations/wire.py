@@ -59,6 +59,10 @@ ENV_AGENT_KEY: Final = "MSOP_AGENT_KEY"
 """The operator's public key: hex of the 65-byte uncompressed P-256 point (130 characters)."""
 ENV_AGENT_GENERATION: Final = "MSOP_AGENT_GENERATION"
 """The job's restart generation when the pod was created: a non-negative integer."""
+ENV_AGENT_HOLD: Final = "MSOP_AGENT_HOLD"
+"""``1``: the pod was made to replace a lost member during a restart under way (a hybrid
+restart), so its barrier waits for the release of ``MSOP_AGENT_GENERATION`` on the pod's
+first start too, with the restarted pods; unset or anything else: the first start passes."""
 ENV_AGENT_DIR: Final = "MSOP_AGENT_DIR"
 """The emptyDir both agent containers mount: ``state.json`` and ``released`` live there."""
 AGENT_RESTART_EXIT_CODE: Final = 75

@@ -86,9 +86,10 @@ def cluster_still_stopping(p: PlanningPass) -> bool:
     )
 
 
-def create_missing_pods(p: PlanningPass, sched_host: str | None) -> None:
+def create_missing_pods(p: PlanningPass, sched_host: str | None, *, hold: bool = False) -> None:
     """Every wanted pod that does not exist; with a Scheduler, the others wait for
-    its Service's ClusterIP (the Service's creation requeues the job)."""
+    its Service's ClusterIP (the Service's creation requeues the job). ``hold``: they
+    replace lost members during a restart in place (:func:`replace_lost`)."""
     rendezvous = desired.rendezvous(p.job)
     waits_for_host = rendezvous is not None and sched_host is None
     types: set[str] = set()
@@ -99,7 +100,7 @@ def create_missing_pods(p: PlanningPass, sched_host: str | None) -> None:
             desired.pod(
                 p.job, rtype, index, sched_host=sched_host,
                 progress_port=p.opts.progress_port, placement=placement(p, rtype),
-                in_place=p.opts.in_place, generation=p.generation(),
+                in_place=p.opts.in_place, generation=p.generation(), hold=hold,
             )
         )  # fmt: skip
         types.add(rtype)
@@ -111,6 +112,20 @@ def create_missing_pods(p: PlanningPass, sched_host: str | None) -> None:
                 f"The restartPolicy in the {rtype} pod template is overridden by the "
                 f"replica's restartPolicy ({p.specs[rtype].restart_policy}).",
             )
+
+
+def replace_lost(p: PlanningPass) -> None:
+    """A restart in place that recreates some pods (a hybrid restart,
+    :mod:`.inplace.decisions`): a missing pod is created again, for the job's restart
+    generation and held at its barrier until every pod is released together; a pod
+    still terminating holds its slot (force-deleted once stuck, as in :func:`sync`). The
+    Scheduler Service stays: a new Scheduler pod is behind the same ClusterIP, so no
+    ``MS_SCHED_HOST`` changes."""
+    reap_stuck_terminating(p)
+    sched_host = sync_scheduler_service(p)
+    if not all(system.release_pods(p) for system in p.systems):
+        return
+    create_missing_pods(p, sched_host, hold=True)
 
 
 def placement(p: PlanningPass, replica_type: str) -> Placement | None:

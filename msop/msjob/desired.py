@@ -268,6 +268,7 @@ def pod(
     placement: Placement | None = None,
     in_place: inplace.InPlace | None = None,
     generation: int = 0,
+    hold: bool = False,
 ) -> JSON:
     """The pod for one replica.
 
@@ -288,7 +289,9 @@ def pod(
     template's, each once) and a scheduler (the template's wins).
 
     ``in_place`` (when :func:`.inplace.pods.wanted`) gives the pod what a restart in place
-    needs (:func:`.inplace.pods.add_agent`), at the job's restart ``generation``.
+    needs (:func:`.inplace.pods.add_agent`), at the job's restart ``generation``; with
+    ``hold``, it replaces a lost member of a restart in place under way and waits at its
+    barrier for the others.
     """
     view = MSJob(job)
     spec = view.replica_specs[replica_type]
@@ -320,6 +323,7 @@ def pod(
             generation=generation,
             policy=spec.restart_policy,
             in_place=in_place,
+            hold=hold,
         )
 
     if placement is not None:

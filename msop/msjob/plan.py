@@ -45,9 +45,10 @@ Rules, in the order they apply:
    ``startTime + deadline``; until then the Plan asks for a requeue at that instant.
 7. Restarts (:mod:`.restarts`): with ``restartScope: Job`` (the default for a MindSpore
    cluster) the success policy is checked first, then the job's first failure decides:
-   retried by its replica's policy, every pod is deleted and recreated together, counted
-   once toward ``backoffLimit``; a scale of a started cluster, or a member lost from a
-   running one, restarts it the same way without counting. With ``restartScope: Pod``
+   retried by its replica's policy, every pod is restarted together (in place where it
+   can, the lost pods alone recreated; else deleted and recreated), counted once toward
+   ``backoffLimit``; a member lost from a running cluster restarts it the same way, also
+   counted; a scale of a started cluster restarts it without counting. With ``restartScope: Pod``
    (ms-operator's rules) pods are restarted one by one. Past ``backoffLimit`` the job
    fails (``BackoffLimitExceeded``). Deadline and backoff failures delete every pod and
    service whatever the ``cleanPodPolicy``.

@@ -8,7 +8,8 @@ read (names, labels, owners, deletion state, phase, container exit codes, finish
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
 IP and ``hostNetwork`` (the progress poller), the restart-in-place agent's port and
-generation and whether the pod waits at its barrier, a Service's ClusterIP). The caches keep
+generation and whether (since when) the pod waits at its barrier, why a pod cannot be
+scheduled, a Service's ClusterIP). The caches keep
 these encoded (:class:`~msop.informers.store.EncodedStore`), so strings are not interned:
 a projection is serialised at once, and the dicts handlers get are short-lived.
 
@@ -106,8 +107,24 @@ def pod_projection(obj: Obj) -> Obj:
         ]
         if barrier:
             projected["initContainerStatuses"] = barrier
+    if unplaced := _unplaced(status):
+        projected["conditions"] = unplaced
     out["status"] = projected
     return out
+
+
+def _unplaced(status: Any) -> list[Obj]:
+    """Only a PodScheduled that is not True: why a pod cannot be placed (a replacement
+    that a restart in place waits for says so in the job's condition)."""
+    if not isinstance(status, dict) or not isinstance(status.get("conditions"), list):
+        return []
+    return [
+        _pick(cond, ("type", "status", "reason", "message"))
+        for cond in status["conditions"]
+        if isinstance(cond, dict)
+        and cond.get("type") == "PodScheduled"
+        and cond.get("status") != "True"
+    ]
 
 
 def service_projection(obj: Obj) -> Obj:

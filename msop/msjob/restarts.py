@@ -13,16 +13,23 @@ a job with a Scheduler, not elastic) restarts the job as a whole:
   the job. Retryable by the failed replica's policy (``ExitCode``: a code >= 128, or no
   code at all: evicted, node lost; ``OnFailure``/``Always``: any failure; ``Never``:
   none) means every pod is restarted, counted once toward ``backoffLimit``: in place where
-  every pod carries the msop agent (:mod:`.inplace.decisions` decides the steps), else
-  deleted and recreated with the same ``MS_*`` values. Otherwise the job fails, naming
+  the pods carry the msop agent (:mod:`.inplace.decisions` decides the steps), the pods
+  gone or ended (deleted, evicted, their node lost) recreated alone and released with
+  the others (a hybrid restart); else every pod deleted and recreated with the same
+  ``MS_*`` values. Otherwise the job fails, naming
   the pod, its exit code and the container's reason; the failed run's last output stays
   in the condition's message.
 - Pods created for another cluster size (``MS_WORKER_NUM``/``MS_SERVER_NUM``, after
   ``kubectl scale``) cannot join the others: if the cluster has started, every pod is
   recreated (not counted toward ``backoffLimit``); if none runs yet, only the stale ones
   are replaced.
-- A member of a Running cluster that disappeared (deleted by hand) leaves a cluster that
-  cannot go on: every pod is recreated (not counted either).
+- A member of a Running cluster that is gone or going (deleted by hand, its node lost)
+  leaves a cluster that cannot go on: it restarts the same way (a hybrid restart where it
+  can), counted once toward ``backoffLimit``: a pod deleted again and again must not
+  restart the job forever. The count lives only in the status, so no operator restart,
+  leader change or deleted child resets it.
+- While a restart in place is under way, what fails before its release joins it (nothing
+  ran at its generation yet); what fails after it is a new failure, counted.
 
 ``restartScope: Pod`` (:func:`restart_pods`, ms-operator's rules): ``Always``/``OnFailure``
 are restarted in place by the kubelet, and each ``restartCount`` counts toward
@@ -131,11 +138,25 @@ def _recreate_killed(
 def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     """``restartScope: Job`` (see the module docstring); True if this pass failed or
     restarts the job."""
-    if inplace.in_progress(p.status):
+    under_way = inplace.in_progress(p.status)
+    # Before its release, a restart in place takes in what fails meanwhile (nothing has
+    # run at its generation yet); after it, a failure is a new one, counted.
+    if not under_way or in_place_steps.released(p):
+        if _first_failure(p, counts):
+            return True
+        if under_way and _gone(p, lost := in_place_steps.lost_slots(p)):
+            return _members_lost(p, counts, lost)
+    if under_way:
         step = in_place_steps.advance(p)
         if step.recreate:
             restart_all(p, "Warning", "MSJobRestarting", step.recreate)
         return not step.done
+    return _resize_cluster(p) or _replace_lost_member(p, counts)
+
+
+def _first_failure(p: PlanningPass, counts: dict[str, JSON]) -> bool:
+    """The job's first failure, if a pod failed (as a whole, or in place since the job's
+    generation began): restart or fail the job (True); False if no pod failed."""
     live = [
         (slot, pod) for slot, pod in p.by_slot.items() if p.wanted(slot) and not terminating(pod)
     ]
@@ -151,17 +172,17 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
     for slot, pod in live:
         if phase(pod) in ACTIVE and (term := inplace.failed_in_place(pod, generation)):
             ended.append((slot, in_place_steps.as_ended(pod, term), pod))
-    if ended:
-        slot, shown, pod = min(
-            ended,
-            key=lambda e: (
-                finished_at(e[1]),
-                not retryable(p, e[0], e[1]),
-                e[2]["metadata"]["name"],
-            ),
-        )
-        return _job_failure(p, counts, slot, shown, pod, failed)
-    return _resize_cluster(p) or _replace_lost_member(p)
+    if not ended:
+        return False
+    slot, shown, pod = min(
+        ended,
+        key=lambda e: (
+            finished_at(e[1]),
+            not retryable(p, e[0], e[1]),
+            e[2]["metadata"]["name"],
+        ),
+    )
+    return _job_failure(p, counts, slot, shown, pod)
 
 
 def retryable(p: PlanningPass, slot: Slot, pod: JSON) -> bool:
@@ -176,16 +197,11 @@ def retryable(p: PlanningPass, slot: Slot, pod: JSON) -> bool:
 
 
 def _job_failure(
-    p: PlanningPass,
-    counts: dict[str, JSON],
-    slot: Slot,
-    shown: JSON,
-    pod: JSON,
-    failed: list[tuple[Slot, JSON]],
+    p: PlanningPass, counts: dict[str, JSON], slot: Slot, shown: JSON, pod: JSON
 ) -> bool:
     """The job's first failure (``shown``: ``pod`` as that failure left it): restart the
-    job, in place or by recreation, or fail it (not retryable, or ``backoffLimit``
-    reached)."""
+    job, in place (recreating only the pods lost or ended) or by recreation, or fail it
+    (not retryable, or ``backoffLimit`` reached)."""
     name = f"{p.view.namespace}/{pod['metadata']['name']}"
     code = exit_code(shown)
     what = f"pod {name} {how_it_ended(shown)}"
@@ -203,6 +219,28 @@ def _job_failure(
         )
         p.finish(delete_all=False)
         return True
+    count = _count(p, counts, slot[0], what, said)
+    if count is None:
+        return True
+    lost = in_place_steps.lost_slots(p)
+    why_not = in_place_steps.why_not(p, lost)
+    if not why_not:
+        in_place_steps.start(p, _in_place_message(p, what, count, lost) + said, lost)
+        return True
+    restart_all(
+        p, "Warning", "MSJobRestarting",
+        f"MSJob {p.ref} is restarting all its pods because {what} ({count}); they are "
+        f"recreated: {why_not}.{said}",
+    )  # fmt: skip
+    return True
+
+
+def _count(
+    p: PlanningPass, counts: dict[str, JSON], rtype: str, what: str, said: str = ""
+) -> str | None:
+    """Count one restart of the job toward ``backoffLimit``, in the status of replica type
+    ``rtype`` (written before any pod goes: ``Plan.status_first``), and return "restart
+    N of L"; or, with ``backoffLimit`` reached, fail the job and return None."""
     restarts = sum(int(e.get("restarts", 0)) for e in counts.values())
     limit = p.view.run_policy.backoff_limit
     if limit is not None and restarts >= limit:
@@ -212,22 +250,19 @@ def _job_failure(
             f"the job (backoffLimit {limit}).{said}",
         )
         p.finish(delete_all=True)
-        return True
-    counts[slot[0]]["restarts"] = int(counts[slot[0]].get("restarts", 0)) + 1
-    count = f"restart {restarts + 1}{f' of {limit}' if limit is not None else ''}"
-    why_not = in_place_steps.why_not(p, failed)
-    if not why_not:
-        in_place_steps.start(
-            p, f"MSJob {p.ref} is restarting all its pods in place because {what} ({count})."
-            f"{said}",
-        )  # fmt: skip
-        return True
-    restart_all(
-        p, "Warning", "MSJobRestarting",
-        f"MSJob {p.ref} is restarting all its pods because {what} ({count}); they are "
-        f"recreated: {why_not}.{said}",
-    )  # fmt: skip
-    return True
+        return None
+    counts[rtype]["restarts"] = int(counts[rtype].get("restarts", 0)) + 1
+    return f"restart {restarts + 1}{f' of {limit}' if limit is not None else ''}"
+
+
+def _in_place_message(p: PlanningPass, what: str, count: str, lost: list[Slot]) -> str:
+    if not lost:
+        return f"MSJob {p.ref} is restarting all its pods in place because {what} ({count})."
+    names = ", ".join(naming.object_name(p.view.name, *s) for s in lost)
+    return (
+        f"MSJob {p.ref} is restarting because {what} ({count}): pod(s) {names} are "
+        "recreated and the other pods restarted in place."
+    )
 
 
 def _resize_cluster(p: PlanningPass) -> bool:
@@ -252,18 +287,43 @@ def _resize_cluster(p: PlanningPass) -> bool:
     return True
 
 
-def _replace_lost_member(p: PlanningPass) -> bool:
-    """A member of a Running cluster is gone: restart the whole cluster; True if so."""
-    if not is_true(p.status, c.RUNNING):
+def _replace_lost_member(p: PlanningPass, counts: dict[str, JSON]) -> bool:
+    """Members of a Running cluster are gone or going (deleted, their node lost): restart
+    it; True if so."""
+    if not is_true(p.status, c.RUNNING) or not any(not terminating(pod) for pod in p.pods):
         return False
-    missing = [s for s in desired.replica_slots(p.job) if s not in p.by_slot]
-    if not missing or not any(not terminating(pod) for pod in p.pods):
-        return False
-    names = ", ".join(naming.object_name(p.view.name, *s) for s in missing)
+    lost = in_place_steps.lost_slots(p)
+    return _gone(p, lost) and _members_lost(p, counts, lost)
+
+
+def _gone(p: PlanningPass, lost: list[Slot]) -> bool:
+    """Whether a lost member is gone or going. A member that ended (a Worker that
+    succeeded before Worker 0) is no loss by itself; once the cluster restarts, it is
+    recreated with the gone ones."""
+    return any((pod := p.by_slot.get(s)) is None or terminating(pod) for s in lost)
+
+
+def _members_lost(p: PlanningPass, counts: dict[str, JSON], lost: list[Slot]) -> bool:
+    """Restart the cluster whose ``lost`` members are gone or going, counted once toward
+    ``backoffLimit`` (a pod deleted again and again must not restart the job forever):
+    the lost pods are recreated and the others restarted in place, else every pod is
+    recreated. True: this pass restarted or failed the job."""
+    names = ", ".join(naming.object_name(p.view.name, *s) for s in lost)
+    what = f"pod(s) {names} of the running cluster are gone"
+    count = _count(p, counts, lost[0][0], what)
+    if count is None:
+        return True
+    why_not = in_place_steps.why_not(p, lost)
+    if not why_not:
+        in_place_steps.start(
+            p, f"MSJob {p.ref} is restarting because {what} ({count}): they are recreated "
+            "and the other pods restarted in place.", lost, "MSJobMemberLost",
+        )  # fmt: skip
+        return True
     restart_all(
         p, "Warning", "MSJobMemberLost",
-        f"MSJob {p.ref} is restarting all its pods because pod(s) {names} of the "
-        "running cluster are gone.",
+        f"MSJob {p.ref} is restarting all its pods because {what} ({count}); they are "
+        f"recreated: {why_not}.",
     )  # fmt: skip
     return True
 

@@ -38,6 +38,9 @@ read-modify-writes of ``state.json`` by the two containers take an ``flock`` on 
 
 - The barrier, on the pod's first start (no ``state.json``), writes the generation msop
   created the pod with (``$MSOP_AGENT_GENERATION``) and exits at once.
+  A pod made to replace a lost member while the others restart in place (a hybrid
+  restart, ``$MSOP_AGENT_HOLD`` = ``1``) waits instead, like a restarted pod, for msop to
+  release that generation: it starts with the others.
 - ``POST /restart`` with a generation above the pod's writes it with ``requested: true``,
   answers 202 and exits 75. The barrier that runs next keeps that generation and waits.
 - A pod whose own training container failed restarts without asking anyone (``requested``

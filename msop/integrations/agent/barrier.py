@@ -1,5 +1,7 @@
 """``barrier``: the msop-barrier init container. On the pod's first start it writes the
-generation and exits; after a restart it waits until msop released the pod's generation."""
+generation and exits (a pod made to replace a lost member, ``MSOP_AGENT_HOLD=1``, waits
+for the release of that generation instead); after a restart it waits until msop released
+the pod's generation."""
 
 from __future__ import annotations
 
@@ -17,17 +19,20 @@ POLL: Final = 0.1
 """Seconds between two looks of the barrier at ``released``."""
 
 
-def _enter(files: StateDir, say: Callable[[str], None]) -> int | None:
-    """The generation to wait for, written with ``waiting: true``; None on the first start."""
+def _enter(files: StateDir, say: Callable[[str], None], hold: bool) -> int | None:
+    """The generation to wait for, written with ``waiting: true``; None on the first start
+    (unless ``hold``: the pod replaces a lost member and starts with the others)."""
     with files.lock():
         state = files.read()
-        if state is None:
+        if state is None and hold:
+            target, why = files.env_generation, "this pod replaces a lost member"
+        elif state is None:
             files.write(State(files.env_generation))
             say(
                 f"first start of the pod, at generation {files.env_generation}: nothing to wait for"
             )
             return None
-        if state.requested:
+        elif state.requested:
             target, why = state.generation, "msop asked for this restart"
         elif state.waiting:
             target, why = state.generation, "the pod restarted before its release"
@@ -60,7 +65,7 @@ def barrier(config: Config, *, poll: float = POLL, say: Callable[[str], None] = 
         install_keeper(config.directory)
     except OSError as exc:  # the training then runs without its output kept
         say(f"cannot install the keeper of the training's output: {exc}")
-    target = _enter(files, say)
+    target = _enter(files, say, config.hold)
     if target is None:
         return 0
     superseded = False

@@ -12,6 +12,7 @@ from msop.integrations import signature
 from msop.integrations.wire import (
     ENV_AGENT_DIR,
     ENV_AGENT_GENERATION,
+    ENV_AGENT_HOLD,
     ENV_AGENT_JOB,
     ENV_AGENT_KEY,
     ENV_AGENT_PORT,
@@ -39,6 +40,8 @@ class Config:
     job: str = ""
     key: bytes = b""
     port: int = 0
+    hold: bool = False
+    """The pod replaces a lost member: its first start waits for the release as well."""
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -90,6 +93,7 @@ def load_config(env: Mapping[str, str], *, serving: bool) -> Config:
     """The configuration from ``env``; ConfigError names the first variable that is wrong."""
     directory = _directory(env)
     generation = _digits(env, ENV_AGENT_GENERATION, MAX_GENERATION)
+    hold = env.get(ENV_AGENT_HOLD) == "1"
     if not serving:
-        return Config(directory, generation)
-    return Config(directory, generation, job=_job(env), key=_key(env), port=_port(env))
+        return Config(directory, generation, hold=hold)
+    return Config(directory, generation, job=_job(env), key=_key(env), port=_port(env), hold=hold)

@@ -17,6 +17,7 @@ from msop.integrations.wire import (
     AGENT_VERSION,
     ENV_AGENT_DIR,
     ENV_AGENT_GENERATION,
+    ENV_AGENT_HOLD,
     ENV_AGENT_JOB,
     ENV_AGENT_KEY,
     ENV_AGENT_PORT,
@@ -36,7 +37,8 @@ serve    the msop-agent sidecar: HTTP on ${ENV_AGENT_PORT}.
                      for every generation up to G
          signature: ECDSA P-256/SHA-256 by msop's key, r||s in 128 hex digits, over
          "msop-agent/{AGENT_VERSION} <restart|release> <job uid> <G>"; a bad one gets 403.
-barrier  the msop-barrier init container: on the pod's first start exit 0; after a restart
+barrier  the msop-barrier init container: on the pod's first start exit 0 (unless
+         {ENV_AGENT_HOLD}=1: the pod replaces a lost member and waits too); after a restart
          wait until msop released the pod's generation, then exit 0.
 
 environment: {ENV_AGENT_DIR} (the shared emptyDir), {ENV_AGENT_GENERATION} (the job's

@@ -159,11 +159,20 @@ def _resources(pod_spec: JSON) -> JSON:
 
 
 def add_agent(
-    pod_spec: JSON, *, job_uid: str, generation: int, policy: str, in_place: InPlace
+    pod_spec: JSON,
+    *,
+    job_uid: str,
+    generation: int,
+    policy: str,
+    in_place: InPlace,
+    hold: bool = False,
 ) -> None:
     """Give a pod the agent, the barrier and, if its replica's ``policy`` retries, the
     training container's rule (in place). Every member gets the agent: a restart of the
-    job restarts them all, a Scheduler whose own failure is never retried included."""
+    job restarts them all, a Scheduler whose own failure is never retried included.
+    ``hold``: the pod replaces a lost member during a restart in place (a hybrid
+    restart): its barrier holds it on its first start too, until the job's ``generation``
+    is released for every pod together."""
     main = main_container(pod_spec)
     if main is None:
         return
@@ -173,6 +182,7 @@ def add_agent(
         {"name": wire.ENV_AGENT_KEY, "value": in_place.public_key},
         {"name": wire.ENV_AGENT_GENERATION, "value": str(generation)},
         {"name": wire.ENV_AGENT_DIR, "value": MOUNT_PATH},
+        *([{"name": wire.ENV_AGENT_HOLD, "value": "1"}] if hold else []),
     ]
     common: JSON = {
         "image": in_place.image,
@@ -317,6 +327,31 @@ def started_again(pod: JSON, generation: int) -> bool:
         and not at_barrier(pod)
         and "running" in (cs.get("state") or {})
     )
+
+
+def replacement(pod: JSON, generation: int) -> bool:
+    """The pod was made for the job's restart ``generation``: it replaces a lost member
+    of the restart in place under way (its barrier holds it on its first start)."""
+    agent = agent_of(pod)
+    return agent is not None and agent.generation >= generation
+
+
+def at_barrier_since(pod: JSON) -> str:
+    """When the pod's barrier started waiting (RFC 3339), "" if it does not wait or the
+    kubelet did not say."""
+    barrier = _status(pod, "initContainerStatuses", BARRIER_CONTAINER)
+    return str(((barrier.get("state") or {}).get("running") or {}).get("startedAt") or "")
+
+
+def unschedulable(pod: JSON) -> str:
+    """Why the scheduler cannot place the pod (its ``PodScheduled`` condition's message,
+    else its reason); "" if it is placed or nothing says it cannot be."""
+    if (pod.get("spec") or {}).get("nodeName"):
+        return ""
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            return str(cond.get("message") or cond.get("reason") or "Unschedulable")
+    return ""
 
 
 def in_progress(status: JSON) -> bool:

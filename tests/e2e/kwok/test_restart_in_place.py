@@ -11,8 +11,12 @@ MindSpore this way (tests/e2e/real/test_mindspore.py).
   the barrier once all have, and the job runs again: the same pods (UIDs), no pod created
   or deleted by the operator (audit log), one restart counted, the Restarting condition
   and Events saying "in place";
-- a pod deleted while the job restarts in place: every pod is recreated, and the
-  condition says why;
+- a Worker deleted from the running job (a hybrid restart): only it is recreated (a new
+  UID, made for the new generation and held at its barrier), the other pods are restarted
+  in place by their agents and released with it, and the job runs again with one
+  restart counted;
+- a pod deleted while the job restarts in place (before the release): it is recreated
+  alone, within the same restart;
 - a restart that does not complete within --restart-in-place-timeout: the same;
 - nodes that do not declare the feature: no agent in the pods, and a restart recreates
   them, saying why.
@@ -185,7 +189,66 @@ def test_a_killed_worker_restarts_every_pod_in_place(
     assert uids(cluster, namespace) == before
 
 
-def test_a_pod_deleted_during_the_restart_recreates_every_pod(
+def restarts(cluster: LocalCluster, namespace: str) -> int:
+    stored = get(cluster, namespace, "msjob", NAME) or {}
+    counts = stored.get("status", {}).get("replicaStatuses", {})
+    return sum(e.get("restarts", 0) for e in counts.values())
+
+
+def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    op = start_operator("--agent-image=msop:kwok")
+    before = start(cluster, namespace, kubelet_in_place)
+    lost = f"{NAME}-worker-1"
+    deleted_at = time.time()
+    cluster.kubectl("delete", "pod", "-n", namespace, lost, "--wait=false")
+
+    def replaced() -> dict[str, object] | None:
+        pod = job_pods(cluster, namespace, NAME).get(lost)
+        new = pod and pod["metadata"]["uid"] != before[lost] and pod["status"].get("podIP")
+        return pod if new else None
+
+    new = wait_for("its replacement", replaced, timeout=60,
+                   details=lambda: op.log_tail())  # fmt: skip
+    (agent,) = [c for c in new["spec"]["initContainers"] if c["name"] == "msop-agent"]
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    assert env["MSOP_AGENT_GENERATION"] == "1" and env["MSOP_AGENT_HOLD"] == "1"
+    # Held until its barrier is seen (the stand-in's status): the restart waits for it.
+    job = get(cluster, namespace, "msjob", NAME) or {}
+    restarting = must_condition(job, "Restarting")
+    assert restarting["status"] == "True", restarting
+    assert restarting["reason"] == "MSJobRestartingInPlace", restarting
+    assert f"pod(s) {lost} of the running cluster are gone" in restarting["message"]
+    kubelet_in_place.adopt(new)
+
+    def again() -> bool:
+        now = get(cluster, namespace, "msjob", NAME)
+        done = condition(now, "Restarting")
+        return bool(done and done["status"] == "False"
+                    and must_condition(now, "Running")["status"] == "True")  # fmt: skip
+
+    wait_for("the job Running again", again, timeout=60,
+             details=lambda: op.log_tail() + kubelet_in_place.logs())  # fmt: skip
+    # Only the deleted pod is new; the others were restarted in place by their agents.
+    now = uids(cluster, namespace)
+    assert {n for n in now if now[n] != before[n]} == {lost}
+    assert sorted(kubelet_in_place.restarted_by_agent) == [
+        f"{NAME}-scheduler-0", f"{NAME}-worker-0"
+    ]  # fmt: skip
+    creates = [c["objectRef"].get("name") for c in operator_calls(
+        cluster.audit_log, namespace, "create", "pods") if when(c) >= deleted_at]  # fmt: skip
+    deletes = [c["objectRef"].get("name") for c in operator_calls(
+        cluster.audit_log, namespace, "delete", "pods") if when(c) >= deleted_at]  # fmt: skip
+    assert creates == [lost] and deletes == []
+    assert restarts(cluster, namespace) == 1
+    reasons = {(e["type"], e["reason"]) for e in events(cluster, namespace, NAME)}
+    assert ("Warning", "MSJobMemberLost") in reasons
+    assert ("Warning", "MSJobRestarting") not in reasons  # never a recreation of all
+
+
+def test_a_pod_deleted_during_the_restart_is_replaced_alone(
     cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
     kubelet_in_place: InPlaceKubelet,
 ) -> None:  # fmt: skip
@@ -196,18 +259,14 @@ def test_a_pod_deleted_during_the_restart_recreates_every_pod(
     kubelet_in_place.fail(f"{NAME}-worker-1", 137, restart=False)  # the status alone
     wait_condition(cluster, namespace, NAME, "Restarting", timeout=30)
     cluster.kubectl("delete", "pod", "-n", namespace, f"{NAME}-worker-0", "--wait=false")
-
-    def recreating() -> str | None:
-        # The Event: on kwok the new pods run at once, and Restarting turns False within a
-        # poll (its message then keeps the same words).
-        said = [e["message"] for e in events(cluster, namespace, NAME)
-                if e["reason"] == "MSJobRestarting"]  # fmt: skip
-        return said[0] if said else None
-
-    message = wait_for("a recreation", recreating, timeout=30)
-    assert f"its restart in place failed because pod {NAME}-worker-0 is gone" in message
-    wait_for("every pod recreated", lambda: (now := uids(cluster, namespace)).keys() == EVERY_POD
-             and not set(now.values()) & set(before.values()), timeout=60)  # fmt: skip
+    wait_for("worker-0 recreated", lambda: (now := uids(cluster, namespace)).keys() == EVERY_POD
+             and now[f"{NAME}-worker-0"] != before[f"{NAME}-worker-0"], timeout=60)  # fmt: skip
+    now = uids(cluster, namespace)
+    assert {n for n in now if now[n] != before[n]} == {f"{NAME}-worker-0"}
+    job = get(cluster, namespace, "msjob", NAME) or {}
+    assert must_condition(job, "Restarting")["reason"] == "MSJobRestartingInPlace"
+    assert restarts(cluster, namespace) == 1  # nothing ran at the new generation: one restart
+    assert "MSJobRestarting" not in {e["reason"] for e in events(cluster, namespace, NAME)}
 
 
 def test_a_restart_past_its_timeout_recreates_every_pod(

@@ -99,6 +99,11 @@ def restarting(restarts: int = 1, seconds_ago: float = 10.0, **extra: Any) -> JS
     return status
 
 
+def agent_env(made: JSON) -> dict[str, str]:
+    (agent,) = [c for c in made["spec"]["initContainers"] if c["name"] == "msop-agent"]
+    return {e["name"]: e["value"] for e in agent["env"]}
+
+
 def asked(p: Plan, action: str) -> set[str]:
     return {r.pod["metadata"]["name"] for r in p.agent_requests if r.action == action}
 
@@ -327,23 +332,26 @@ def test_running_again_ends_the_restart() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "why"),
+    ("change", "gone"),
     [
-        (lambda pods: pods[1:], "pod j-scheduler-0 is gone"),
+        (lambda pods: pods[1:], "j-scheduler-0"),
         (lambda pods: [*pods[:2], member("Worker", 1, phase="Failed", state="terminated",
-                                         code=1)], "pod j-worker-1 exited with code 1"),
+                                         code=1)], "j-worker-1"),
     ],
     ids=["deleted", "failed"],
 )  # fmt: skip
-def test_a_pod_gone_or_failed_falls_back_to_recreation(change: Any, why: str) -> None:
+def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(change: Any, gone: str) -> None:
     pods = change(members(restarts=1, state="waiting", last=137, barrier="running"))
     p = run(cluster(status=restarting()), pods, [service()], in_place=ON)
-    assert names(p.delete_pods) == names(pods)
-    c = cond(p, "Restarting")
-    assert c is not None and c["reason"] == "MSJobRestarting"
-    assert f"its restart in place failed because {why}" in c["message"]
-    assert restarts(p) == 1  # the same restart: not counted again
-    assert not p.agent_requests
+    if gone in names(pods):  # failed as a whole: deleted, made again once gone
+        assert names(p.delete_pods) == {gone} and not p.create_pods
+    else:
+        assert not p.delete_pods and names(p.create_pods) == {gone}
+        env = agent_env(p.create_pods[0])
+        assert env["MSOP_AGENT_GENERATION"] == "1" and env["MSOP_AGENT_HOLD"] == "1"
+    assert must_cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"
+    assert restarts(p) == 1  # nothing ran at generation 1 yet: the same restart
+    assert not asked(p, "release")  # not before the replacement waits with the others
 
 
 def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
@@ -375,11 +383,12 @@ def test_until_the_timeout_it_waits() -> None:
          "node(s) n1 do not declare it"),
         (members(member("Worker", 1, state="terminated"), agent=False), {"in_place": ON},
          "pod j-scheduler-0 was created without the msop agent"),
-        (members(member("Worker", 1, state="terminated"),
-                 member("Worker", 0, phase="Failed", state="terminated", code=1)),
-         {"in_place": ON}, "pod(s) j-worker-0 failed as a whole"),
+        (members(member("Worker", 1, phase="Failed", state="terminated"),
+                 member("Worker", 0, phase="Failed", state="terminated", code=1),
+                 member("Scheduler", 0, phase="Failed", state="terminated", code=1)),
+         {"in_place": ON}, "no pod of the job is left to restart in place"),
     ],
-    ids=["off", "unsupported", "no-agent", "a-pod-failed"],
+    ids=["off", "unsupported", "no-agent", "every-pod-failed"],
 )  # fmt: skip
 def test_a_recreation_says_why_not_in_place(pods: list[JSON], opts: JSON, why: str) -> None:
     for member_ in pods:
@@ -422,3 +431,241 @@ def test_a_container_the_kubelet_removed_before_reporting_has_no_made_up_code() 
     assert "pod ns/j-worker-1 failed without an exit code (RestartedInPlace" in message
     assert "137" not in message and "ExitedWithCode" not in {e.reason for e in p.events}
     assert restarts(p) == 1 and asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}
+
+
+# --- a hybrid restart: the lost pods recreated, the others restarted in place -------------
+
+
+def replacement(
+    rtype: str, index: int, *, generation: int = 1, barrier: str | None = "running",
+    phase: str = "Running", since: str = KILLED_AT,
+) -> JSON:  # fmt: skip
+    """A pod made to replace a lost member at ``generation``, held at its barrier
+    (``barrier="running"``, waiting there since ``since``), or Pending before that."""
+    state = "running" if barrier == "terminated" else "waiting"
+    made = member(rtype, index, generation=generation, state=state, barrier=barrier,
+                  phase=phase)  # fmt: skip
+    made["metadata"]["uid"] = f"new-{rtype}-{index}"
+    if barrier == "running":
+        made["status"]["initContainerStatuses"][0]["state"] = {"running": {"startedAt": since}}
+    if phase == "Pending":
+        made["status"].pop("podIP")
+    return made
+
+
+def without(pods: list[JSON], name: str) -> list[JSON]:
+    return [x for x in pods if x["metadata"]["name"] != name]
+
+
+def main_env(made: JSON) -> dict[str, Any]:
+    env = made["spec"]["containers"][0]["env"]
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in env}
+
+
+@pytest.mark.parametrize("gone", ["j-worker-1", "j-scheduler-0"])
+def test_a_member_deleted_is_recreated_alone_and_the_others_restart_in_place(gone: str) -> None:
+    j = cluster(run_policy={"backoffLimit": 3}, status=running_status())
+    # 1. Deleted (kubectl delete pod, its node lost): counted, the others asked at once,
+    #    its replacement made for the new generation, held at its barrier.
+    p = run(j, without(members(), gone), [service()], in_place=ON)
+    assert p.status_first and restarts(p) == 1
+    assert not p.delete_pods and names(p.create_pods) == {gone}
+    assert not p.create_services and not p.delete_services  # the same ClusterIP
+    assert asked(p, "restart") == EVERY_POD - {gone} and generations(p) == {1}
+    c = must_cond(p, "Restarting")
+    assert c["reason"] == "MSJobRestartingInPlace"
+    assert f"pod(s) {gone} of the running cluster are gone (restart 1 of 3)" in c["message"]
+    assert "recreated and the other pods restarted in place" in c["message"]
+    assert ("Warning", "MSJobMemberLost") in {(e.type, e.reason) for e in p.events}
+    made = p.create_pods[0]
+    assert agent_env(made)["MSOP_AGENT_HOLD"] == "1"
+    assert agent_env(made)["MSOP_AGENT_GENERATION"] == "1"
+    # Its training environment is its predecessor's (same slot, same MS_* values).
+    before = next(x for x in new_pods(cluster(), in_place=ON).values()
+                  if x["metadata"]["name"] == gone)  # fmt: skip
+    assert main_env(made) == main_env(before)
+    if gone == "j-scheduler-0":
+        assert main_env(made)["MS_SCHED_HOST"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    else:
+        assert main_env(made)["MS_SCHED_HOST"] == "10.0.0.1"
+
+    status = restarting(restarts=1)
+    kept = members(restarts=1, state="waiting", last=137, barrier="running")
+    rtype, index = ("Worker", 1) if gone == "j-worker-1" else ("Scheduler", 0)
+    # 2. The kept pods wait at the barrier, the replacement is not there yet: no release.
+    pending = replacement(rtype, index, barrier=None, phase="Pending")
+    p = run(cluster(status=status), [*without(kept, gone), pending], [service()], in_place=ON)
+    assert not p.agent_requests and not p.create_pods and not p.delete_pods
+    # 3. It waits there too: all are released together.
+    p = run(cluster(status=status), [*without(kept, gone), replacement(rtype, index)],
+            [service()], in_place=ON)  # fmt: skip
+    assert asked(p, "release") == EVERY_POD and generations(p) == {1}
+    # 4. Every training container runs again: Running, one restart counted.
+    ran = members(restarts=1, last=137, barrier="terminated")
+    p = run(cluster(status=status), [*without(ran, gone), replacement(
+        rtype, index, barrier="terminated")], [service()], in_place=ON)  # fmt: skip
+    assert must_cond(p, "Running")["status"] == "True"
+    assert must_cond(p, "Restarting")["status"] == "False"
+    assert restarts(p) == 1 and not p.agent_requests
+
+
+def test_a_replacement_that_says_it_runs_before_any_release_is_not_believed() -> None:
+    # Its barrier holds it until the release: a status that says otherwise (kwok's, say)
+    # does not let the kept pods go before it has been seen at its barrier.
+    kept = members(restarts=1, state="waiting", last=137, barrier="running")
+    lying = replacement("Worker", 1, barrier="terminated")
+    p = run(cluster(status=restarting()), [*without(kept, "j-worker-1"), lying], [service()],
+            in_place=ON)  # fmt: skip
+    assert not p.agent_requests
+    assert p.status is None or must_cond(p, "Restarting")["status"] == "True"
+
+
+def test_an_evicted_pod_is_recreated_alone() -> None:
+    evicted = member("Worker", 0, phase="Failed", state="waiting")
+    evicted["status"].update(reason="Evicted", message="The node was low on memory.")
+    p = run(cluster(status=running_status()), members(evicted), [service()], in_place=ON)
+    assert names(p.delete_pods) == {"j-worker-0"} and not p.create_pods  # once gone
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-1"}
+    c = must_cond(p, "Restarting")
+    assert c["reason"] == "MSJobRestartingInPlace" and restarts(p) == 1
+    assert "failed without an exit code (Evicted" in c["message"]
+    assert "pod(s) j-worker-0 are recreated and the other pods restarted in place" in c["message"]
+    # Once it is gone, it is made again, held, and nothing more is counted.
+    kept = members(restarts=1, state="waiting", last=137, barrier="running")
+    p = run(cluster(status=restarting()), without(kept, "j-worker-0"), [service()], in_place=ON)
+    assert names(p.create_pods) == {"j-worker-0"} and restarts(p) == 1
+    assert agent_env(p.create_pods[0])["MSOP_AGENT_HOLD"] == "1"
+
+
+def test_a_pod_lost_at_the_barrier_joins_the_restart_under_way() -> None:
+    at_barrier = members(restarts=1, state="waiting", last=137, barrier="running")
+    p = run(cluster(status=restarting()), without(at_barrier, "j-worker-0"), [service()],
+            in_place=ON)  # fmt: skip
+    assert names(p.create_pods) == {"j-worker-0"} and not p.delete_pods
+    assert restarts(p) == 1 and not asked(p, "release")
+    # Terminating (its node lost): it holds its slot until it is gone.
+    going = members(member("Worker", 0, restarts=1, state="waiting", last=137,
+                           barrier="running"), restarts=1, state="waiting", last=137,
+                    barrier="running")  # fmt: skip
+    going[1]["metadata"]["deletionTimestamp"] = KILLED_AT
+    p = run(cluster(status=restarting()), going, [service()], in_place=ON)
+    assert not p.create_pods and not p.delete_pods and not asked(p, "release")
+    assert must_cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"
+
+
+def test_a_second_failure_before_the_release_is_the_same_restart() -> None:
+    # The first failure restarted the job (generation 1); before the release, a kept pod
+    # is evicted: it is replaced too, and no second restart is counted.
+    evicted = member("Worker", 0, phase="Failed", state="waiting")
+    evicted["status"]["reason"] = "Evicted"
+    kept = members(evicted, restarts=1, state="waiting", last=137, barrier="running")
+    p = run(cluster(run_policy={"backoffLimit": 1}, status=restarting()), kept, [service()],
+            in_place=ON)  # fmt: skip
+    assert names(p.delete_pods) == {"j-worker-0"} and restarts(p) == 1
+    assert cond(p, "Failed") is None
+    assert must_cond(p, "Restarting")["reason"] == "MSJobRestartingInPlace"
+
+
+def test_a_failure_after_the_release_is_a_new_restart() -> None:
+    # Released: the Scheduler and Worker 0 run again at generation 1; Worker 1's training
+    # then fails again and its rule restarts it (its second restart in place).
+    again = member("Worker", 1, restarts=2, state="waiting", last=137, barrier="running")
+    ran = members(again, restarts=1, last=137, barrier="terminated")
+    p = run(cluster(status=restarting()), ran, [service()], in_place=ON)
+    assert restarts(p) == 2 and p.status_first
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"} and generations(p) == {2}
+    c = must_cond(p, "Restarting")
+    assert c["lastTransitionTime"] == format_time(NOW)  # its own time runs from now
+    assert "Restarting" in p.transitions  # counted by the job metrics, too
+
+
+def test_a_pod_lost_after_the_release_is_a_new_restart_counted() -> None:
+    ran = members(restarts=1, last=137, barrier="terminated")
+    p = run(cluster(run_policy={"backoffLimit": 3}, status=restarting()),
+            without(ran, "j-worker-1"), [service()], in_place=ON)  # fmt: skip
+    assert restarts(p) == 2
+    assert names(p.create_pods) == {"j-worker-1"}
+    assert agent_env(p.create_pods[0])["MSOP_AGENT_GENERATION"] == "2"
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"} and generations(p) == {2}
+    assert "(restart 2 of 3)" in must_cond(p, "Restarting")["message"]
+
+
+def test_a_replacement_that_cannot_be_scheduled_is_waited_for_saying_why() -> None:
+    pending = replacement("Worker", 1, barrier=None, phase="Pending")
+    pending["status"]["conditions"] = [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available: 3 Insufficient cpu."}
+    ]  # fmt: skip
+    kept = members(restarts=1, state="waiting", last=137, barrier="running")
+    pods = [*without(kept, "j-worker-1"), pending]
+    # Long past --restart-in-place-timeout: recreating every pod would not find room either.
+    status = restarting(seconds_ago=600)
+    p = run(cluster(status=status), pods, [service()], in_place=ON)
+    assert not p.delete_pods and not p.create_pods and not p.agent_requests
+    c = must_cond(p, "Restarting")
+    assert c["reason"] == "MSJobRestartingInPlace"
+    assert c["message"].startswith("MSJob ns/j is restarting all its pods in place because")
+    assert ("It waits for pod j-worker-1, which cannot be scheduled: 0/3 nodes are "
+            "available: 3 Insufficient cpu.") in c["message"]  # fmt: skip
+    assert [(e.type, e.reason) for e in p.events] == [("Warning", "MSJobReplacementUnschedulable")]
+    assert p.requeue_after is None  # no polling: its own status change brings the next pass
+    # Said once: the next pass, with the message stored, records nothing.
+    status["conditions"][-1]["message"] = c["message"]
+    again = run(cluster(status=status), pods, [service()], in_place=ON)
+    assert not again.events
+    assert (
+        must_cond(again, "Restarting")["lastUpdateTime"]
+        == status["conditions"][-1]["lastUpdateTime"]
+    )
+    # Projected by the cache, the pods say the same.
+    lean = run(cluster(status=restarting(seconds_ago=600)), [pod_projection(x) for x in pods],
+               [service()], in_place=ON)  # fmt: skip
+    assert must_cond(lean, "Restarting")["message"] == c["message"]
+    # Placed at last, it reaches its barrier: the timeout runs from then, and they go.
+    arrived = replacement("Worker", 1, since=format_time(NOW - timedelta(seconds=1)))
+    p = run(cluster(status=status), [*without(kept, "j-worker-1"), arrived], [service()],
+            in_place=ON)  # fmt: skip
+    assert asked(p, "release") == EVERY_POD and not p.delete_pods
+    assert "It waits for" not in must_cond(p, "Restarting")["message"]
+
+
+def test_kept_pods_that_do_not_restart_still_time_out_with_a_replacement() -> None:
+    kept = members(member("Scheduler", 0), restarts=1, state="waiting", last=137,
+                   barrier="running")  # fmt: skip
+    pods = [*without(kept, "j-worker-1"), replacement("Worker", 1)]
+    p = run(cluster(status=restarting(seconds_ago=121)), pods, [service()], in_place=ON)
+    assert names(p.delete_pods) == EVERY_POD
+    assert "not restarted: j-scheduler-0" in must_cond(p, "Restarting")["message"]
+
+
+# --- backoffLimit: a budget that cannot be reset ------------------------------------------
+
+
+@pytest.mark.parametrize("opts", [{"in_place": ON}, {}], ids=["hybrid", "recreated"])
+def test_a_pod_deleted_again_and_again_exhausts_backoff_limit(opts: JSON) -> None:
+    # The count is in the job's status, the only memory: a new operator (a restart, a
+    # new leader) plans from it, and deleting pods does not reset it.
+    for done in range(3):
+        status = running_status(replicaStatuses={"Worker": {"restarts": done}} if done else {})
+        p = run(cluster(run_policy={"backoffLimit": 2}, status=status),
+                without(members(generation=done), "j-worker-0"), [service()], **opts)  # fmt: skip
+        if done < 2:
+            assert restarts(p) == done + 1 and p.status_first
+            assert cond(p, "Failed") is None
+            continue
+        failed = must_cond(p, "Failed")
+        assert failed["reason"] == "BackoffLimitExceeded"
+        assert (
+            "pod(s) j-worker-0 of the running cluster are gone after 2 restart(s)"
+            in (failed["message"])
+        )
+        assert names(p.delete_pods) == EVERY_POD - {"j-worker-0"}
+        assert not p.create_pods and not p.agent_requests
+
+
+def test_a_lost_member_without_a_limit_is_counted_all_the_same() -> None:
+    status = running_status(replicaStatuses={"Scheduler": {"restarts": 4}})
+    p = run(cluster(status=status), without(members(generation=4), "j-worker-1"), [service()],
+            in_place=ON)  # fmt: skip
+    assert restarts(p) == 5
+    assert "(restart 5)" in must_cond(p, "Restarting")["message"]

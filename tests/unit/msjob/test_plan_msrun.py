@@ -12,6 +12,7 @@ from msop.api import MSJob, validate, validate_admission
 from msop.api.defaults import apply_defaults
 from msop.api.validation import beyond_admission
 from msop.msjob import desired
+from msop.msjob.inplace.pods import InPlace
 from tests.support.builders import cond, job, names, run, running_status
 
 JSON = dict[str, Any]
@@ -205,3 +206,27 @@ def test_scaling_restarts_every_pod_with_the_new_total() -> None:
     assert names(p.delete_pods) == {"j-worker-0", "j-worker-1"}
     resizing = cond(p, "Restarting")
     assert resizing is not None and "MS_WORKER_NUM 4 -> 6" in resizing["message"]
+
+
+@pytest.mark.parametrize("gone", [0, 2])
+def test_a_lost_msrun_pod_is_recreated_alone_with_its_node_rank(gone: int) -> None:
+    on = InPlace(image="msop:0.1.0", public_key="04" + "ab" * 64)
+    j = msrun_job(workers=3, status=running_status())
+    made = {x["metadata"]["name"]: x for x in run(msrun_job(workers=3), [], [rendezvous_service()],
+            in_place=on).create_pods}  # fmt: skip
+    pods = []
+    for name, pod in made.items():
+        pod["metadata"]["uid"] = f"uid-{name}"
+        pod["status"] = {"phase": "Running", "podIP": "10.244.0.9",
+                         "containerStatuses": [{"name": "mindspore", "restartCount": 0,
+                                                "state": {"running": {}}}]}  # fmt: skip
+        pods.append(pod)
+    lost = f"j-worker-{gone}"
+    p = run(j, [x for x in pods if x["metadata"]["name"] != lost], [rendezvous_service()],
+            in_place=on)  # fmt: skip
+    assert names(p.create_pods) == {lost} and not p.delete_pods
+    assert {r.pod["metadata"]["name"] for r in p.agent_requests} == set(made) - {lost}
+    assert env_of(p.create_pods[0]) == env_of(made[lost])  # MS_NODE_RANK, MS_SCHED_HOST...
+    assert env_of(p.create_pods[0])["MS_NODE_RANK"] == str(gone)
+    restarting = cond(p, "Restarting")
+    assert restarting is not None and restarting["reason"] == "MSJobRestartingInPlace"

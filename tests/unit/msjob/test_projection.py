@@ -145,3 +145,17 @@ def test_projection_drops_the_bulk_and_tolerates_odd_objects() -> None:
         "status": {},
     }
     assert service_projection({})["spec"] == {}
+
+
+def test_only_a_pod_scheduled_that_is_not_true_is_kept() -> None:
+    waiting = pod("Worker", 0, "Pending")
+    unplaced = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                "message": "0/3 nodes are available.", "lastProbeTime": None}  # fmt: skip
+    waiting["status"]["conditions"] = [unplaced, {"type": "Ready", "status": "False"}]
+    assert pod_projection(waiting)["status"]["conditions"] == [
+        {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+         "message": "0/3 nodes are available."}
+    ]  # fmt: skip
+    placed = pod("Worker", 0)
+    placed["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
+    assert "conditions" not in pod_projection(placed)["status"]

@@ -489,3 +489,28 @@ def test_by_default_it_listens_on_every_address_ipv4_and_ipv6(pod: Pod) -> None:
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == {"answers": {"127.0.0.1": 3, "[::1]": 3}, "code": 0}
+
+
+def test_a_replacement_waits_on_its_first_start_for_the_release_of_its_generation(
+    pod: Pod,
+) -> None:
+    # Made to replace a lost member during a hybrid restart at generation 3: it starts
+    # with the pods restarted in place, not before.
+    barrier = pod.barrier(MSOP_AGENT_HOLD="1")
+    pod.wait_for_state({"generation": 3, "requested": False, "waiting": True})
+    (pod.dir / "released").write_text("2")
+    time.sleep(0.3)
+    assert barrier.poll() is None
+    (pod.dir / "released").write_text("3")
+    code, out, err = exits(barrier)
+    assert code == 0, err
+    assert out.splitlines() == [
+        "msop barrier: waiting for msop to release generation 3 (this pod replaces a lost member)",
+        "msop barrier: generation 3 released: the training may start",
+    ]
+    assert pod.state() == {"generation": 3, "requested": False, "waiting": False}
+    # Its later restarts are ordinary ones: a failure of its own moves it on.
+    again = pod.barrier(MSOP_AGENT_HOLD="1")
+    pod.wait_for_state({"generation": 4, "requested": False, "waiting": True})
+    (pod.dir / "released").write_text("4")
+    assert exits(again)[0] == 0
