@@ -44,6 +44,10 @@ LABEL_REPLICA_TYPE: Final = "training.kubeflow.org/replica-type"
 LABEL_REPLICA_INDEX: Final = "training.kubeflow.org/replica-index"
 LABEL_OPERATOR_NAME: Final = "training.kubeflow.org/operator-name"
 OPERATOR_NAME: Final = "msjob-controller"
+#: The shard of the job a pod or Service belongs to (``msop run --shards N``, N > 1): set at
+#: creation, so that each replica watches only the children of its shards. Absent without
+#: shards (``--shards 1`` writes the same objects as before shards existed).
+LABEL_SHARD: Final = "msop.mindspore.gitee.com/shard"
 # ms-operator's own labels, kept so that existing selectors keep matching: its pods and
 # Services carry all four, it lists a job's pods and Services by group-name, job-name and
 # the two training.kubeflow.org ones above, and its Scheduler Service selects all eight.

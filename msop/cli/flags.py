@@ -274,6 +274,16 @@ def _add_run(sub: Any) -> None:
         type=_positive_float,
     )
     a(
+        "--shards",
+        "MSOP_SHARDS",
+        "split the MSJobs into this many shards by a hash of their UID; each shard has a "
+        "Lease (<--leader-election-id>-shard-<i>, with the leader election's namespace and "
+        "timing) and each replica holds about shards/replicas of them and reconciles and "
+        "watches only their jobs. Above 1 it needs --leader-elect; 1 is the single leader",
+        "1",
+        type=_positive_int,
+    )
+    a(
         "--legacy-operator-lease",
         "MSOP_LEGACY_OPERATOR_LEASE",
         "<namespace>/<name> of the Go ms-operator's leader-election Lease: while it is "

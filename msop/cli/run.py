@@ -17,6 +17,7 @@ from msop.api.resources import MSJOBS
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from msop.controller.leaseguard import LeaseGuard
 from msop.controller.manager import Manager, SecureServing
+from msop.controller.shardelection import ShardingConfig
 from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
 from msop.kube.client import KubeClient
@@ -175,6 +176,8 @@ async def run_operator(args: argparse.Namespace) -> int:
     async with client:
         volcano, workload_api = await _gang_scheduler(client, args)
         await _preflight(client, args.namespaces, volcano, args.enable_kueue)
+        if args.shards > 1 and not args.leader_elect:
+            raise StartupError("--shards above 1 needs --leader-elect (each shard has a Lease)")
         election = None
         if args.leader_elect:
             try:
@@ -188,6 +191,10 @@ async def run_operator(args: argparse.Namespace) -> int:
                 )
             except ValueError as e:
                 raise StartupError(f"leader election: {e}") from None
+        sharding = None
+        if election is not None and args.shards > 1:
+            # The replicas share the work: no single leader; each shard has its Lease.
+            sharding, election = ShardingConfig(shards=args.shards, election=election), None
         try:
             manager = Manager(
                 client,
@@ -223,11 +230,12 @@ async def run_operator(args: argparse.Namespace) -> int:
                 in_place=in_place,
                 agents=agents,
                 recheck_in_place=recheck,
+                sharding=sharding,
             ),
         )
         log.info(
             "starting msop", version=__version__, namespaces=args.namespaces or "all",
-            leader_elect=args.leader_elect, metrics=args.metrics_bind_address,
+            leader_elect=args.leader_elect, shards=args.shards, metrics=args.metrics_bind_address,
             metrics_secure=args.metrics_secure, health=args.health_probe_bind_address,
         )  # fmt: skip
         try:

@@ -141,15 +141,20 @@ class LeaderElector:
         clock: Callable[[], float] = time.monotonic,
         now: Callable[[], float] = time.time,
         on_takeover: Callable[[datetime], None] | None = None,
+        admit: Callable[[], bool] | None = None,
     ) -> None:
         """``clock``: monotonic seconds (renew deadline, expiry of an observed Lease);
         ``now``: wall-clock seconds, for the times written into the Lease;
         ``on_takeover``: called once this process takes the Lease over from a holder that
         did not release it, with that holder's last ``renewTime`` (until then nobody led:
-        a crashed leader, or one cut off from the API server)."""
+        a crashed leader, or one cut off from the API server). ``admit``: asked just before
+        taking a Lease that is free (absent, released or expired); a False leaves it to the
+        other candidates (sharding's fair share). None: always take it. Never asked while
+        renewing."""
         self.client = client
         self.config = config
         self._on_takeover = on_takeover
+        self._admit = admit
         self._clock = clock
         self._now = now
         self._leader = asyncio.Event()
@@ -261,6 +266,8 @@ class LeaderElector:
             except ApiError as e:
                 if not is_not_found(e):
                     raise
+                if self._admit is not None and not self._admit():
+                    return False
                 body = {
                     "apiVersion": LEASES.api_version,
                     "kind": "Lease",
@@ -276,6 +283,8 @@ class LeaderElector:
             holder = record[0]
             expired = self._observed_at + cfg.lease_duration <= self._clock()
             if holder and holder != cfg.identity and not expired:
+                return False
+            if holder != cfg.identity and self._admit is not None and not self._admit():
                 return False
             updated = dict(lease)
             updated["spec"] = self._spec(lease, self._now())

@@ -12,7 +12,8 @@ Go controllers work unchanged:
   ``controller_runtime_terminal_reconcile_errors_total``,
   ``controller_runtime_reconcile_panics_total``, ``controller_runtime_reconcile_time_seconds``,
   ``controller_runtime_max_concurrent_reconciles``, ``controller_runtime_active_workers``;
-* leader election: ``leader_election_master_status{name}``;
+* leader election: ``leader_election_master_status{name}``; with shards (msop's own),
+  ``msop_shard_owned{shard}``: 1 while this replica holds the shard;
 * events (msop's own, label ``component``): ``msop_events_written_total{component,action}``
   (``create`` a new Event, ``patch`` an aggregated one) and
   ``msop_events_dropped_total{component,reason}`` (``queue_full``, ``shutdown``,
@@ -40,6 +41,7 @@ __all__ = [
     "RECONCILE_PANICS",
     "RECONCILE_TIME",
     "RECONCILE_TOTAL",
+    "SHARD_OWNED",
     "TERMINAL_RECONCILE_ERRORS",
     "WORKQUEUE_ADDS",
     "WORKQUEUE_QUEUE_DURATION",
@@ -128,6 +130,14 @@ ACTIVE_WORKERS = Gauge(
     ["controller"],
     registry=REGISTRY,
 )
+SHARD_OWNED = Gauge(
+    "msop_shard_owned",
+    "1 while this replica holds the shard's Lease and reconciles its objects, else 0 "
+    "(msop run --shards above 1).",
+    ["shard"],
+    registry=REGISTRY,
+)
+
 LEADER_ELECTION_MASTER_STATUS = Gauge(
     "leader_election_master_status",
     "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, "

@@ -306,3 +306,41 @@ class ProgressCollector(Collector):
 
 PROGRESS = ProgressCollector()
 REGISTRY.register(PROGRESS)
+
+
+# --- shards (msop run --shards N, N > 1) ----------------------------------------------------
+
+SHARD_RECONCILES = Counter(
+    "msop_shard_reconciles_total",
+    "Reconciles this replica ran, by the shard of the job (with --shards above 1).",
+    ["shard"],
+    registry=REGISTRY,
+)
+
+
+class ShardJobsCollector(Collector):
+    """``msop_shard_jobs{shard}``: the MSJobs of each shard this replica holds, computed at
+    scrape time from the jobs cache's shard index (:mod:`msop.msjob.sharding`)."""
+
+    def __init__(self) -> None:
+        self._sources: list[Callable[[], Iterable[tuple[int, int]]]] = []
+
+    def add(self, source: Callable[[], Iterable[tuple[int, int]]]) -> None:
+        """Report the (shard, jobs) pairs ``source`` yields at every scrape."""
+        self._sources.append(source)
+
+    def collect(self) -> Iterator[Metric]:
+        family = GaugeMetricFamily(
+            "msop_shard_jobs",
+            "MSJobs of each shard this replica holds (with --shards above 1); summed over "
+            "the replicas, every job once.",
+            labels=["shard"],
+        )
+        for source in self._sources:
+            for shard, n in source():
+                family.add_metric([str(shard)], n)
+        yield family
+
+
+SHARD_JOBS = ShardJobsCollector()
+REGISTRY.register(SHARD_JOBS)

@@ -12,6 +12,7 @@ This module imports no rule module: the rules depend on the pass, never the reve
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -41,6 +42,9 @@ class Options:
     """Port Worker 0's progress reporter is told to serve on; 0: no progress."""
     in_place: inplace.InPlace | None = None
     """How jobs are restarted in place (:mod:`.inplace`); None: never, always recreated."""
+    shard_of: Callable[[str], int] | None = None
+    """The shard of a job by its UID (``msop run --shards`` above 1): its pods and Services
+    are created with it in ``c.LABEL_SHARD``. None: no shards, no label."""
 
 
 @dataclass
@@ -271,10 +275,19 @@ class PlanningPass:
 
     # --- the job's children -------------------------------------------------------------------
     def create_service(self, service: JSON) -> None:
-        self._plan.create_services.append(service)
+        self._plan.create_services.append(self._sharded(service))
 
     def create_pod(self, pod: JSON) -> None:
-        self._plan.create_pods.append(pod)
+        self._plan.create_pods.append(self._sharded(pod))
+
+    def _sharded(self, child: JSON) -> JSON:
+        """``child`` labelled with its job's shard (with shards; else ``child`` itself)."""
+        if self.opts.shard_of is None:
+            return child
+        shard = self.opts.shard_of(str(self.job["metadata"]["uid"]))
+        meta = child.get("metadata") or {}
+        labels = {**(meta.get("labels") or {}), c.LABEL_SHARD: str(shard)}
+        return {**child, "metadata": {**meta, "labels": labels}}
 
     def delete_pod(self, pod: JSON) -> None:
         if not terminating(pod) and id(pod) not in self._deleting:

@@ -49,9 +49,10 @@ import structlog
 
 from msop.api import constants as c
 from msop.api import report as progress_api
+from msop.controller.controller import EventSource
 from msop.controller.handler import EnqueueRequestForOwner
 from msop.controller.reconcile import Request
-from msop.informers.informer import SharedInformer, UpdateHandler
+from msop.informers.informer import UpdateHandler
 from msop.kube.objects import JSON, format_time
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS
@@ -175,7 +176,7 @@ class ProgressPoller:
             self._handlers.remove(registration)
 
     # --- targets from the pod cache -------------------------------------------------------
-    def follow(self, informer: SharedInformer) -> None:
+    def follow(self, informer: EventSource) -> None:
         """Follow Worker 0 pods in ``informer``'s cache."""
         informer.add_event_handler(
             on_add=lambda obj, initial: self.observe(obj),

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from msop.api import constants as c
 
 if TYPE_CHECKING:
+    from msop.controller.shardelection import ShardingConfig
     from msop.msjob.inplace.client import AgentClient
     from msop.msjob.inplace.pods import InPlace
 
@@ -70,3 +71,6 @@ class Settings:
     recheck_in_place: Callable[[], Awaitable[str]] | None = None
     """Says again why the cluster cannot restart in place ("" if it can), every few
     minutes (a node joins, a kubelet changes)."""
+    sharding: ShardingConfig | None = None
+    """Split the jobs into ``sharding.shards`` shards, each held on a Lease by one replica
+    (:mod:`msop.msjob.sharding`); None: one shard, reconciled by the leader."""

@@ -25,18 +25,21 @@ import structlog
 
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
-from msop.controller.controller import Controller
+from msop.controller.controller import Controller, EventSource
 from msop.controller.expectations import Expectations
 from msop.controller.handler import (
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
+    EventHandler,
     Obj,
     RequestQueue,
     request_for,
 )
 from msop.controller.manager import Manager
 from msop.controller.ratelimiter import default_controller_rate_limiter
-from msop.controller.reconcile import Request
+from msop.controller.reconcile import Reconciler, Request
+from msop.controller.shardelection import ShardElection, ShardingConfig
+from msop.controller.shards import shard_of
 from msop.controller.workqueue import WorkQueue
 from msop.informers.factory import InformerFactory
 from msop.informers.informer import SharedInformer
@@ -48,6 +51,7 @@ from msop.informers.store import (
     make_transform,
     split_key,
 )
+from msop.informers.union import InformerUnion
 from msop.kube.contact import Outage
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, SERVICES, Resource
@@ -57,6 +61,7 @@ from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
 from msop.msjob.settings import Settings
+from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate, unsharded_selector
 
 log = structlog.get_logger("msop.msjob.setup")
 
@@ -97,7 +102,7 @@ POD_BATCH_WINDOW = 0.1
 SERVICE_BATCH_WINDOW = 0.1
 
 
-def _observe(informer: SharedInformer, expectations: Expectations[ChildKey], res: Resource) -> None:
+def _observe(informer: EventSource, expectations: Expectations[ChildKey], res: Resource) -> None:
     """Lower expectations as our own creates and deletes reach this cache."""
 
     def on_add(obj: Obj, initial: bool) -> None:
@@ -209,8 +214,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     jobs = informers(MSJOBS, None, lean)
     # Only the fields the planner reads are cached (see projection.py): the bench measured
     # ~25 KB per full pod in the cache.
-    pods = informers(PODS, CHILD_SELECTOR, pod_projection)
-    services = informers(SERVICES, CHILD_SELECTOR, service_projection)
+    sharding = settings.sharding if settings.sharding and settings.sharding.shards > 1 else None
+    pods = _child_caches(informers, PODS, pod_projection, sharded=sharding is not None)
+    services = _child_caches(informers, SERVICES, service_projection, sharded=bool(sharding))
     # The scheduling systems, in the order they decide (Kueue, then Volcano), each with
     # the caches it asks for.
     caches = _Caches(factory, informers, lean)
@@ -244,8 +250,8 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     reconciler = MSJobReconciler(
         manager.client,
         jobs=_reader(jobs),
-        pods=_reader(pods),
-        services=_reader(services),
+        pods=pods.reader,
+        services=services.reader,
         scheduling=scheduling,
         # A burst's creates before their announcements (SuccessfulCreate* are
         # deferrable): a burst is more reconciles ready than workers to take them, not
@@ -253,18 +259,69 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         # would wait its 30 s).
         recorder=manager.event_recorder(EVENT_COMPONENT, busy=lambda: len(queue) >= workers),
         expectations=expectations,
-        options=Options(progress_port=settings.progress_port, in_place=settings.in_place),
+        options=Options(
+            progress_port=settings.progress_port,
+            in_place=settings.in_place,
+            shard_of=functools.partial(shard_of, shards=sharding.shards) if sharding else None,
+        ),
         progress=poller.get if poller is not None else None,
         backlog=lambda: len(queue),
         agents=settings.agents,
     )
-    controller = Controller(
-        CONTROLLER_NAME, reconciler, max_concurrent_reconciles=workers, queue=queue
-    )
+    shards: JobShards | None = None
+    gated: Reconciler = reconciler
+    if sharding is not None:
+        assert isinstance(pods.reader, InformerUnion)
+        assert isinstance(services.reader, InformerUnion)
+        shards = _shards(manager, sharding, namespaces, jobs, pods.reader, services.reader, queue)
+        gated = ShardGate(reconciler, shards)
+    controller = Controller(CONTROLLER_NAME, gated, max_concurrent_reconciles=workers, queue=queue)
+
+    def watch(source: EventSource, handler: EventHandler, batch_window: float = 0.0) -> None:
+        if shards is not None:
+            handler = OwnedOnly(handler, shards.owns)
+        controller.watch(source, handler, batch_window=batch_window)
+
     for ns in settings.namespaces:
         metrics.touch(ns)
+    _watch_jobs(jobs, watch, reconciler)
+    for source in pods.sources:
+        watch(source, OWNER, batch_window=POD_BATCH_WINDOW)
+        _observe(source, expectations, PODS)
+    for source in services.sources:
+        watch(source, OWNER, batch_window=SERVICE_BATCH_WINDOW)
+        _observe(source, expectations, SERVICES)
+    for inf in caches.watched:
+        watch(inf, OWNER)
+    manager.add(controller)
+    _replan_after_outages(manager, settings, jobs, queue)
+    if settings.recheck_in_place is not None:
+        manager.add(_InPlaceRecheck(reconciler, settings.recheck_in_place))
+    if poller is not None:
+        _follow_progress(manager, controller, poller, pods.sources)
+    return controller
+
+
+def _replan_after_outages(
+    manager: Manager, settings: Settings, jobs: list[SharedInformer], queue: WorkQueue[Request]
+) -> None:
+    """After a long outage MultiKueue's copies are held (kueue.py): plan every job again
+    as soon as the API server answers, not at its next event (a relist that finds the
+    cache unchanged sends none)."""
+    if settings.kueue and settings.worker_lost.timeout > 0:
+        manager.client.contact.subscribe(
+            functools.partial(_plan_all_after, settings.worker_lost.timeout, jobs, queue)
+        )
+
+
+def _watch_jobs(
+    jobs: list[SharedInformer],
+    watch: Callable[[EventSource, EventHandler], None],
+    reconciler: MSJobReconciler,
+) -> None:
+    """Every MSJob event enqueues the job; the job metrics read the jobs caches."""
     for inf in jobs:
-        controller.watch(inf, _JobEvents(reconciler.caused_by_own_write))
+        watch(inf, _JobEvents(reconciler.caused_by_own_write))
         inf.add_indexers(
             {
                 metrics.BY_JOB_STATE: metrics.job_state_index,
@@ -279,27 +336,67 @@ def setup(manager: Manager, settings: Settings) -> Controller:
                 "deleted", str(obj["metadata"].get("namespace", ""))
             ),
         )
-    for inf in pods:
-        controller.watch(inf, OWNER, batch_window=POD_BATCH_WINDOW)
-        _observe(inf, expectations, PODS)
-    for inf in services:
-        controller.watch(inf, OWNER, batch_window=SERVICE_BATCH_WINDOW)
-        _observe(inf, expectations, SERVICES)
-    for inf in caches.watched:
-        controller.watch(inf, OWNER)
-    manager.add(controller)
-    if settings.kueue and settings.worker_lost.timeout > 0:
-        # After a long outage MultiKueue's copies are held (kueue.py): plan every job again
-        # as soon as the API server answers, not at its next event (a relist that finds
-        # the cache unchanged sends none).
-        manager.client.contact.subscribe(
-            functools.partial(_plan_all_after, settings.worker_lost.timeout, jobs, queue)
-        )
-    if settings.recheck_in_place is not None:
-        manager.add(_InPlaceRecheck(reconciler, settings.recheck_in_place))
-    if poller is not None:
-        _follow_progress(manager, controller, poller, pods)
-    return controller
+
+
+@dataclass(frozen=True)
+class _ChildCaches:
+    """How the controller reads and watches one kind of its children."""
+
+    reader: Reader
+    sources: list[EventSource]
+
+
+def _child_caches(
+    informers: Callable[[Resource, str | None, Transform | None], list[SharedInformer]],
+    res: Resource,
+    projection: Transform,
+    *,
+    sharded: bool,
+) -> _ChildCaches:
+    """Without shards: the operator's children, one informer per namespace. With shards:
+    a union of those without a shard label (made without shards), which each held
+    shard's own informers join (sharding.py)."""
+    if not sharded:
+        found = informers(res, CHILD_SELECTOR, projection)
+        return _ChildCaches(_reader(found), list(found))
+    union = InformerUnion(informers(res, unsharded_selector(CHILD_SELECTOR), projection))
+    return _ChildCaches(union, [union])
+
+
+def _shards(
+    manager: Manager,
+    sharding: ShardingConfig,
+    namespaces: list[str | None],
+    jobs: list[SharedInformer],
+    pods: InformerUnion,
+    services: InformerUnion,
+    queue: WorkQueue[Request],
+) -> JobShards:
+    """The shards' owner and election, added to ``manager`` (neither needs the leader:
+    the shards' Leases are the election)."""
+
+    def make(res: Resource, selector: str) -> list[SharedInformer]:
+        projection = pod_projection if res == PODS else service_projection
+        options = manager.informers.options
+        return [
+            SharedInformer(
+                manager.client,
+                res,
+                namespace=ns,
+                label_selector=selector,
+                transform=projection,
+                options=options,
+                compact=True,
+            )
+            for ns in namespaces
+        ]
+
+    children = [(PODS, pods, CHILD_SELECTOR), (SERVICES, services, CHILD_SELECTOR)]
+    shards = JobShards(sharding.shards, jobs, children, make, queue.add)
+    metrics.SHARD_JOBS.add(shards.counts)
+    manager.add(shards, needs_leader_election=False)
+    manager.add(ShardElection(manager.client, sharding, shards), needs_leader_election=False)
+    return shards
 
 
 def _plan_all_after(
@@ -316,7 +413,7 @@ def _plan_all_after(
 
 
 def _follow_progress(
-    manager: Manager, controller: Controller, poller: ProgressPoller, pods: list[SharedInformer]
+    manager: Manager, controller: Controller, poller: ProgressPoller, pods: list[EventSource]
 ) -> None:
     for inf in pods:
         poller.follow(inf)

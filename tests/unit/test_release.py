@@ -405,11 +405,21 @@ def test_user_roles_scale_the_jobs() -> None:
                 "apiGroups": ["mindspore.gitee.com"]} in viewer  # fmt: skip
 
 
-def test_leader_election_role_grants_only_the_lease() -> None:
+def test_leader_election_role_grants_only_the_leases() -> None:
+    # list: with --shards, a replica counts the live replicas from the namespace's Leases.
     for objs in (kustomize(), helm()):
         (role,) = [o for o in objs if o["kind"] == "Role" and "leader" in o["metadata"]["name"]]
         assert role["rules"] == [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                                  "verbs": ["get", "create", "update"]}]  # fmt: skip
+                                  "verbs": ["get", "list", "create", "update"]}]  # fmt: skip
+
+
+def test_shards_pass_through_and_need_leader_election() -> None:
+    args = container(helm("shards=6"))["args"]
+    assert "--shards=6" in args and "--leader-elect" in args
+    assert "--shards=1" in container(helm())["args"]
+    for values in (("shards=6", "leaderElection.enabled=false", "replicaCount=1"), ("shards=0",)):
+        with pytest.raises(AssertionError, match="shards"):
+            helm(*values)
 
 
 def test_the_restart_in_place_role_reads_one_secret_and_goes_with_its_flag() -> None:

@@ -1,0 +1,84 @@
+"""Shards: which shard an object belongs to, and how many shards a replica may hold.
+
+Pure functions; :mod:`.shardelection` holds the shards' Leases with them.
+
+* **The hash.** An object belongs to shard ``sha256(uid) mod N``: the first 8 bytes of the
+  SHA-256 digest of its ``metadata.uid`` (UTF-8), read as a big-endian unsigned integer.
+  The same in every process and Python version (Python's ``hash()`` of a string is
+  salted per process and would split the objects differently in every replica). A UID
+  never changes, so an object stays in its shard for its whole life; changing N moves
+  most objects to another shard (the shards' holders change hands, not the objects).
+* **Fair share.** With ``R`` live replicas a replica takes at most ``ceil(N / R)`` shards
+  (:func:`fair_share`), unless a shard has been held by nobody for a while (then anyone
+  takes it: a shard without a holder is worse than an uneven split). A replica above its
+  share hands shards over (:func:`to_shed`), only as many as the replicas below their
+  share can take.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+
+__all__ = [
+    "fair_share",
+    "may_take",
+    "member_lease_name",
+    "shard_lease_name",
+    "shard_of",
+    "to_shed",
+]
+
+
+def shard_of(uid: str, shards: int) -> int:
+    """The shard (``0 .. shards-1``) of the object with this UID; ValueError for
+    ``shards < 1``."""
+    if shards < 1:
+        raise ValueError("shards must be >= 1")
+    digest = hashlib.sha256(uid.encode()).digest()
+    return int.from_bytes(digest[:8], "big") % shards
+
+
+def shard_lease_name(base: str, shard: int) -> str:
+    """The Lease of one shard: ``<base>-shard-<index>``."""
+    return f"{base}-shard-{shard}"
+
+
+def member_lease_name(base: str, identity: str) -> str:
+    """The Lease that says a replica is alive, whether or not it holds a shard:
+    ``<base>-member-<12 hex digits of sha256(identity)>`` (an identity may hold
+    characters a name may not)."""
+    return f"{base}-member-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+
+
+def fair_share(shards: int, live_replicas: int) -> int:
+    """``ceil(shards / live_replicas)``; a replica always counts itself (at least 1)."""
+    return -(-shards // max(1, live_replicas))
+
+
+def may_take(
+    owned: int, shards: int, live_replicas: int, unheld_for: float | None, grace: float
+) -> bool:
+    """Whether a replica that holds ``owned`` shards takes one more that is free.
+
+    ``unheld_for``: seconds the shard has been seen without a holder (None: it has one, as
+    far as this replica saw). Below the fair share: yes. At or above it: only a shard
+    nobody held for ``grace`` seconds."""
+    if owned < fair_share(shards, live_replicas):
+        return True
+    return unheld_for is not None and unheld_for >= grace
+
+
+def to_shed(
+    owned: Iterable[int], shards: int, me: str, holders: Mapping[str, int], live: Iterable[str]
+) -> list[int]:
+    """The shards to hand over: those above the fair share, as many as the other live
+    replicas below it can take, highest index first.
+
+    ``holders``: shards held per live holder (this replica included or not: ``owned`` is
+    what it holds); ``live``: every live replica's identity (this one may be absent)."""
+    mine = sorted(owned, reverse=True)
+    others = {r for r in live if r != me}
+    target = fair_share(shards, len(others) + 1)
+    room = sum(max(0, target - holders.get(r, 0)) for r in others)
+    return mine[: max(0, min(len(mine) - target, room))]

@@ -1,0 +1,272 @@
+"""MSJobs split across replicas (``msop run --shards N``): the domain's side of
+:mod:`msop.controller.shardelection`.
+
+A job belongs to shard ``shard_of(metadata.uid, N)`` (:mod:`msop.controller.shards`). Its
+pods and Services carry that shard in the label ``msop.mindspore.gitee.com/shard`` from
+their creation (:class:`~msop.msjob.passes.PlanningPass`), so that a replica watches only
+the children of the shards it holds:
+
+* every replica caches every MSJob (small, encoded): it needs a job's UID to know its
+  shard, and the jobs of a shard it takes must be there at once;
+* :meth:`JobShards.adopt` starts, for the shard, one pod and one Service informer per
+  watched namespace, selecting ``operator-name=msjob-controller,
+  msop.mindspore.gitee.com/shard=<i>``; once they synced it joins them to the controller's
+  unions (:class:`~msop.informers.union.InformerUnion`), marks the shard ready and enqueues
+  its jobs; :meth:`JobShards.release` stops them;
+* children made by an msop without shards (no shard label: an upgrade, or a move from
+  ``--shards 1``) stay in one more informer per resource, selecting ``!shard``, that every
+  replica keeps in its unions. They are read and managed (adopted) like the labelled ones
+  by the replica that holds their job's shard; the others only drop their events. It
+  empties as those jobs end.
+
+:class:`ShardGate` wraps the reconciler: a job whose shard is not ready here is not
+reconciled (its key is forgotten), and the reconciles of a shard are cancelled the moment
+it is dropped (:meth:`JobShards.drop`): that is how "no writes after the Lease is lost"
+holds per shard. :class:`OwnedOnly` keeps such keys out of the queue in the first place.
+A key whose job is not in the cache (deleted) passes: its reconcile only forgets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+from collections.abc import Callable, Iterator
+
+import structlog
+
+from msop.api import constants as c
+from msop.controller.handler import EventHandler, Obj, RequestQueue
+from msop.controller.reconcile import Reconciler, Request, Result, StopAware
+from msop.controller.shards import shard_of
+from msop.controller.workqueue import PRIORITY_NORMAL
+from msop.informers.informer import SharedInformer
+from msop.informers.lister import Lister
+from msop.informers.union import InformerUnion
+from msop.kube.resources import Resource
+from msop.msjob.metrics import SHARD_RECONCILES
+
+__all__ = [
+    "BY_SHARD",
+    "JobShards",
+    "OwnedOnly",
+    "ShardGate",
+    "shard_selector",
+    "unsharded_selector",
+]
+
+log = structlog.get_logger("msop.msjob.sharding")
+
+#: The jobs cache's index of jobs by shard.
+BY_SHARD = "msop-shard"
+
+
+def shard_selector(base: str, shard: int) -> str:
+    """``base`` narrowed to the children of one shard."""
+    return f"{base},{c.LABEL_SHARD}={shard}"
+
+
+def unsharded_selector(base: str) -> str:
+    """``base`` narrowed to children without a shard label (made without shards)."""
+    return f"{base},!{c.LABEL_SHARD}"
+
+
+InformerMaker = Callable[[Resource, str], list[SharedInformer]]
+"""Builds (does not start) the informers of one resource and selector, one per watched
+namespace."""
+
+
+class JobShards:
+    """The :class:`~msop.controller.shardelection.ShardOwner` of the MSJob controller, and
+    a runnable that runs the shards' informers (see the module docstring).
+
+    ``children``: (resource, union, base selector) per child resource; ``enqueue``: adds a
+    job's key to the controller's queue."""
+
+    name = "job-shards"
+
+    def __init__(
+        self,
+        shards: int,
+        jobs: list[SharedInformer],
+        children: list[tuple[Resource, InformerUnion, str]],
+        make: InformerMaker,
+        enqueue: Callable[[Request], None],
+    ) -> None:
+        self.shards = shards
+        self.jobs = jobs
+        self.children = children
+        self.make = make
+        self.enqueue = enqueue
+        self._ready: set[int] = set()
+        self._inflight: dict[int, set[asyncio.Task[Result]]] = {}
+        self._informers: dict[int, list[tuple[InformerUnion, SharedInformer]]] = {}
+        self._tasks: dict[int, list[asyncio.Task[None]]] = {}
+        self._tg: asyncio.TaskGroup | None = None
+        self._running = asyncio.Event()
+        for inf in jobs:
+            inf.add_indexers({BY_SHARD: self._job_shard_index})
+
+    def _job_shard_index(self, job: Obj) -> list[str]:
+        uid = (job.get("metadata") or {}).get("uid")
+        return [str(shard_of(str(uid), self.shards))] if uid else []
+
+    # -- questions -----------------------------------------------------------------------
+
+    def ready(self) -> frozenset[int]:
+        """The shards whose jobs this replica reconciles now."""
+        return frozenset(self._ready)
+
+    def shard_of_request(self, request: Request) -> int | None:
+        """The shard of the job ``request`` names, None if it is not in the cache."""
+        for inf in self.jobs:
+            if inf.namespace not in (None, request.namespace):
+                continue
+            job = Lister(inf).get(request.name, request.namespace)
+            if job is not None:
+                return shard_of(str(job["metadata"]["uid"]), self.shards)
+        return None
+
+    def owns(self, request: Request) -> bool:
+        """Whether this replica reconciles ``request`` now (a job not in the cache: yes,
+        its reconcile only forgets)."""
+        shard = self.shard_of_request(request)
+        return shard is None or shard in self._ready
+
+    def jobs_of(self, shard: int) -> builtins.list[Request]:
+        """The keys of the cached jobs of ``shard``."""
+        out = []
+        for inf in self.jobs:
+            for key in inf.store.index_keys(BY_SHARD, str(shard)):
+                namespace, _, name = key.rpartition("/")
+                out.append(Request(namespace, name))
+        return out
+
+    def counts(self) -> Iterator[tuple[int, int]]:
+        """(shard, cached jobs) for the shards this replica holds."""
+        for shard in sorted(self._ready):
+            yield shard, sum(len(inf.store.index_keys(BY_SHARD, str(shard))) for inf in self.jobs)
+
+    # -- ShardOwner ------------------------------------------------------------------------
+
+    def drop(self, shard: int) -> None:
+        if shard in self._ready:
+            log.info("shard dropped: its reconciles stop", shard=shard)
+        self._ready.discard(shard)
+        for task in self._inflight.get(shard, ()):
+            task.cancel()
+
+    async def adopt(self, shard: int) -> None:
+        await self._running.wait()
+        assert self._tg is not None
+        made: list[tuple[InformerUnion, SharedInformer]] = []
+        tasks: list[asyncio.Task[None]] = []
+        self._informers[shard], self._tasks[shard] = made, tasks
+        for res, union, base in self.children:
+            for inf in self.make(res, shard_selector(base, shard)):
+                made.append((union, inf))
+                tasks.append(self._tg.create_task(inf.run(), name=f"shard-{shard} {res}"))
+        for _, inf in made:
+            await inf.wait_for_sync()
+        # One loop turn from here: ready, the children's events, the jobs enqueued.
+        self._ready.add(shard)
+        for union, inf in made:
+            union.attach(inf)
+        for request in self.jobs_of(shard):
+            self.enqueue(request)
+        log.info("shard adopted", shard=shard, jobs=len(self.jobs_of(shard)))
+
+    async def release(self, shard: int) -> None:
+        self.drop(shard)
+        inflight = self._inflight.get(shard)
+        if inflight:
+            await asyncio.wait(set(inflight))
+        for union, inf in self._informers.pop(shard, []):
+            union.detach(inf)
+        tasks = self._tasks.pop(shard, [])
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+
+    # -- runnable --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run the shards' informers until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            self._tg = tg
+            self._running.set()
+            try:
+                await asyncio.Future()
+            finally:
+                self._running.clear()
+                self._tg = None
+
+    # -- the gate's bookkeeping ------------------------------------------------------------
+
+    def track(self, shard: int, task: asyncio.Task[Result]) -> None:
+        """Count ``task`` among the reconciles of ``shard`` until it ends."""
+        tasks = self._inflight.setdefault(shard, set())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+
+class ShardGate:
+    """A :class:`~msop.controller.reconcile.Reconciler` that runs ``inner`` only for the
+    jobs of the shards ready here (see the module docstring). A reconcile cancelled
+    because its shard was dropped ends with an empty Result (the key is forgotten: the
+    next holder reconciles the job from the cluster's state)."""
+
+    def __init__(self, inner: Reconciler, shards: JobShards) -> None:
+        self.inner = inner
+        self.shards = shards
+        self._counters = [SHARD_RECONCILES.labels(str(i)) for i in range(shards.shards)]
+
+    async def reconcile(self, request: Request) -> Result:
+        shard = self.shards.shard_of_request(request)
+        if shard is None:
+            return await self.inner.reconcile(request)
+        if shard not in self.shards.ready():
+            return Result()
+        self._counters[shard].inc()
+        task = asyncio.ensure_future(self.inner.reconcile(request))
+        self.shards.track(shard, task)
+        try:
+            return await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise
+            log.info("reconcile cancelled: the job's shard was dropped", shard=shard)
+            return Result()
+
+    def stopped(self) -> None:
+        if isinstance(self.inner, StopAware):
+            self.inner.stopped()
+
+
+class _OwnedQueue:
+    def __init__(self, queue: RequestQueue, owns: Callable[[Request], bool]) -> None:
+        self.queue = queue
+        self.owns = owns
+
+    def add(self, item: Request, *, priority: int = PRIORITY_NORMAL) -> None:
+        if self.owns(item):
+            self.queue.add(item, priority=priority)
+
+
+class OwnedOnly:
+    """An :class:`~msop.controller.handler.EventHandler` that passes on only the keys
+    ``owns`` accepts."""
+
+    def __init__(self, inner: EventHandler, owns: Callable[[Request], bool]) -> None:
+        self.inner = inner
+        self.owns = owns
+
+    def create(self, obj: Obj, queue: RequestQueue, *, initial: bool = False) -> None:
+        self.inner.create(obj, _OwnedQueue(queue, self.owns), initial=initial)
+
+    def update(self, old: Obj, new: Obj, queue: RequestQueue) -> None:
+        self.inner.update(old, new, _OwnedQueue(queue, self.owns))
+
+    def delete(self, obj: Obj, queue: RequestQueue) -> None:
+        self.inner.delete(obj, _OwnedQueue(queue, self.owns))
