@@ -1,0 +1,208 @@
+"""Shards held on Leases by several replicas against one in-memory Lease store (real time,
+short Leases): the fair share, a partitioned replica that lets its shards go before another
+takes them, a graceful hand-over. Every test checks that no shard is ever worked on by two
+replicas at once."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+
+from msop.controller.leaderelection import LeaderElectionConfig
+from msop.controller.shardelection import ShardElection, ShardingConfig
+from msop.kube.errors import ApiError, ApiTimeout
+from msop.kube.resources import Resource
+
+SHARDS = 6
+LEASE, RENEW, RETRY = 1.5, 1.0, 0.1
+
+
+class Leases:
+    """Leases of one namespace with resourceVersion checks, as the API server keeps them."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, dict[str, Any]] = {}
+        self.rv = 0
+
+    def store(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        self.rv += 1
+        obj = copy.deepcopy(dict(body))
+        obj["metadata"] = {**obj["metadata"], "resourceVersion": str(self.rv)}
+        self.items[obj["metadata"]["name"]] = obj
+        return copy.deepcopy(obj)
+
+
+class Client:
+    """One replica's view of :class:`Leases`; ``partitioned`` makes every call time out."""
+
+    def __init__(self, leases: Leases) -> None:
+        self.leases = leases
+        self.partitioned = False
+
+    async def _call(self) -> None:
+        await asyncio.sleep(0.005)
+        if self.partitioned:
+            await asyncio.sleep(0.05)
+            raise ApiTimeout("partitioned")
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        await self._call()
+        if name not in self.leases.items:
+            raise ApiError(404, "NotFound", "not found")
+        return copy.deepcopy(self.leases.items[name])
+
+    async def list(self, res: Resource, namespace: str | None = None) -> dict[str, Any]:
+        await self._call()
+        return {"items": copy.deepcopy(list(self.leases.items.values()))}
+
+    async def create(
+        self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
+    ) -> dict[str, Any]:
+        await self._call()
+        if body["metadata"]["name"] in self.leases.items:
+            raise ApiError(409, "AlreadyExists", "exists")
+        return self.leases.store(body)
+
+    async def replace(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        await self._call()
+        current = self.leases.items.get(body["metadata"]["name"])
+        if current is None:
+            raise ApiError(404, "NotFound", "not found")
+        if current["metadata"]["resourceVersion"] != body["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", "conflict")
+        return self.leases.store(body)
+
+
+class Work:
+    """Who works on which shard (between adopt and drop), across the replicas; fails the
+    test if two ever overlap."""
+
+    def __init__(self) -> None:
+        self.active: dict[int, str] = {}
+        self.log: list[tuple[float, str, str, int]] = []
+        self.overlaps: list[str] = []
+
+
+class Owner:
+    def __init__(self, me: str, work: Work) -> None:
+        self.me = me
+        self.work = work
+        self.held: set[int] = set()
+
+    def drop(self, shard: int) -> None:
+        if shard in self.held:
+            self.held.discard(shard)
+            self.work.active.pop(shard, None)
+            self.work.log.append((time.monotonic(), self.me, "drop", shard))
+
+    async def adopt(self, shard: int) -> None:
+        other = self.work.active.get(shard)
+        if other is not None and other != self.me:
+            self.work.overlaps.append(f"shard {shard}: {self.me} adopts while {other} works")
+        self.work.active[shard] = self.me
+        self.held.add(shard)
+        self.work.log.append((time.monotonic(), self.me, "adopt", shard))
+
+    async def release(self, shard: int) -> None:
+        self.drop(shard)
+
+
+def replica(name: str, leases: Leases, work: Work) -> tuple[ShardElection, Client, Owner]:
+    client = Client(leases)
+    owner = Owner(name, work)
+    election = LeaderElectionConfig(
+        name="msop", namespace="ns", identity=name, lease_duration=LEASE,
+        renew_deadline=RENEW, retry_period=RETRY,
+    )  # fmt: skip
+    return ShardElection(client, ShardingConfig(SHARDS, election), owner), client, owner
+
+
+async def until(cond: Any, within: float) -> None:
+    async with asyncio.timeout(within):
+        while not cond():  # noqa: ASYNC110 - polling a plain predicate is the point
+            await asyncio.sleep(0.05)
+
+
+def split(owners: list[Owner]) -> list[int]:
+    return sorted(len(o.held) for o in owners)
+
+
+async def test_three_replicas_take_two_shards_each_and_never_overlap() -> None:
+    leases, work = Leases(), Work()
+    replicas = [replica(n, leases, work) for n in ("a", "b", "c")]
+    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
+    owners = [o for _, _, o in replicas]
+    try:
+        # b and c start a little later: a takes everything first, then hands over.
+        await until(lambda: split(owners) == [2, 2, 2], 20)
+        assert sorted(s for o in owners for s in o.held) == list(range(SHARDS))
+        assert {e.owned() == frozenset(o.held) for e, _, o in replicas} == {True}
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert work.overlaps == []
+    assert all(not o.held for o in owners)  # a stop lets every shard go
+
+
+async def test_a_partitioned_replica_drops_its_shards_before_another_takes_them() -> None:
+    leases, work = Leases(), Work()
+    replicas = [replica(n, leases, work) for n in ("a", "b", "c")]
+    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
+    owners = [o for _, _, o in replicas]
+    try:
+        await until(lambda: split(owners) == [2, 2, 2], 20)
+        _, client_a, owner_a = replicas[0]
+        lost = set(owner_a.held)
+        cut = time.monotonic()
+        client_a.partitioned = True
+        # The others take a's shards: within the Lease duration, plus the time to see the
+        # member Lease expire too, plus a few attempts.
+        await until(lambda: split(owners) == [0, 3, 3], LEASE + RENEW + 20 * RETRY)
+        taken = time.monotonic() - cut
+        assert taken < 2 * LEASE + 20 * RETRY
+        for shard in lost:
+            drops = [t for t, who, what, s in work.log if (who, what, s) == ("a", "drop", shard)]
+            adopts = [
+                t for t, who, what, s in work.log if what == "adopt" and s == shard and t > cut
+            ]
+            # a let go at its renew deadline, before anyone else adopted the shard.
+            assert drops and adopts and max(drops) < min(adopts)
+            assert max(drops) - cut < RENEW + 3 * RETRY
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert work.overlaps == []
+
+
+async def test_a_stopped_replica_hands_its_shards_over_at_once() -> None:
+    leases, work = Leases(), Work()
+    replicas = [replica(n, leases, work) for n in ("a", "b")]
+    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
+    owners = [o for _, _, o in replicas]
+    try:
+        await until(lambda: split(owners) == [3, 3], 20)
+        tasks[0].cancel()
+        await asyncio.gather(tasks[0], return_exceptions=True)
+        released = [lease["spec"]["holderIdentity"] for lease in leases.items.values()]
+        assert "a" not in released  # its shards' and its member Lease are released
+        # Released Leases need no expiry: b takes them within a few attempts.
+        await until(lambda: split(owners) == [0, 6], LEASE)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    assert work.overlaps == []
+
+
+@pytest.mark.parametrize("shards", [0, -1])
+def test_shards_must_be_positive(shards: int) -> None:
+    election = LeaderElectionConfig(name="msop", namespace="ns", identity="a")
+    with pytest.raises(ValueError):
+        ShardingConfig(shards, election)

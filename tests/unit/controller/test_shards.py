@@ -1,0 +1,84 @@
+"""The shard of a UID, and the fair share of a replica (pure)."""
+
+from __future__ import annotations
+
+import hashlib
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from msop.controller.shards import (
+    fair_share,
+    may_take,
+    member_lease_name,
+    shard_lease_name,
+    shard_of,
+    to_shed,
+)
+
+
+def test_the_hash_is_sha256_of_the_uid_and_the_same_in_every_process() -> None:
+    uid = "6f1c2a4e-3b5d-4e7f-9a0b-1c2d3e4f5a6b"
+    # sha256(uid)[:8] as a big-endian integer, mod N; written down once: a change of the
+    # hash would move every running job to another shard.
+    assert [shard_of(uid, n) for n in (1, 2, 6, 7)] == [0, 0, 0, 6]
+    prefix = hashlib.sha256(uid.encode()).digest()[:8]
+    assert shard_of(uid, 1000) == int.from_bytes(prefix, "big") % 1000
+    code = f"from msop.controller.shards import shard_of; print(shard_of({uid!r}, 7))"
+    # A fresh interpreter with another hash seed computes the same shard (hash() would not).
+    for seed in ("1", "2"):
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            env={"PYTHONHASHSEED": seed, "PATH": ""}, timeout=60,
+        )  # fmt: skip
+        assert out.stdout.strip() == "6"
+
+
+def test_the_hash_spreads_uids_evenly() -> None:
+    n, jobs = 6, 12_000
+    counts = [0] * n
+    for i in range(jobs):
+        counts[shard_of(str(uuid.UUID(int=i * 7919 + 12345, version=4)), n)] += 1
+    assert all(abs(c - jobs / n) < 0.06 * jobs / n for c in counts), counts
+
+
+def test_shards_must_be_positive() -> None:
+    with pytest.raises(ValueError):
+        shard_of("x", 0)
+
+
+def test_lease_names() -> None:
+    assert shard_lease_name("msop.mindspore.gitee.com", 3) == "msop.mindspore.gitee.com-shard-3"
+    name = member_lease_name("msop", "host_with/odd:chars")
+    assert name.startswith("msop-member-") and len(name) == len("msop-member-") + 12
+    assert name == member_lease_name("msop", "host_with/odd:chars")
+
+
+@pytest.mark.parametrize(
+    ("shards", "live", "share"), [(6, 1, 6), (6, 2, 3), (6, 3, 2), (6, 4, 2), (6, 7, 1), (6, 0, 6)]
+)
+def test_fair_share_is_the_ceiling(shards: int, live: int, share: int) -> None:
+    assert fair_share(shards, live) == share
+
+
+def test_a_replica_takes_below_its_share_or_a_shard_nobody_held_for_a_while() -> None:
+    assert may_take(owned=1, shards=6, live_replicas=3, unheld_for=None, grace=15)
+    assert not may_take(owned=2, shards=6, live_replicas=3, unheld_for=None, grace=15)
+    assert not may_take(owned=2, shards=6, live_replicas=3, unheld_for=14.9, grace=15)
+    assert may_take(owned=2, shards=6, live_replicas=3, unheld_for=15.0, grace=15)
+
+
+def test_a_replica_sheds_its_surplus_only_to_replicas_below_their_share() -> None:
+    # a holds all 6; b joined: b's room is 3, a sheds 3, highest first.
+    assert to_shed({0, 1, 2, 3, 4, 5}, 6, "a", {"a": 6}, {"a", "b"}) == [5, 4, 3]
+    # at its share: nothing.
+    assert to_shed({0, 1, 2}, 6, "a", {"a": 3, "b": 3}, {"a", "b"}) == []
+    # above its share but nobody has room (a replica counted live still holds its own):
+    assert to_shed({0, 1, 2}, 6, "a", {"a": 3, "b": 2, "c": 2}, {"a", "b", "c"}) == []
+    # 4 replicas, share 2: a holds 3, d holds none: one goes.
+    live = {"a", "b", "c", "d"}
+    assert to_shed({0, 1, 2}, 6, "a", {"a": 3, "b": 2, "c": 1}, live) == [2]
+    # alone: keep everything.
+    assert to_shed({0, 1}, 6, "a", {"a": 2}, {"a"}) == []

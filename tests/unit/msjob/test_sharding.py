@@ -1,0 +1,237 @@
+"""The MSJob side of shards: children labelled at creation, the gate that runs only the
+jobs of ready shards and stops a dropped shard's reconciles, the per-shard caches that join
+and leave the controller's unions, and children without a label still read (adopted)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Any
+
+import pytest
+
+from msop.api import constants as c
+from msop.api.resources import MSJOBS
+from msop.controller.handler import EnqueueRequestForObject
+from msop.controller.leaderelection import LeaderElectionConfig
+from msop.controller.manager import Manager
+from msop.controller.reconcile import Request, Result
+from msop.controller.shardelection import ShardElection, ShardingConfig
+from msop.controller.shards import shard_of
+from msop.informers import SharedInformer
+from msop.informers.store import BY_CONTROLLER_UID
+from msop.informers.union import InformerUnion
+from msop.kube import PODS, SERVICES, KubeClient
+from msop.kube.resources import Resource
+from msop.msjob.settings import Settings
+from msop.msjob.setup import setup
+from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate
+from tests.support import builders as b
+from tests.support.clients import NoApiServer
+
+SHARDS = 4
+
+
+def uid_in(shard: int, start: int = 0) -> str:
+    """A UID that hashes to ``shard``."""
+    i = start
+    while shard_of(f"uid-{i}", SHARDS) != shard:
+        i += 1
+    return f"uid-{i}"
+
+
+class Static(SharedInformer):
+    """An informer filled by the test: synced at once, never lists."""
+
+    def __init__(self, res: Resource, *objs: dict[str, Any], selector: str | None = None) -> None:
+        super().__init__(KubeClient.__new__(KubeClient), res, label_selector=selector)
+        self.replace(list(objs), "1")
+
+    async def run(self) -> None:
+        await asyncio.Future()
+
+
+def msjob(name: str, uid: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": uid, "resourceVersion": "1"}}
+
+
+def child(name: str, job_uid: str, shard: int | None) -> dict[str, Any]:
+    labels = {c.LABEL_OPERATOR_NAME: c.OPERATOR_NAME}
+    if shard is not None:
+        labels[c.LABEL_SHARD] = str(shard)
+    return {
+        "metadata": {
+            "namespace": "ns", "name": name, "uid": f"uid-{name}", "resourceVersion": "1",
+            "labels": labels,
+            "ownerReferences": [{"uid": job_uid, "controller": True, "kind": c.KIND,
+                                 "apiVersion": c.API_VERSION, "name": "j"}],
+        }
+    }  # fmt: skip
+
+
+def test_children_carry_their_jobs_shard_from_creation_and_no_label_without_shards() -> None:
+    j = b.job()
+    sharded = b.run(j, shard_of=functools.partial(shard_of, shards=SHARDS))
+    plain = b.run(j)
+    want = str(shard_of(j["metadata"]["uid"], SHARDS))
+    assert sharded.create_pods and plain.create_pods
+    for obj in sharded.create_pods + sharded.create_services:
+        assert obj["metadata"]["labels"][c.LABEL_SHARD] == want
+    for obj in plain.create_pods + plain.create_services:
+        assert c.LABEL_SHARD not in obj["metadata"]["labels"]
+    # Apart from the label, the same objects.
+    for a, p in zip(sharded.create_pods, plain.create_pods, strict=True):
+        labels = dict(a["metadata"]["labels"])
+        del labels[c.LABEL_SHARD]
+        assert {**a, "metadata": {**a["metadata"], "labels": labels}} == p
+
+
+class World:
+    """Two jobs in two shards, an unlabelled pod (made without shards) of the first."""
+
+    def __init__(self) -> None:
+        self.mine, self.other = 1, 2
+        self.uid_mine, self.uid_other = uid_in(self.mine), uid_in(self.other)
+        self.jobs = Static(MSJOBS, msjob("mine", self.uid_mine), msjob("other", self.uid_other))
+        legacy_selector = "!" + c.LABEL_SHARD
+        self.pods = InformerUnion([Static(PODS, child("mine-old", self.uid_mine, None),
+                                          child("other-old", self.uid_other, None),
+                                          selector=legacy_selector)])  # fmt: skip
+        self.services = InformerUnion([Static(SERVICES, selector=legacy_selector)])
+        self.enqueued: list[Request] = []
+        self.made: list[tuple[Resource, str]] = []
+        self.shards = JobShards(
+            SHARDS, [self.jobs],
+            [(PODS, self.pods, "base"), (SERVICES, self.services, "base")],
+            self.make, self.enqueued.append,
+        )  # fmt: skip
+
+    def make(self, res: Resource, selector: str) -> list[SharedInformer]:
+        self.made.append((res, selector))
+        shard = int(selector.rsplit("=", 1)[1])
+        objs = [child("mine-new", self.uid_mine, shard)] if res == PODS and shard == 1 else []
+        return [Static(res, *objs, selector=selector)]
+
+
+async def test_adopting_a_shard_watches_its_children_and_enqueues_its_jobs_only() -> None:
+    w = World()
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(w.mine)
+        assert w.shards.ready() == {w.mine}
+        assert w.made == [(PODS, f"base,{c.LABEL_SHARD}=1"), (SERVICES, f"base,{c.LABEL_SHARD}=1")]
+        assert w.enqueued == [Request("ns", "mine")]
+        # The job's children: the labelled one from the shard's cache, the unlabelled one
+        # (adopted) from the cache of children without a shard.
+        names = sorted(
+            p["metadata"]["name"] for p in w.pods.by_index(BY_CONTROLLER_UID, w.uid_mine)
+        )
+        assert names == ["mine-new", "mine-old"]
+        assert w.shards.owns(Request("ns", "mine")) and not w.shards.owns(Request("ns", "other"))
+        assert w.shards.owns(Request("ns", "gone"))  # not cached: its reconcile only forgets
+        assert dict(w.shards.counts()) == {w.mine: 1}
+
+        await w.shards.release(w.mine)
+        assert w.shards.ready() == set()
+        assert len(w.pods.members) == 1  # the shard's cache left the union
+        names = sorted(
+            p["metadata"]["name"] for p in w.pods.by_index(BY_CONTROLLER_UID, w.uid_mine)
+        )
+        assert names == ["mine-old"]
+        assert not w.shards.owns(Request("ns", "mine"))
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+class Inner:
+    def __init__(self) -> None:
+        self.started: list[Request] = []
+        self.finished: list[Request] = []
+        self.gate = asyncio.Event()
+
+    async def reconcile(self, request: Request) -> Result:
+        self.started.append(request)
+        await self.gate.wait()
+        self.finished.append(request)
+        return Result(requeue_after=5)
+
+
+async def test_the_gate_runs_only_ready_shards_and_a_drop_cancels_their_reconciles() -> None:
+    w = World()
+    inner = Inner()
+    gate = ShardGate(inner, w.shards)
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        assert await gate.reconcile(Request("ns", "mine")) == Result()
+        assert inner.started == []  # not ready here: not reconciled
+        await w.shards.adopt(w.mine)
+        running = asyncio.create_task(gate.reconcile(Request("ns", "mine")))
+        await asyncio.sleep(0.01)
+        assert inner.started == [Request("ns", "mine")]
+        w.shards.drop(w.mine)  # the Lease is lost: at once, no waiting
+        assert await running == Result()
+        assert inner.finished == []  # cancelled mid-way: nothing after the drop
+        assert await gate.reconcile(Request("ns", "mine")) == Result()
+        assert len(inner.started) == 1
+        # A job not in the cache passes (its reconcile forgets, writes nothing).
+        inner.gate.set()
+        assert await gate.reconcile(Request("ns", "gone")) == Result(requeue_after=5)
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_the_gate_passes_its_own_cancellation_on() -> None:
+    w = World()
+    inner = Inner()
+    gate = ShardGate(inner, w.shards)
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(w.mine)
+        running = asyncio.create_task(gate.reconcile(Request("ns", "mine")))
+        await asyncio.sleep(0.01)
+        running.cancel()  # the controller stops: not swallowed as a dropped shard
+        with pytest.raises(asyncio.CancelledError):
+            await running
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+def test_only_keys_of_owned_shards_reach_the_queue() -> None:
+    added: list[Request] = []
+
+    class Queue:
+        def add(self, item: Request, *, priority: int = 0) -> None:
+            added.append(item)
+
+    handler = OwnedOnly(EnqueueRequestForObject(), lambda r: r.name == "mine")
+    handler.create(msjob("mine", "u1"), Queue())
+    handler.create(msjob("other", "u2"), Queue())
+    handler.update(msjob("other", "u2"), msjob("other", "u2"), Queue())
+    handler.delete(msjob("mine", "u1"), Queue())
+    assert added == [Request("ns", "mine"), Request("ns", "mine")]
+
+
+def test_setup_with_shards_watches_unlabelled_children_and_gates_the_reconciler() -> None:
+    manager = Manager(NoApiServer(), metrics_bind_address="0", health_probe_bind_address="0")
+    election = LeaderElectionConfig(name="msop", namespace="ns", identity="a")
+    controller = setup(
+        manager, Settings(progress_port=0, sharding=ShardingConfig(SHARDS, election))
+    )
+    assert isinstance(controller.reconciler, ShardGate)
+    selectors = {(i.resource.kind, i.label_selector) for i in manager.informers.informers()}
+    base = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
+    assert selectors == {
+        ("MSJob", None), ("Pod", f"{base},!{c.LABEL_SHARD}"),
+        ("Service", f"{base},!{c.LABEL_SHARD}"),
+    }  # fmt: skip
+    runnables = [type(e.runnable) for e in manager._entries]
+    assert ShardElection in runnables and JobShards in runnables
+
+    plain = Manager(NoApiServer(), metrics_bind_address="0", health_probe_bind_address="0")
+    one = ShardingConfig(1, election)
+    assert not isinstance(
+        setup(plain, Settings(progress_port=0, sharding=one)).reconciler, ShardGate
+    )
