@@ -32,8 +32,11 @@ class _Conn:
 
 
 class TcpProxy:
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, source: str | None = None) -> None:
+        """``source``: the local address upstream connections come from (e.g. 127.0.0.2),
+        so that the API server's audit log tells the clients of two proxies apart."""
         self.upstream = (upstream_host, upstream_port)
+        self.source = source
         self.port = 0
         self.conns: list[_Conn] = []
         self._flowing = asyncio.Event()
@@ -89,7 +92,8 @@ class TcpProxy:
         self.conns.append(conn)
         try:
             await self._flowing.wait()
-            ureader, uwriter = await asyncio.open_connection(*self.upstream)
+            local = (self.source, 0) if self.source else None
+            ureader, uwriter = await asyncio.open_connection(*self.upstream, local_addr=local)
             conn.writers.append(uwriter)
             async with asyncio.TaskGroup() as tg:
                 tg.create_task(self._pipe(creader, uwriter, conn, client_side=True))

@@ -1,0 +1,208 @@
+"""Shards on the kwok tier: three replicas, ``--shards 6``, a burst of MSJobs, one replica
+SIGKILLed mid-burst.
+
+Each replica reaches the API server through a TCP proxy of its own that connects from its
+own loopback address (127.0.0.2, .3, .4), so the audit log's ``sourceIPs`` says which
+replica made each request. Checks: each replica holds 2 shards; every pod and Service is
+created once; no job's children or status are written by two replicas, except a dead
+replica's jobs, handed over once; every pod carries its job's shard; the replicas list and
+watch pods of single shards only (or the unlabelled ones); the dead replica's jobs all
+reach Running within the Lease duration plus a pass, and the survivors hold 3 shards each.
+Figures are printed (``-s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from msop.api import constants as c
+from msop.api.resources import MSJOBS
+from msop.controller.shards import shard_of
+from msop.kube.client import KubeClient
+from msop.kube.resources import PODS
+from testbed import LocalCluster, OperatorProcess
+from tests.e2e.reliability import (
+    apiserver_address,
+    assert_created_once,
+    audit_events,
+    create_all,
+    delete_all_and_wait_gc,
+    expected_children,
+    has_true,
+    msjob,
+    proxied_kubeconfig,
+    scrape,
+    wait_until,
+)
+from tests.e2e.tcpproxy import TcpProxy
+
+SHARDS = 6
+JOBS = 120
+LEASE = 6.0
+#: What a pass may take once the shard is taken: its caches filled, its jobs reconciled
+#: (two cores, three operators and the control plane on them).
+PASS = 20.0
+TIMING = (
+    "--leader-election-lease-duration", str(LEASE),
+    "--leader-election-renew-deadline", "4",
+    "--leader-election-retry-period", "1",
+)  # fmt: skip
+SOURCES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def held(op: OperatorProcess) -> set[int]:
+    """The shards ``op`` holds, per its ``msop_shard_owned``; empty if it cannot say."""
+    try:
+        samples = scrape(op.metrics_url)
+    except OSError:
+        return set()
+    return {
+        int(dict(labels)["shard"])
+        for (name, labels), value in samples.items()
+        if name == "msop_shard_owned" and value == 1
+    }
+
+
+def job_of(ref: dict[str, Any]) -> str | None:
+    """The MSJob a write was about: the job itself, or the job of a pod or Service."""
+    name = str(ref.get("name") or "")
+    if ref.get("resource") == "msjobs":
+        return name
+    if ref.get("resource") in ("pods", "services"):
+        return name.rsplit("-", 2)[0]
+    return None
+
+
+def source_of(event: dict[str, Any]) -> str | None:
+    return next((ip for ip in event.get("sourceIPs") or [] if ip in SOURCES), None)
+
+
+async def test_three_replicas_share_six_shards_and_take_over_a_killed_ones(
+    cluster: LocalCluster,
+    namespace: str,
+    start_operator: Any,
+    client: KubeClient,
+    tmp_path: Path,
+) -> None:
+    host, port = apiserver_address(cluster)
+    proxies = [TcpProxy(host, port, source=s) for s in SOURCES]
+    for proxy in proxies:
+        await proxy.__aenter__()
+    try:
+        await _scenario(cluster, namespace, start_operator, client, tmp_path, proxies)
+    finally:
+        for proxy in proxies:
+            await proxy.__aexit__(None, None, None)
+
+
+async def _scenario(
+    cluster: LocalCluster,
+    namespace: str,
+    start_operator: Any,
+    client: KubeClient,
+    tmp_path: Path,
+    proxies: list[TcpProxy],
+) -> None:
+    configs = []
+    for i, proxy in enumerate(proxies):
+        path = tmp_path / f"replica-{i}.kubeconfig"
+        proxied_kubeconfig(cluster, proxy.port, path)
+        configs.append(path)
+    flags = ("--leader-elect", "--leader-election-namespace", namespace, "--shards", str(SHARDS))
+    ops: list[OperatorProcess] = []
+    for path in configs:  # one after another: each gets a log of its own
+        ops.append(await asyncio.to_thread(start_operator, *flags, *TIMING, kubeconfig=str(path)))
+    by_source = dict(zip(SOURCES, ops, strict=True))
+
+    def split() -> list[set[int]]:
+        return [held(op) for op in ops]
+
+    def settled(alive: list[OperatorProcess], each: int) -> bool:
+        sets = [held(op) for op in alive]
+        return all(len(s) == each for s in sets) and set().union(*sets) == set(range(SHARDS))
+
+    await wait_until("2 shards per replica", lambda: settled(ops, 2), within=60)
+    before = split()
+    victim, victim_source = ops[0], SOURCES[0]
+    victim_shards = before[0]
+    since = len(audit_events(cluster.audit_log))
+
+    names = [f"sh-{i:03d}" for i in range(JOBS)]
+    with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
+    jobs = [msjob(n, scheduler=n in with_scheduler) for n in names]
+    killed_at = 0.0
+    for i in range(0, JOBS, 10):
+        await create_all(client, namespace, jobs[i : i + 10])
+        if i == JOBS // 2:
+            victim.kill()
+            killed_at = time.monotonic()
+        await asyncio.sleep(0.3)
+
+    running_at: dict[str, float] = {}
+    uids: dict[str, str] = {}
+
+    async def all_running() -> bool:
+        for job in (await client.list(MSJOBS, namespace))["items"]:
+            name = job["metadata"]["name"]
+            uids[name] = job["metadata"]["uid"]
+            if has_true(job, "Running"):
+                running_at.setdefault(name, time.monotonic())
+        return len(running_at) == JOBS
+
+    await wait_until("every job Running", all_running, within=LEASE + PASS + 60, interval=0.5)
+    orphans = [n for n in names if shard_of(uids[n], SHARDS) in victim_shards]
+    taken_over = max(running_at[n] for n in orphans) - killed_at
+    assert orphans and taken_over < LEASE + PASS, (
+        f"the killed replica's {len(orphans)} jobs were all Running {taken_over:.1f}s after "
+        f"the kill (Lease {LEASE}s + a pass {PASS}s)"
+    )
+    await wait_until("3 shards per survivor", lambda: settled(ops[1:], 3), within=30)
+
+    # Every pod and Service once, labelled with its job's shard.
+    assert_created_once(cluster, namespace, expected_children(names, with_scheduler))
+    for pod in (await client.list(PODS, namespace))["items"]:
+        job = pod["metadata"]["labels"][c.LABEL_JOB_NAME]
+        assert pod["metadata"]["labels"][c.LABEL_SHARD] == str(shard_of(uids[job], SHARDS))
+
+    # One writer per job: the holder of its shard; a killed replica's jobs change hands once.
+    writers: dict[str, list[tuple[str, str]]] = {}
+    events = audit_events(cluster.audit_log)[since:]
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        source = source_of(ev)
+        if ev.get("verb") not in WRITES or ref.get("namespace") != namespace or source is None:
+            continue
+        job = job_of(ref)
+        if job in uids:
+            writers.setdefault(job, []).append((ev["requestReceivedTimestamp"], source))
+    assert set(writers) == set(names)
+    for job, writes in writers.items():
+        runs = [
+            s for i, (_, s) in enumerate(sorted(writes)) if i == 0 or s != sorted(writes)[i - 1][1]
+        ]
+        shard = shard_of(uids[job], SHARDS)
+        if shard in victim_shards:
+            assert len(runs) <= 2 and (len(runs) == 1 or runs[0] == victim_source), (job, runs)
+        else:
+            (only,) = runs
+            assert shard in held(by_source[only]), (job, shard, only)
+
+    # Pods are listed and watched per shard (or without a shard label), never all at once.
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        if ev.get("verb") in ("list", "watch") and ref.get("resource") == "pods" and source_of(ev):
+            query = urllib.parse.parse_qs(urllib.parse.urlparse(ev["requestURI"]).query)
+            selector = query.get("labelSelector", [""])[0]
+            assert c.LABEL_SHARD in selector, (source_of(ev), ev["requestURI"])
+
+    print(
+        f"\nshards: {JOBS} jobs over {SHARDS} shards on 3 replicas {before}; SIGKILL of one "
+        f"holding {sorted(victim_shards)}: its {len(orphans)} jobs all Running "
+        f"{taken_over:.1f}s after the kill (Lease {LEASE}s); survivors now {split()[1:]}"
+    )
+    await delete_all_and_wait_gc(cluster, client, namespace)
