@@ -252,6 +252,17 @@ class MSJobReconciler:
         memory = self._memory.get(request)
         return memory is not None and memory.written == resource_version and not memory.awaited
 
+    def forget(self, request: Request) -> None:
+        """Drop what this process remembers of the job: its memory (the status write it
+        waits for), its defaulted copy and its expectations. For a job that is gone, and
+        for the jobs of a shard handed over (``--shards``): a write cancelled by the hand-
+        over may never show, and the next time this replica holds the job it must plan
+        from the cluster alone."""
+        self._memory.pop(request, None)
+        self._defaulted.pop(request, None)
+        self.expectations.delete_expectations((request, PODS))
+        self.expectations.delete_expectations((request, SERVICES))
+
     def _remember(self, request: Request) -> JobMemory:
         """The job's memory, made on demand."""
         memory = self._memory.get(request)
@@ -279,10 +290,7 @@ class MSJobReconciler:
     async def _reconcile(self, request: Request) -> Result:
         job = self.jobs.get(request.name, request.namespace)
         if job is None:
-            self._memory.pop(request, None)
-            self._defaulted.pop(request, None)
-            self.expectations.delete_expectations((request, PODS))
-            self.expectations.delete_expectations((request, SERVICES))
+            self.forget(request)
             for system in self.scheduling:
                 await system.forget(request)
             return Result()

@@ -274,6 +274,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         assert isinstance(pods.reader, InformerUnion)
         assert isinstance(services.reader, InformerUnion)
         shards = _shards(manager, sharding, namespaces, jobs, pods.reader, services.reader, queue)
+        shards.forget = reconciler.forget
         gated = ShardGate(reconciler, shards)
     controller = Controller(CONTROLLER_NAME, gated, max_concurrent_reconciles=workers, queue=queue)
 

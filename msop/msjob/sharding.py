@@ -80,7 +80,9 @@ class JobShards:
     a runnable that runs the shards' informers (see the module docstring).
 
     ``children``: (resource, union, base selector) per child resource; ``enqueue``: adds a
-    job's key to the controller's queue."""
+    job's key to the controller's queue; ``forget``: drops what the reconciler remembers
+    of a job, for the jobs of a shard handed over (its memory would be stale the next
+    time this replica holds them)."""
 
     name = "job-shards"
 
@@ -91,12 +93,14 @@ class JobShards:
         children: list[tuple[Resource, InformerUnion, str]],
         make: InformerMaker,
         enqueue: Callable[[Request], None],
+        forget: Callable[[Request], None] = lambda _: None,
     ) -> None:
         self.shards = shards
         self.jobs = jobs
         self.children = children
         self.make = make
         self.enqueue = enqueue
+        self.forget = forget
         self._ready: set[int] = set()
         self._inflight: dict[int, set[asyncio.Task[Result]]] = {}
         self._informers: dict[int, list[tuple[InformerUnion, SharedInformer]]] = {}
@@ -182,6 +186,8 @@ class JobShards:
             await asyncio.wait(set(inflight))
         for union, inf in self._informers.pop(shard, []):
             union.detach(inf)
+        for request in self.jobs_of(shard):
+            self.forget(request)
         tasks = self._tasks.pop(shard, [])
         for task in tasks:
             task.cancel()

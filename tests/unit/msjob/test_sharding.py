@@ -99,11 +99,12 @@ class World:
                                           selector=legacy_selector)])  # fmt: skip
         self.services = InformerUnion([Static(SERVICES, selector=legacy_selector)])
         self.enqueued: list[Request] = []
+        self.forgotten: list[Request] = []
         self.made: list[tuple[Resource, str]] = []
         self.shards = JobShards(
             SHARDS, [self.jobs],
             [(PODS, self.pods, "base"), (SERVICES, self.services, "base")],
-            self.make, self.enqueued.append,
+            self.make, self.enqueued.append, self.forgotten.append,
         )  # fmt: skip
 
     def make(self, res: Resource, selector: str) -> list[SharedInformer]:
@@ -133,6 +134,9 @@ async def test_adopting_a_shard_watches_its_children_and_enqueues_its_jobs_only(
 
         await w.shards.release(w.mine)
         assert w.shards.ready() == set()
+        # What the reconciler remembers of the shard's jobs goes: a write cancelled by the
+        # hand-over may never show, and the next hold starts from the cluster alone.
+        assert w.forgotten == [Request("ns", "mine")]
         assert len(w.pods.members) == 1  # the shard's cache left the union
         names = sorted(
             p["metadata"]["name"] for p in w.pods.by_index(BY_CONTROLLER_UID, w.uid_mine)
