@@ -285,7 +285,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
 
     for ns in settings.namespaces:
         metrics.touch(ns)
-    _watch_jobs(jobs, watch, reconciler)
+    _watch_jobs(jobs, watch, reconciler, shards)
     for source in pods.sources:
         watch(source, OWNER, batch_window=POD_BATCH_WINDOW)
         _observe(source, expectations, PODS)
@@ -319,8 +319,18 @@ def _watch_jobs(
     jobs: list[SharedInformer],
     watch: Callable[[EventSource, EventHandler], None],
     reconciler: MSJobReconciler,
+    shards: JobShards | None,
 ) -> None:
-    """Every MSJob event enqueues the job; the job metrics read the jobs caches."""
+    """Every MSJob event enqueues the job; the job metrics read the jobs caches (with
+    shards, only the jobs of the shards held here: the replicas add up to every job once)."""
+
+    def view(store: metrics.StateIndex) -> metrics.StateIndex:
+        return shards.held(store) if shards is not None else store
+
+    def deleted(obj: Obj) -> None:
+        if shards is None or shards.owns_object(obj):
+            metrics.count("deleted", str(obj["metadata"].get("namespace", "")))
+
     for inf in jobs:
         watch(inf, _JobEvents(reconciler.caused_by_own_write))
         inf.add_indexers(
@@ -329,13 +339,11 @@ def _watch_jobs(
                 metrics.BY_JOB_ALERTING: metrics.job_alerting_index,
             }
         )
-        metrics.JOB_STATES.add(functools.partial(metrics.state_counts, inf.store))
-        metrics.JOBS.add(functools.partial(metrics.alerting_values, inf.store))
+        metrics.JOB_STATES.add(functools.partial(metrics.state_counts, view(inf.store)))
+        metrics.JOBS.add(functools.partial(metrics.alerting_values, view(inf.store)))
         inf.add_event_handler(
             on_add=lambda obj, initial: metrics.touch(str(obj["metadata"].get("namespace", ""))),
-            on_delete=lambda obj: metrics.count(
-                "deleted", str(obj["metadata"].get("namespace", ""))
-            ),
+            on_delete=deleted,
         )
 
 

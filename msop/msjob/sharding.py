@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import builtins
+import time
 from collections.abc import Callable, Iterator
 
 import structlog
@@ -43,7 +44,7 @@ from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister
 from msop.informers.union import InformerUnion
 from msop.kube.resources import Resource
-from msop.msjob.metrics import SHARD_RECONCILES
+from msop.msjob.metrics import SHARD_RECONCILES, StateIndex
 
 __all__ = [
     "BY_SHARD",
@@ -136,6 +137,16 @@ class JobShards:
         shard = self.shard_of_request(request)
         return shard is None or shard in self._ready
 
+    def owns_object(self, job: Obj) -> bool:
+        """Whether ``job`` (an MSJob, also one just deleted) is of a shard ready here."""
+        uid = (job.get("metadata") or {}).get("uid")
+        return bool(uid) and shard_of(str(uid), self.shards) in self._ready
+
+    def held(self, store: StateIndex) -> StateIndex:
+        """``store``'s indexes narrowed to the jobs of the shards ready here: the job
+        metrics of the replicas add up to every job once."""
+        return _HeldIndex(store, self)
+
     def jobs_of(self, shard: int) -> builtins.list[Request]:
         """The keys of the cached jobs of ``shard``."""
         out = []
@@ -214,6 +225,35 @@ class JobShards:
         tasks = self._inflight.setdefault(shard, set())
         tasks.add(task)
         task.add_done_callback(tasks.discard)
+
+
+class _HeldIndex:
+    """A :class:`~msop.msjob.metrics.StateIndex` of the jobs in ready shards only. The set
+    of their keys is made once per second at most (a scrape reads many index values)."""
+
+    def __init__(self, store: StateIndex, shards: JobShards) -> None:
+        self.store = store
+        self.shards = shards
+        self._keys: set[str] = set()
+        self._made = -1.0
+
+    def _held_keys(self) -> set[str]:
+        now = time.monotonic()
+        if now - self._made > 1.0:
+            self._keys = {
+                key
+                for shard in self.shards.ready()
+                for key in self.store.index_keys(BY_SHARD, str(shard))
+            }
+            self._made = now
+        return self._keys
+
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
+        held = self._held_keys()
+        return [k for k in self.store.index_keys(index_name, value) if k in held]
+
+    def index_values(self, index_name: str) -> builtins.list[str]:
+        return [v for v in self.store.index_values(index_name) if self.index_keys(index_name, v)]
 
 
 class ShardGate:

@@ -23,6 +23,7 @@ from msop.informers.store import BY_CONTROLLER_UID
 from msop.informers.union import InformerUnion
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.kube.resources import Resource
+from msop.msjob import metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
 from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate
@@ -239,3 +240,22 @@ def test_setup_with_shards_watches_unlabelled_children_and_gates_the_reconciler(
     assert not isinstance(
         setup(plain, Settings(progress_port=0, sharding=one)).reconciler, ShardGate
     )
+
+
+async def test_job_metrics_count_only_the_jobs_of_held_shards() -> None:
+    w = World()
+    w.jobs.add_indexers({metrics.BY_JOB_STATE: metrics.job_state_index})
+    held = w.shards.held(w.jobs.store)
+    assert list(metrics.state_counts(w.jobs.store)) == [("ns", "None", 2)]
+    assert list(metrics.state_counts(held)) == []
+    assert not w.shards.owns_object(msjob("mine", w.uid_mine))
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(w.mine)
+        held = w.shards.held(w.jobs.store)  # a fresh view: a view's keys live a second
+        assert list(metrics.state_counts(held)) == [("ns", "None", 1)]
+        assert w.shards.owns_object(msjob("mine", w.uid_mine))
+        assert not w.shards.owns_object(msjob("other", w.uid_other))
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
