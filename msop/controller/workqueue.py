@@ -162,6 +162,10 @@ class WorkQueue(Generic[T]):
             shutting_down=self._shutting_down,
         )
 
+    def queued(self) -> list[T]:
+        """The items ``workqueue_depth`` counts (added, not yet handed out), in no order."""
+        return list(self._dirty)
+
     def metric_gauges(self) -> tuple[int, float, float]:
         """Return (depth, unfinished work seconds, longest running processor seconds)."""
         now = self._clock.now()

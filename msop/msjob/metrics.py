@@ -319,27 +319,36 @@ SHARD_RECONCILES = Counter(
 
 
 class ShardJobsCollector(Collector):
-    """``msop_shard_jobs{shard}``: the MSJobs of each shard this replica holds, computed at
-    scrape time from the jobs cache's shard index (:mod:`msop.msjob.sharding`)."""
+    """``msop_shard_jobs{shard}`` and ``msop_shard_queue_depth{shard}``: the MSJobs of each
+    shard this replica holds, and how many of them wait in its queue, computed at scrape
+    time (:mod:`msop.msjob.sharding`); sources yield ``(shard, jobs, queued)``."""
 
     def __init__(self) -> None:
-        self._sources: list[Callable[[], Iterable[tuple[int, int]]]] = []
+        self._sources: list[Callable[[], Iterable[tuple[int, int, int]]]] = []
 
-    def add(self, source: Callable[[], Iterable[tuple[int, int]]]) -> None:
-        """Report the (shard, jobs) pairs ``source`` yields at every scrape."""
+    def add(self, source: Callable[[], Iterable[tuple[int, int, int]]]) -> None:
+        """Report what ``source`` yields at every scrape."""
         self._sources.append(source)
 
     def collect(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily(
+        jobs = GaugeMetricFamily(
             "msop_shard_jobs",
             "MSJobs of each shard this replica holds (with --shards above 1); summed over "
             "the replicas, every job once.",
             labels=["shard"],
         )
+        queued = GaugeMetricFamily(
+            "msop_shard_queue_depth",
+            "MSJobs of each shard this replica holds that wait in its work queue (the "
+            "shard's part of workqueue_depth; with --shards above 1).",
+            labels=["shard"],
+        )
         for source in self._sources:
-            for shard, n in source():
-                family.add_metric([str(shard)], n)
-        yield family
+            for shard, n, waiting in source():
+                jobs.add_metric([str(shard)], n)
+                queued.add_metric([str(shard)], waiting)
+        yield jobs
+        yield queued
 
 
 SHARD_JOBS = ShardJobsCollector()

@@ -402,7 +402,7 @@ def _shards(
 
     children = [(PODS, pods, CHILD_SELECTOR), (SERVICES, services, CHILD_SELECTOR)]
     shards = JobShards(sharding.shards, jobs, children, make, queue.add)
-    metrics.SHARD_JOBS.add(shards.counts)
+    metrics.SHARD_JOBS.add(lambda: shards.counts(queue.queued()))
     manager.add(shards, needs_leader_election=False)
     manager.add(ShardElection(manager.client, sharding, shards), needs_leader_election=False)
     return shards

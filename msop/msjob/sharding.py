@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import structlog
 
@@ -156,10 +156,16 @@ class JobShards:
                 out.append(Request(namespace, name))
         return out
 
-    def counts(self) -> Iterator[tuple[int, int]]:
-        """(shard, cached jobs) for the shards this replica holds."""
+    def counts(self, queued: Iterable[Request] = ()) -> Iterator[tuple[int, int, int]]:
+        """(shard, cached jobs, of them in ``queued``) for the shards ready here."""
+        waiting: dict[int, int] = {}
+        for request in queued:
+            shard = self.shard_of_request(request)
+            if shard is not None:
+                waiting[shard] = waiting.get(shard, 0) + 1
         for shard in sorted(self._ready):
-            yield shard, sum(len(inf.store.index_keys(BY_SHARD, str(shard))) for inf in self.jobs)
+            jobs = sum(len(inf.store.index_keys(BY_SHARD, str(shard))) for inf in self.jobs)
+            yield shard, jobs, waiting.get(shard, 0)
 
     # -- ShardOwner ------------------------------------------------------------------------
 

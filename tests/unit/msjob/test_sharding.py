@@ -131,7 +131,9 @@ async def test_adopting_a_shard_watches_its_children_and_enqueues_its_jobs_only(
         assert names == ["mine-new", "mine-old"]
         assert w.shards.owns(Request("ns", "mine")) and not w.shards.owns(Request("ns", "other"))
         assert w.shards.owns(Request("ns", "gone"))  # not cached: its reconcile only forgets
-        assert dict(w.shards.counts()) == {w.mine: 1}
+        assert list(w.shards.counts()) == [(w.mine, 1, 0)]
+        queued = [Request("ns", "mine"), Request("ns", "other"), Request("ns", "gone")]
+        assert list(w.shards.counts(queued)) == [(w.mine, 1, 1)]
 
         await w.shards.release(w.mine)
         assert w.shards.ready() == set()
