@@ -8,7 +8,9 @@ created once; no job's children or status are written by two replicas, except a 
 replica's jobs, handed over once; every pod carries its job's shard; the replicas list and
 watch pods of single shards only (or the unlabelled ones); the dead replica's jobs all
 reach Running within the Lease duration plus a pass, and the survivors hold 3 shards each.
-Figures are printed (``-s``).
+A second scenario goes from one operator without shards to two replicas with
+``--shards 4`` under running jobs: their unlabelled pods and Services are adopted, nothing
+is created twice, every job succeeds. Figures are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.e2e.reliability import (
     audit_events,
     create_all,
     delete_all_and_wait_gc,
+    drive_to_success,
     expected_children,
     has_true,
     msjob,
@@ -205,4 +208,45 @@ async def _scenario(
         f"holding {sorted(victim_shards)}: its {len(orphans)} jobs all Running "
         f"{taken_over:.1f}s after the kill (Lease {LEASE}s); survivors now {split()[1:]}"
     )
+    await delete_all_and_wait_gc(cluster, client, namespace)
+
+
+async def test_from_one_operator_to_four_shards_adopts_the_running_jobs(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    names = [f"up-{i:02d}" for i in range(24)]
+    with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
+    single: OperatorProcess = await asyncio.to_thread(start_operator)
+    await create_all(client, namespace, [msjob(n, scheduler=n in with_scheduler) for n in names])
+
+    async def all_running() -> bool:
+        jobs = (await client.list(MSJOBS, namespace))["items"]
+        return sum(1 for j in jobs if has_true(j, "Running")) == len(names)
+
+    await wait_until("every job Running on one operator", all_running, within=90)
+    assert await asyncio.to_thread(single.stop) == 0
+    pods = (await client.list(PODS, namespace))["items"]
+    assert pods and all(c.LABEL_SHARD not in p["metadata"]["labels"] for p in pods)
+
+    flags = ("--leader-elect", "--leader-election-namespace", namespace, "--shards", "4")
+    ops = [await asyncio.to_thread(start_operator, *flags, *TIMING) for _ in range(2)]
+    await wait_until(
+        "2 shards per replica",
+        lambda: (
+            [len(held(op)) for op in ops] == [2, 2] and held(ops[0]) | held(ops[1]) == set(range(4))
+        ),
+        within=60,
+    )
+    final = await drive_to_success(client, namespace, set(names), within=120)
+    wrong = {
+        j["metadata"]["name"]: j["status"].get("replicaStatuses")
+        for j in final
+        if (j["status"].get("replicaStatuses") or {}).get("Worker", {}).get("succeeded") != 1
+    }
+    assert not wrong, f"replica counts wrong: {wrong}"
+    # Adopted as they were: nothing created again, no label written.
+    assert_created_once(cluster, namespace, expected_children(names, with_scheduler))
+    pods = (await client.list(PODS, namespace))["items"]
+    assert all(c.LABEL_SHARD not in p["metadata"]["labels"] for p in pods)
+    print(f"\n1 -> 4 shards: {len(names)} running jobs adopted by 2 replicas, all Succeeded")
     await delete_all_and_wait_gc(cluster, client, namespace)
