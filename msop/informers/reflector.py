@@ -223,8 +223,14 @@ class Reflector:
                     continue
             try:
                 reason, relist = await self._watch()
-            finally:
+            except asyncio.CancelledError:
+                # Stopped for good (e.g. a shard's informer handed over): the gauge is the
+                # resource's, and another informer of it may be watching.
+                raise
+            except BaseException:
                 self._watching.set(0)
+                raise
+            self._watching.set(0)
             self.stats.restarts[reason] += 1
             WATCH_RESTARTS_TOTAL.labels(self._label, reason).inc()
             need_list = relist
