@@ -148,7 +148,6 @@ class ShardElection:
         self._live: set[str] = {self._me}
         self._holders: dict[int, str] = {}
         self._unheld_since: dict[int, float] = {}
-        self._looked = asyncio.Event()
         self._gauges = [metrics.SHARD_OWNED.labels(str(i)) for i in range(config.shards)]
         for gauge in self._gauges:
             gauge.set(0)
@@ -252,7 +251,7 @@ class ShardElection:
         cfg = self.config.election
         try:
             listed = await self.client.list(LEASES, cfg.namespace)
-        except ApiError as e:
+        except (ApiError, OSError, TimeoutError) as e:
             log.warning("cannot list the shards' Leases; keeping the last view", error=str(e))
             return
         now, wall = self._clock(), datetime.fromtimestamp(self._now(), UTC)
@@ -281,7 +280,6 @@ class ShardElection:
                 self._unheld_since.pop(shard, None)
             else:
                 self._unheld_since.setdefault(shard, now)
-        self._looked.set()
 
     def _rebalance(self) -> None:
         counts: dict[str, int] = {}
