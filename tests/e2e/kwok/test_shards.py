@@ -195,13 +195,19 @@ async def _scenario(
             (only,) = runs
             assert shard in held(by_source[only]), (job, shard, only)
 
-    # Pods are listed and watched per shard (or without a shard label), never all at once.
+    # Pods are listed and watched per shard (or without a shard label), never all at once;
+    # the survivors listed the pods of the killed replica's shards when they took them.
+    listed: set[int] = set()
     for ev in events:
         ref = ev.get("objectRef") or {}
         if ev.get("verb") in ("list", "watch") and ref.get("resource") == "pods" and source_of(ev):
             query = urllib.parse.parse_qs(urllib.parse.urlparse(ev["requestURI"]).query)
             selector = query.get("labelSelector", [""])[0]
             assert c.LABEL_SHARD in selector, (source_of(ev), ev["requestURI"])
+            one = selector.rpartition(f"{c.LABEL_SHARD}=")[2]
+            if ev.get("verb") == "list" and one.isdigit() and source_of(ev) != victim_source:
+                listed.add(int(one))
+    assert victim_shards <= listed, (sorted(victim_shards), sorted(listed))
 
     print(
         f"\nshards: {JOBS} jobs over {SHARDS} shards on 3 replicas {before}; SIGKILL of one "
