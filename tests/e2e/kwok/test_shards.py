@@ -94,13 +94,18 @@ async def test_three_replicas_share_six_shards_and_take_over_a_killed_ones(
 ) -> None:
     host, port = apiserver_address(cluster)
     proxies = [TcpProxy(host, port, source=s) for s in SOURCES]
+    ops: list[OperatorProcess] = []
     for proxy in proxies:
         await proxy.__aenter__()
     try:
-        await _scenario(cluster, namespace, start_operator, client, tmp_path, proxies)
+        await _scenario(cluster, namespace, start_operator, client, tmp_path, proxies, ops)
     finally:
+        # The operators stop while their proxies still carry them (they release their
+        # Leases and exit 0), then the proxies close.
+        codes = [await asyncio.to_thread(op.stop) for op in ops if op.alive()]
         for proxy in proxies:
             await proxy.__aexit__(None, None, None)
+    assert codes == [0, 0], codes
 
 
 async def _scenario(
@@ -110,6 +115,7 @@ async def _scenario(
     client: KubeClient,
     tmp_path: Path,
     proxies: list[TcpProxy],
+    ops: list[OperatorProcess],
 ) -> None:
     configs = []
     for i, proxy in enumerate(proxies):
@@ -117,7 +123,6 @@ async def _scenario(
         proxied_kubeconfig(cluster, proxy.port, path)
         configs.append(path)
     flags = ("--leader-elect", "--leader-election-namespace", namespace, "--shards", str(SHARDS))
-    ops: list[OperatorProcess] = []
     for path in configs:  # one after another: each gets a log of its own
         ops.append(await asyncio.to_thread(start_operator, *flags, *TIMING, kubeconfig=str(path)))
     by_source = dict(zip(SOURCES, ops, strict=True))
