@@ -8,7 +8,9 @@ created once; no job's children or status are written by two replicas, except a 
 replica's jobs, handed over once; every pod carries its job's shard; the replicas list and
 watch pods of single shards only (or the unlabelled ones); the dead replica's jobs all
 reach Running within the Lease duration plus a pass, and the survivors hold 3 shards each.
-A second scenario goes from one operator without shards to two replicas with
+A second scenario scales the replicas 3 -> 2 (SIGTERM) -> 4 under a burst: every shard is
+held by one replica at every sample, nothing is created twice, every job succeeds. A third
+goes from one operator without shards to two replicas with
 ``--shards 4`` under running jobs: their unlabelled pods and Services are adopted, nothing
 is created twice, every job succeeds. Figures are printed (``-s``).
 """
@@ -260,4 +262,63 @@ async def test_from_one_operator_to_four_shards_adopts_the_running_jobs(
     pods = (await client.list(PODS, namespace))["items"]
     assert all(c.LABEL_SHARD not in p["metadata"]["labels"] for p in pods)
     print(f"\n1 -> 4 shards: {len(names)} running jobs adopted by 2 replicas, all Succeeded")
+    await delete_all_and_wait_gc(cluster, client, namespace)
+
+
+async def test_replicas_scale_3_to_2_to_4_under_load(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    flags = ("--leader-elect", "--leader-election-namespace", namespace, "--shards", str(SHARDS))
+    ops = [await asyncio.to_thread(start_operator, *flags, *TIMING) for _ in range(3)]
+    doubly: list[dict[int, int]] = []
+    last_double: set[int] = set()
+
+    def settled(alive: list[OperatorProcess], most: int) -> bool:
+        nonlocal last_double
+        sets = [held(op) for op in alive]  # scraped one after another, not at one instant:
+        counts = {s: sum(s in h for h in sets) for s in range(SHARDS)}
+        double = {s for s, n in counts.items() if n > 1}
+        if double & last_double:  # so only a double holding seen twice in a row counts
+            doubly.append(counts)
+        last_double = double
+        return all(n == 1 for n in counts.values()) and all(len(h) <= most for h in sets)
+
+    await wait_until("2 shards per replica", lambda: settled(ops, 2), within=60)
+    names = [f"sc-{i:03d}" for i in range(90)]
+    with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
+    jobs = [msjob(n, scheduler=n in with_scheduler) for n in names]
+    stop_driver = asyncio.Event()
+
+    async def burst_and_scale() -> None:
+        for i in range(0, len(jobs), 10):
+            await create_all(client, namespace, jobs[i : i + 10])
+            if i == 30:
+                assert await asyncio.to_thread(ops[0].stop) == 0  # 3 -> 2, gracefully
+                await wait_until("3 shards per replica", lambda: settled(ops[1:], 3), within=30)
+            if i == 60:  # 2 -> 4
+                ops.extend(
+                    [await asyncio.to_thread(start_operator, *flags, *TIMING) for _ in range(2)]
+                )
+                await wait_until("at most 2 shards each", lambda: settled(ops[1:], 2), within=60)
+            await asyncio.sleep(0.3)
+        stop_driver.set()
+
+    scaling = asyncio.create_task(burst_and_scale())
+    try:
+        final = await drive_to_success(client, namespace, set(names), within=240, stop=stop_driver)
+    finally:
+        if not scaling.done():
+            scaling.cancel()
+        await asyncio.gather(scaling, return_exceptions=True)
+    scaling.result()
+    assert not doubly, f"a shard held by two replicas at once: {doubly[:3]}"
+    wrong = {
+        j["metadata"]["name"]: j["status"].get("replicaStatuses")
+        for j in final
+        if (j["status"].get("replicaStatuses") or {}).get("Worker", {}).get("succeeded") != 1
+    }
+    assert not wrong, f"replica counts wrong: {wrong}"
+    assert_created_once(cluster, namespace, expected_children(names, with_scheduler))
+    now = [sorted(held(o)) for o in ops[1:]]
+    print(f"\nscale 3 -> 2 -> 4: {len(names)} jobs, all Succeeded; shards now {now}")
     await delete_all_and_wait_gc(cluster, client, namespace)
