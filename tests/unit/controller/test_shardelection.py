@@ -6,9 +6,11 @@ replicas at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -128,36 +130,54 @@ async def until(cond: Any, within: float) -> None:
             await asyncio.sleep(0.05)
 
 
+@dataclass
+class Running:
+    """Replicas of one election running on one Lease store, for a test's body."""
+
+    leases: Leases
+    work: Work
+    replicas: list[tuple[ShardElection, Client, Owner]]
+    tasks: list[asyncio.Task[None]]
+
+    @property
+    def owners(self) -> list[Owner]:
+        return [o for _, _, o in self.replicas]
+
+
+@contextlib.asynccontextmanager
+async def running(*names: str) -> AsyncIterator[Running]:
+    """Start a replica per name; stop them all at the end (a stop lets their shards go)."""
+    leases, work = Leases(), Work()
+    replicas = [replica(n, leases, work) for n in names]
+    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
+    try:
+        yield Running(leases, work, replicas, tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
 def split(owners: list[Owner]) -> list[int]:
     return sorted(len(o.held) for o in owners)
 
 
 async def test_three_replicas_take_two_shards_each_and_never_overlap() -> None:
-    leases, work = Leases(), Work()
-    replicas = [replica(n, leases, work) for n in ("a", "b", "c")]
-    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
-    owners = [o for _, _, o in replicas]
-    try:
+    async with running("a", "b", "c") as run:
+        owners = run.owners
         # b and c start a little later: a takes everything first, then hands over.
         await until(lambda: split(owners) == [2, 2, 2], 20)
         assert sorted(s for o in owners for s in o.held) == list(range(SHARDS))
-        assert {e.owned() == frozenset(o.held) for e, _, o in replicas} == {True}
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    assert work.overlaps == []
+        assert {e.owned() == frozenset(o.held) for e, _, o in run.replicas} == {True}
+    assert run.work.overlaps == []
     assert all(not o.held for o in owners)  # a stop lets every shard go
 
 
 async def test_a_partitioned_replica_drops_its_shards_before_another_takes_them() -> None:
-    leases, work = Leases(), Work()
-    replicas = [replica(n, leases, work) for n in ("a", "b", "c")]
-    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
-    owners = [o for _, _, o in replicas]
-    try:
+    async with running("a", "b", "c") as run:
+        owners, work = run.owners, run.work
         await until(lambda: split(owners) == [2, 2, 2], 20)
-        _, client_a, owner_a = replicas[0]
+        _, client_a, owner_a = run.replicas[0]
         lost = set(owner_a.held)
         cut = time.monotonic()
         client_a.partitioned = True
@@ -174,31 +194,20 @@ async def test_a_partitioned_replica_drops_its_shards_before_another_takes_them(
             # a let go at its renew deadline, before anyone else adopted the shard.
             assert drops and adopts and max(drops) < min(adopts)
             assert max(drops) - cut < RENEW + 3 * RETRY
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
     assert work.overlaps == []
 
 
 async def test_a_stopped_replica_hands_its_shards_over_at_once() -> None:
-    leases, work = Leases(), Work()
-    replicas = [replica(n, leases, work) for n in ("a", "b")]
-    tasks = [asyncio.create_task(e.run()) for e, _, _ in replicas]
-    owners = [o for _, _, o in replicas]
-    try:
+    async with running("a", "b") as run:
+        owners = run.owners
         await until(lambda: split(owners) == [3, 3], 20)
-        tasks[0].cancel()
-        await asyncio.gather(tasks[0], return_exceptions=True)
-        released = [lease["spec"]["holderIdentity"] for lease in leases.items.values()]
+        run.tasks[0].cancel()
+        await asyncio.gather(run.tasks[0], return_exceptions=True)
+        released = [lease["spec"]["holderIdentity"] for lease in run.leases.items.values()]
         assert "a" not in released  # its shards' and its member Lease are released
         # Released Leases need no expiry: b takes them within a few attempts.
         await until(lambda: split(owners) == [0, 6], LEASE)
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    assert work.overlaps == []
+    assert run.work.overlaps == []
 
 
 @pytest.mark.parametrize("shards", [0, -1])
