@@ -3,13 +3,18 @@
 - ``informer_watch_restarts_total{resource,reason}``: a watch ended and a new one was
   started (or a relist was needed). ``reason`` is one of :data:`RESTART_REASONS`.
 - ``informer_lists_total{resource}``: full lists (initial list and relists).
-- ``informer_watching{resource}``: 1 while the reflector's watch is open, so its cache
-  follows the API server; 0 while it lists, or waits to retry after a failure.
+- ``informer_watching{resource}``: 1 while every running reflector of the resource (one
+  per namespace, label selector or shard) has its watch open, so their caches follow the
+  API server; 0 while one of them lists or waits to retry after a failure, and once none
+  runs. Computed at scrape time (:data:`WATCHING`): a reflector that stops for good (a
+  shard handed over) leaves the others' verdict alone.
 """
 
 from __future__ import annotations
 
-from msop.metrics import REGISTRY, Counter, Gauge
+from collections.abc import Callable, Iterator
+
+from msop.metrics import REGISTRY, Collector, Counter, GaugeMetricFamily
 
 __all__ = ["LISTS_TOTAL", "RESTART_REASONS", "WATCHING", "WATCH_RESTARTS_TOTAL"]
 
@@ -32,10 +37,46 @@ LISTS_TOTAL = Counter(
     registry=REGISTRY,
 )
 
-WATCHING = Gauge(
-    "informer_watching",
-    "1 while the informer's watch on the resource is open (its cache follows the API "
-    "server); 0 while it lists, or waits to retry after a failed list or watch.",
-    ["resource"],
-    registry=REGISTRY,
-)
+
+class Watching(Collector):
+    """``informer_watching``, from the running reflectors at each scrape."""
+
+    def __init__(self) -> None:
+        self._running: dict[object, tuple[str, Callable[[], bool]]] = {}
+        self._seen: set[str] = set()
+
+    def start(self, reflector: object, resource: str, watching: Callable[[], bool]) -> None:
+        """``reflector`` of ``resource`` runs; ``watching`` says whether its watch is open."""
+        self._running[reflector] = (resource, watching)
+        self._seen.add(resource)
+
+    def stop(self, reflector: object) -> None:
+        self._running.pop(reflector, None)
+
+    def value(self, resource: str) -> int:
+        """1 if every running reflector of ``resource`` watches (and one runs), else 0."""
+        states = [w() for r, w in list(self._running.values()) if r == resource]
+        return int(bool(states) and all(states))
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        yield self._family()
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = self._family()
+        for resource in sorted(self._seen):
+            family.add_metric([resource], self.value(resource))
+        yield family
+
+    @staticmethod
+    def _family() -> GaugeMetricFamily:
+        return GaugeMetricFamily(
+            "informer_watching",
+            "1 while every informer of the resource has its watch open (their caches follow "
+            "the API server); 0 while one lists or waits to retry after a failed list or "
+            "watch, or none runs.",
+            labels=["resource"],
+        )
+
+
+WATCHING = Watching()
+REGISTRY.register(WATCHING)

@@ -202,11 +202,20 @@ class Reflector:
         """resourceVersion of the last list, event or bookmark applied to the sink."""
         self.stats = ReflectorStatistics()
         self._label = str(resource)
-        self._watching = WATCHING.labels(self._label)
+        self._open = False
+        """Whether its watch is open (``informer_watching``)."""
         self._log = log.bind(resource=self._label, namespace=namespace)
 
     async def run(self) -> None:
         """List and watch until cancelled."""
+        WATCHING.start(self, self._label, lambda: self._open)
+        try:
+            await self._run()
+        finally:
+            self._open = False
+            WATCHING.stop(self)
+
+    async def _run(self) -> None:
         backoff = Backoff(self.options, clock=self._clock)
         need_list = True
         previous: _Reason | None = None
@@ -223,14 +232,8 @@ class Reflector:
                     continue
             try:
                 reason, relist = await self._watch()
-            except asyncio.CancelledError:
-                # Stopped for good (e.g. a shard's informer handed over): the gauge is the
-                # resource's, and another informer of it may be watching.
-                raise
-            except BaseException:
-                self._watching.set(0)
-                raise
-            self._watching.set(0)
+            finally:
+                self._open = False
             self.stats.restarts[reason] += 1
             WATCH_RESTARTS_TOTAL.labels(self._label, reason).inc()
             need_list = relist
@@ -283,7 +286,7 @@ class Reflector:
             allow_bookmarks=True,
             read_timeout=o.stall_timeout,
         )
-        self._watching.set(1)
+        self._open = True
         try:
             async with aclosing(stream):
                 async for event in stream:
