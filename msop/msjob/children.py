@@ -2,7 +2,8 @@
 
 Pure functions over the planning pass (:class:`msop.msjob.passes.PlanningPass`), acting
 through it. In order: pods out of range or unlabelled are deleted, pods
-stuck terminating past ``stuck_terminating_seconds`` are force-deleted, the Service in
+stuck terminating past ``stuck_terminating_seconds`` (past their deletion deadline alone
+on a node that is not ready: :meth:`PlanningPass.node_down`) are force-deleted, the Service in
 front of the rendezvous pod is created (or replaced, or its selector corrected), and,
 unless the cluster is still stopping (a whole-job restart waits for every old pod to go)
 or a scheduling system holds the pods, every missing pod is created, carrying what the
@@ -144,9 +145,12 @@ def reap_stuck_terminating(p: PlanningPass) -> None:
         deleted = parse_time(meta.get("deletionTimestamp"))
         if deleted is None:
             continue
-        # deletionTimestamp already includes the grace period.
+        # deletionTimestamp already includes the grace period. On a node that is not
+        # ready (past --node-lost-after), its kubelet would have confirmed the kill by
+        # then if it could: no more waiting.
         overdue = (p.now - deleted).total_seconds()
-        if overdue >= p.opts.stuck_terminating_seconds:
+        limit = 0.0 if p.node_down(pod) else p.opts.stuck_terminating_seconds
+        if overdue >= limit:
             p.force_delete_pod(pod)
             p.event(
                 "Warning",
@@ -156,4 +160,4 @@ def reap_stuck_terminating(p: PlanningPass) -> None:
                 "force-deleted so the replica can be recreated.",
             )
         else:
-            p.requeue_at(p.opts.stuck_terminating_seconds - overdue)
+            p.requeue_at(limit - overdue)

@@ -23,7 +23,7 @@ from msop.api.copying import copy_json
 from msop.api.defaults import apply_defaults
 from msop.api.types import MSJob
 from msop.kube.objects import JSON, EventType, format_time, parse_time
-from msop.msjob import desired
+from msop.msjob import desired, nodehealth
 from msop.msjob.inplace import pods as inplace
 from msop.msjob.podstate import phase, slot_of, terminating
 from msop.msjob.scheduling import Decision, Seen, Wait
@@ -45,6 +45,10 @@ class Options:
     shard_of: Callable[[str], int] | None = None
     """The shard of a job by its UID (``msop run --shards`` above 1): its pods and Services
     are created with it in ``c.LABEL_SHARD``. None: no shards, no label."""
+    node_lost_after: float = 10.0
+    """Seconds a pod's node may be not ready (``Ready`` False or Unknown, or the
+    not-ready/unreachable taint) before the pod counts as lost (:mod:`.nodehealth`);
+    0: at the first sign."""
 
 
 @dataclass
@@ -67,6 +71,9 @@ class Observed:
     scheduling: list[Seen] = field(default_factory=list)
     """What each scheduling system that manages the job sees of it, in the order they
     decide (Kueue, then Volcano; :mod:`.scheduling`)."""
+    nodes: dict[str, JSON] = field(default_factory=dict)
+    """The nodes of the job's pods, by name, as the cache holds them
+    (:func:`.nodehealth.node_projection`); a node not here is not known."""
 
 
 @dataclass(frozen=True)
@@ -154,6 +161,7 @@ class PlanningPass:
         self._plan = Plan(scheduling=self.systems)
         self._deleting: set[int] = set()
         """``id()`` of the pods in ``Plan.delete_pods``."""
+        self._signals: dict[tuple[str, int], nodehealth.Signal] | None = None
         # Live pods by slot; the first one wins if two claim a slot.
         self.by_slot: dict[tuple[str, int], JSON] = {}
         self.strays: list[JSON] = []
@@ -182,6 +190,55 @@ class PlanningPass:
     def deleting(self, pod: JSON) -> bool:
         """Whether this pass deletes ``pod`` (one of :attr:`pods`)."""
         return id(pod) in self._deleting
+
+    def node_signals(self) -> dict[tuple[str, int], nodehealth.Signal]:
+        """The wanted, live (not terminating, Pending or Running) pods that their node or
+        their devices say are lost (:mod:`.nodehealth`), by slot. A sign that does not
+        count yet (a ``Ready`` that may come back) is not here: the pass looks again when
+        it would."""
+        if self._signals is None:
+            self._signals = {}
+            for slot, pod in self.by_slot.items():
+                if not self.wanted(slot) or terminating(pod) or phase(pod) not in ACTIVE_PHASES:
+                    continue
+                signal = nodehealth.judge(
+                    pod, self.obs.nodes.get(nodehealth.node_of(pod)),
+                    template_tolerations=self._template_tolerations(slot[0]),
+                    now=self.now, grace=self.opts.node_lost_after,
+                )  # fmt: skip
+                if signal is None:
+                    continue
+                if signal.lost_in > 0:
+                    self.requeue_at(signal.lost_in)
+                else:
+                    self._signals[slot] = signal
+        return self._signals
+
+    def lost_message(self, slots: list[tuple[str, int]]) -> str:
+        """What the signs of ``slots`` (those :meth:`node_signals` has) say, for a
+        condition: ``pod ns/x on node n is lost: node NotReady for 12s (...)``; "" if none
+        has."""
+        signals = self.node_signals()
+        said = []
+        for slot in slots:
+            if (signal := signals.get(slot)) is not None:
+                name = self.by_slot[slot]["metadata"]["name"]
+                where = f" on node {signal.node}" if signal.node else ""
+                said.append(f"pod {self.view.namespace}/{name}{where} is lost: {signal.what}")
+        return "; ".join(said)
+
+    def node_down(self, pod: JSON) -> bool:
+        """Whether ``pod``'s node has not been ready for ``node_lost_after`` seconds: its
+        kubelet may never confirm a kill (:func:`.nodehealth.node_down`)."""
+        node = self.obs.nodes.get(nodehealth.node_of(pod))
+        return node is not None and nodehealth.node_down(
+            node, now=self.now, grace=self.opts.node_lost_after
+        )
+
+    def _template_tolerations(self, rtype: str) -> list[JSON]:
+        replica = ((self.job.get("spec") or {}).get("msReplicaSpecs") or {}).get(rtype) or {}
+        spec = (replica.get("template") or {}).get("spec") or {}
+        return list(spec.get("tolerations") or [])
 
     def deleted_pods(self) -> list[JSON]:
         """The pods this pass deletes so far, in order."""

@@ -7,7 +7,9 @@ projection with only the fields :mod:`~msop.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
-IP and ``hostNetwork`` (the progress poller), the restart-in-place agent's port and
+IP and ``hostNetwork`` (the progress poller), its node, the tolerations that can
+tolerate a ``NoExecute`` taint and its devices' health (:mod:`.nodehealth`), the
+restart-in-place agent's port and
 generation and whether (since when) the pod waits at its barrier, why a pod cannot be
 scheduled, a Service's ClusterIP). The caches keep
 these encoded (:class:`~msop.informers.store.EncodedStore`), so strings are not interned:
@@ -23,6 +25,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.informers.store import LAST_APPLIED_ANNOTATION, Obj
+from msop.msjob.nodehealth import LIFECYCLE_TAINTS, NO_EXECUTE
 
 __all__ = ["pod_projection", "service_projection"]
 
@@ -41,7 +44,8 @@ _METADATA = (
     "finalizers",
 )
 _POD_STATUS = ("phase", "reason", "message", "podIP", "startTime")
-_CONTAINER_STATUS = ("name", "restartCount", "state", "lastState")
+#: ``allocatedResourcesStatus``: a device's health (an unhealthy one loses the pod).
+_CONTAINER_STATUS = ("name", "restartCount", "state", "lastState", "allocatedResourcesStatus")
 _SERVICE_SPEC = ("type", "clusterIP", "clusterIPs", "ports", "selector")
 #: The cluster size a pod's MindSpore process was started with (restartScope Job resizes),
 #: and the port its progress reporter serves on (the progress poller).
@@ -72,7 +76,7 @@ def pod_projection(obj: Obj) -> Obj:
     out = _base(obj)
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        kept: Obj = _pick(spec, ("nodeName", "hostNetwork"))
+        kept: Obj = {**_pick(spec, ("nodeName", "hostNetwork")), **_tolerations(spec)}
         for container in spec.get("containers") or []:
             if isinstance(container, dict) and container.get("name") == c.DEFAULT_CONTAINER_NAME:
                 env = [
@@ -111,6 +115,19 @@ def pod_projection(obj: Obj) -> Obj:
         projected["conditions"] = unplaced
     out["status"] = projected
     return out
+
+
+def _tolerations(spec: Obj) -> Obj:
+    """``{"tolerations": [...]}`` with only what can tolerate a NoExecute taint (whether
+    its node's taints evict the pod), but not the node lifecycle's taints: the API server
+    adds those tolerations to every pod, and only the template's own count for them
+    (nodehealth.py); ``{}`` if none is left."""
+    kept = [
+        t for t in spec.get("tolerations") or []
+        if isinstance(t, dict) and t.get("effect") in (None, "", NO_EXECUTE)
+        and t.get("key") not in LIFECYCLE_TAINTS
+    ]  # fmt: skip
+    return {"tolerations": kept} if kept else {}
 
 
 def _unplaced(status: Any) -> list[Obj]:

@@ -109,6 +109,7 @@ def restart_pods(p: PlanningPass, counts: dict[str, JSON]) -> bool:
         p.finish(delete_all=False)
         return True
     _recreate_killed(p, counts, restarts)
+    drop_lost(p)
     return False
 
 
@@ -151,7 +152,10 @@ def restart_job_if_needed(p: PlanningPass, counts: dict[str, JSON]) -> bool:
         if step.recreate:
             restart_all(p, "Warning", "MSJobRestarting", step.recreate)
         return not step.done
-    return _resize_cluster(p) or _replace_lost_member(p, counts)
+    if _resize_cluster(p) or _replace_lost_member(p, counts):
+        return True
+    drop_lost(p)
+    return False
 
 
 def _first_failure(p: PlanningPass, counts: dict[str, JSON]) -> bool:
@@ -297,10 +301,37 @@ def _replace_lost_member(p: PlanningPass, counts: dict[str, JSON]) -> bool:
 
 
 def _gone(p: PlanningPass, lost: list[Slot]) -> bool:
-    """Whether a lost member is gone or going. A member that ended (a Worker that
-    succeeded before Worker 0) is no loss by itself; once the cluster restarts, it is
-    recreated with the gone ones."""
-    return any((pod := p.by_slot.get(s)) is None or terminating(pod) for s in lost)
+    """Whether a lost member is gone or going, or its node or devices say it is lost
+    (:meth:`PlanningPass.node_signals`). A member that ended (a Worker that succeeded
+    before Worker 0) is no loss by itself; once the cluster restarts, it is recreated
+    with the gone ones."""
+    signals = p.node_signals()
+    return any((pod := p.by_slot.get(s)) is None or terminating(pod) or s in signals for s in lost)
+
+
+def _what_was_lost(p: PlanningPass, lost: list[Slot]) -> str:
+    """``pod(s) a, b of the running cluster are gone``, and for each pod its node or
+    devices say is lost, the pod, its node and the sign."""
+    signals = p.node_signals()
+    gone = [s for s in lost if s not in signals]
+    said = []
+    if gone:
+        names = ", ".join(naming.object_name(p.view.name, *s) for s in gone)
+        said.append(f"pod(s) {names} of the running cluster are gone")
+    if len(gone) < len(lost):
+        said.append(p.lost_message([s for s in lost if s in signals]))
+    return "; ".join(said)
+
+
+def drop_lost(p: PlanningPass) -> None:
+    """Where no restart of the cluster takes them in (``restartScope: Pod``, or a cluster
+    not yet running): delete the pods their node or devices say are lost, each said in a
+    Warning Event; they are created again once gone, as after the taint manager's
+    eviction, but without its wait."""
+    for slot in sorted(p.node_signals()):
+        p.delete_pod(p.by_slot[slot])
+        said = f"MSJob {p.ref}: {p.lost_message([slot])}; it is deleted and created again."
+        p.event("Warning", in_place_steps.POD_LOST, said)
 
 
 def _members_lost(p: PlanningPass, counts: dict[str, JSON], lost: list[Slot]) -> bool:
@@ -308,8 +339,7 @@ def _members_lost(p: PlanningPass, counts: dict[str, JSON], lost: list[Slot]) ->
     ``backoffLimit`` (a pod deleted again and again must not restart the job forever):
     the lost pods are recreated and the others restarted in place, else every pod is
     recreated. True: this pass restarted or failed the job."""
-    names = ", ".join(naming.object_name(p.view.name, *s) for s in lost)
-    what = f"pod(s) {names} of the running cluster are gone"
+    what = _what_was_lost(p, lost)
     count = _count(p, counts, lost[0][0], what)
     if count is None:
         return True

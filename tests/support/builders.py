@@ -143,12 +143,15 @@ def finished(**extra: Any) -> JSON:
 
 
 def run(j: JSON, pods: Sequence[JSON] = (), services: Sequence[JSON] = (), **opts: Any) -> Plan:
-    """Plan ``j``; ``gang_scheduling=True`` (with ``pod_group=``) adds Volcano's view."""
+    """Plan ``j``; ``gang_scheduling=True`` (with ``pod_group=``) adds Volcano's view;
+    ``nodes=`` the cached nodes by name."""
     pod_group = opts.pop("pod_group", None)
+    nodes = opts.pop("nodes", {})
     seen: list[scheduling.Seen] = (
         [gang.Seen(pod_group)] if opts.pop("gang_scheduling", False) else []
     )
-    return plan(Observed(j, list(pods), list(services), NOW, scheduling=seen), Options(**opts))
+    observed = Observed(j, list(pods), list(services), NOW, scheduling=seen, nodes=nodes)
+    return plan(observed, Options(**opts))
 
 
 def volcano(p: Plan) -> gang.Decision:

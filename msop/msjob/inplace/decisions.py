@@ -13,8 +13,10 @@ restart is over or why it cannot finish (the pods are then recreated by
 A hybrid restart, in the words of the rules here:
 
 - **Lost** (:func:`lost_slots`): a wanted slot whose pod is gone, terminating, or ended
-  (Failed or Succeeded: a pod the kubelet will not restart). Its pod is deleted (if it
-  still exists) and, once gone, created again for the new generation
+  (Failed or Succeeded: a pod the kubelet will not restart), or whose node or devices
+  say it is lost from the first sign (its node not ready past ``--node-lost-after``, a
+  ``NoExecute`` taint it does not tolerate, an unhealthy device: :mod:`msop.msjob.nodehealth`).
+  Its pod is deleted (if it still exists) and, once gone, created again for the new generation
   (:func:`msop.msjob.children.replace_lost`); every other pod is *kept* and restarted
   in place.
 - **Before the release** nothing has run at the new generation, so a pod lost then (a
@@ -96,12 +98,14 @@ def as_ended(pod: JSON, term: JSON) -> JSON:
 
 
 def lost_slots(p: PlanningPass) -> list[Slot]:
-    """The wanted slots whose pod is gone, terminating, or ended (Failed, Succeeded): a
+    """The wanted slots whose pod is gone, terminating, or ended (Failed, Succeeded), or
+    that its node or its devices say is lost (:meth:`PlanningPass.node_signals`): a
     restart recreates those pods, whatever it does with the others."""
     lost = []
+    signals = p.node_signals()
     for slot in desired.replica_slots(p.job):
         pod = p.by_slot.get(slot)
-        if pod is None or terminating(pod) or phase(pod) not in ACTIVE_PHASES:
+        if pod is None or terminating(pod) or phase(pod) not in ACTIVE_PHASES or slot in signals:
             lost.append(slot)
     return lost
 
@@ -152,6 +156,10 @@ AGENT_RETRY_SECONDS = 1.0
 """How soon a pass of a job restarting in place looks again (and asks again the agents
 that did not answer)."""
 
+POD_LOST = "MSJobPodLost"
+"""The Warning Event of a pod that its node or devices say is lost, deleted to be
+recreated (by a restart under way, or alone where nothing restarts with it)."""
+
 REPLACEMENT_UNSCHEDULABLE = "MSJobReplacementUnschedulable"
 """The Warning Event of a restart in place that waits for a replacement the scheduler
 cannot place."""
@@ -181,9 +189,13 @@ def advance(p: PlanningPass) -> Step:
     generation = p.generation()
     slots = desired.replica_slots(p.job)
     by_slot = {slot: p.by_slot.get(slot) for slot in slots}
+    signals = p.node_signals()
     if all(
-        pod is not None and not terminating(pod) and pods.started_again(pod, generation)
-        for pod in by_slot.values()
+        pod is not None
+        and not terminating(pod)
+        and slot not in signals
+        and pods.started_again(pod, generation)
+        for slot, pod in by_slot.items()
     ):
         return Step(done=True)
     live = _live(p, by_slot)
@@ -240,14 +252,21 @@ def advance(p: PlanningPass) -> Step:
 
 
 def _live(p: PlanningPass, by_slot: dict[Slot, JSON | None]) -> dict[Slot, JSON]:
-    """The pods that take part in the restart; one that ended before the release is
-    deleted (replaced in this restart, once gone)."""
+    """The pods that take part in the restart; one that ended before the release, or
+    that its node or devices say is lost, is deleted (replaced in this restart, once
+    gone; the latter said in a Warning Event, :data:`POD_LOST`)."""
     live: dict[Slot, JSON] = {}
+    signals = p.node_signals()
     for slot, pod in by_slot.items():
         if pod is None or terminating(pod):
             continue
         if phase(pod) not in ACTIVE_PHASES:
             p.delete_pod(pod)
+            continue
+        if slot in signals:
+            p.delete_pod(pod)
+            p.event("Warning", POD_LOST, f"MSJob {p.ref}: {p.lost_message([slot])}; it is "
+                    "recreated within the restart in place under way.")  # fmt: skip
             continue
         live[slot] = pod
     return live

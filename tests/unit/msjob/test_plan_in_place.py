@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from msop.kube.objects import format_time
+from msop.msjob import nodehealth
 from msop.msjob.inplace import pods as inplace
 from msop.msjob.inplace.pods import KEEPER_LAUNCH, InPlace
 from msop.msjob.plan import Plan
@@ -669,3 +670,193 @@ def test_a_lost_member_without_a_limit_is_counted_all_the_same() -> None:
             in_place=ON)  # fmt: skip
     assert restarts(p) == 5
     assert "(restart 5)" in must_cond(p, "Restarting")["message"]
+
+
+# --- lost from the first sign: the node not ready, a NoExecute taint, a bad device -------
+
+NODE_OF = {"j-scheduler-0": "n0", "j-worker-0": "n1", "j-worker-1": "n2"}
+UNREACHABLE = "node.kubernetes.io/unreachable"
+
+
+def ago(seconds: float) -> str:
+    return format_time(NOW - timedelta(seconds=seconds))
+
+
+def node(name: str, ready: str = "True", since: float = 3600.0, *taints: JSON) -> JSON:
+    """A node whose Ready has been ``ready`` for ``since`` seconds, with ``taints``."""
+    made: JSON = {
+        "metadata": {"name": name, "resourceVersion": "7"},
+        "status": {"conditions": [
+            {"type": "MemoryPressure", "status": "False", "lastTransitionTime": ago(9999)},
+            {"type": "Ready", "status": ready, "lastTransitionTime": ago(since),
+             "lastHeartbeatTime": ago(1)},
+        ]},
+    }  # fmt: skip
+    if taints:
+        made["spec"] = {"taints": list(taints)}
+    return made
+
+
+def taint(key: str, seconds_ago: float, effect: str = "NoExecute", value: str = "") -> JSON:
+    return {"key": key, "effect": effect, "timeAdded": ago(seconds_ago),
+            **({"value": value} if value else {})}  # fmt: skip
+
+
+def placed(pods: list[JSON]) -> list[JSON]:
+    for x in pods:
+        x["spec"]["nodeName"] = NODE_OF[x["metadata"]["name"]]
+    return pods
+
+
+def healthy(**sick: JSON) -> dict[str, JSON]:
+    """Every node Ready, but those given by name."""
+    return {n: sick.get(n) or node(n) for n in ("n0", "n1", "n2")}
+
+
+def test_a_node_not_ready_past_the_grace_recreates_its_pod_alone() -> None:
+    j = cluster(run_policy={"backoffLimit": 3}, status=running_status())
+    down = node("n2", "Unknown", 12, taint(UNREACHABLE, 11))
+    p = run(j, placed(members()), [service()], in_place=ON, nodes=healthy(n2=down))
+    assert p.status_first and restarts(p) == 1
+    assert names(p.delete_pods) == {"j-worker-1"} and not p.create_pods  # once gone
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"} and generations(p) == {1}
+    c = must_cond(p, "Restarting")
+    assert c["reason"] == "MSJobRestartingInPlace"
+    said = (
+        "pod ns/j-worker-1 on node n2 is lost: node unreachable (Ready Unknown) for 12s "
+        "(taint node.kubernetes.io/unreachable:NoExecute) (restart 1 of 3)"
+    )
+    assert said in c["message"], c["message"]
+    assert "recreated and the other pods restarted in place" in c["message"]
+    [event] = [e for e in p.events if e.reason == "MSJobMemberLost"]
+    assert event.type == "Warning" and event.message == c["message"]
+    # Its node never confirms the kill: force-deleted once past its deletion deadline,
+    # not 5 minutes later; and once gone, made again and held, nothing more counted.
+    going = placed(members(restarts=1, state="waiting", last=137, barrier="running"))
+    going[2]["metadata"]["deletionTimestamp"] = ago(1)
+    p = run(cluster(status=restarting()), going, [service()], in_place=ON,
+            nodes=healthy(n2=down))  # fmt: skip
+    assert names(p.force_delete_pods) == {"j-worker-1"} and restarts(p) == 1
+    p = run(cluster(status=restarting()), without(going, "j-worker-1"), [service()],
+            in_place=ON, nodes=healthy(n2=down))  # fmt: skip
+    assert names(p.create_pods) == {"j-worker-1"} and restarts(p) == 1
+
+
+@pytest.mark.parametrize("grace", [10.0, 0.0], ids=["default", "first-sign"])
+def test_a_ready_that_flaps_within_the_grace_costs_nothing(grace: float) -> None:
+    j = cluster(status=running_status())
+    blip = node("n1", "False", 3, taint("node.kubernetes.io/not-ready", 2))
+    p = run(j, placed(members()), [service()], in_place=ON, nodes=healthy(n1=blip),
+            node_lost_after=grace)  # fmt: skip
+    if grace == 0.0:  # at the first sign
+        assert names(p.delete_pods) == {"j-worker-0"} and restarts(p) == 1
+        return
+    assert not p.delete_pods and not p.agent_requests and cond(p, "Restarting") is None
+    assert p.requeue_after == pytest.approx(7.0)  # looks again when it would count
+    # Ready again: nothing, whatever it was before.
+    back = node("n1", "True", 1)
+    p = run(j, placed(members()), [service()], in_place=ON, nodes=healthy(n1=back))
+    assert not p.delete_pods and not p.agent_requests and p.requeue_after is None
+
+
+def test_the_templates_own_toleration_is_followed() -> None:
+    def tolerating(**toleration: Any) -> JSON:
+        j = cluster(status=running_status())
+        spec = j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]
+        spec["tolerations"] = [{"key": UNREACHABLE, "operator": "Exists",
+                                "effect": "NoExecute", **toleration}]  # fmt: skip
+        return j
+
+    def down(seconds: float) -> dict[str, JSON]:
+        return healthy(n2=node("n2", "Unknown", seconds, taint(UNREACHABLE, seconds)))
+
+    pods = placed(members())
+    p = run(tolerating(tolerationSeconds=60), pods, [service()], in_place=ON, nodes=down(30))
+    assert not p.delete_pods and p.requeue_after == pytest.approx(30.0)
+    p = run(tolerating(tolerationSeconds=60), pods, [service()], in_place=ON, nodes=down(61))
+    assert names(p.delete_pods) == {"j-worker-1"}
+    assert "which its template tolerates for 60s" in must_cond(p, "Restarting")["message"]
+    # Without tolerationSeconds it tolerates the taint for ever: the pod stays.
+    p = run(tolerating(), pods, [service()], in_place=ON, nodes=down(3600))
+    assert not p.delete_pods and p.requeue_after is None
+    # The toleration the API server adds to every pod (300 s) is not the user's word.
+    admitted = placed(members())
+    for x in admitted:
+        x["spec"]["tolerations"] = [{"key": UNREACHABLE, "operator": "Exists",
+                                     "effect": "NoExecute", "tolerationSeconds": 300}]  # fmt: skip
+    p = run(cluster(status=running_status()), admitted, [service()], in_place=ON, nodes=down(11))
+    assert names(p.delete_pods) == {"j-worker-1"}
+
+
+def test_a_noexecute_taint_the_pod_does_not_tolerate_loses_it_at_once() -> None:
+    j = cluster(status=running_status())
+    drained = node("n1", "True", 3600, taint("maintenance", 1, value="now"),
+                   taint("other", 1, effect="NoSchedule"))  # fmt: skip
+    p = run(j, placed(members()), [service()], in_place=ON, nodes=healthy(n1=drained))
+    assert names(p.delete_pods) == {"j-worker-0"}
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-1"}
+    assert ("pod ns/j-worker-0 on node n1 is lost: node has taint maintenance=now:NoExecute "
+            "(not tolerated, added 1s ago)") in must_cond(p, "Restarting")["message"]  # fmt: skip
+    # Tolerated for a while (the pod's own toleration, from a flavor or a webhook): then.
+    tolerant = placed(members())
+    tolerant[1]["spec"]["tolerations"] = [{"key": "maintenance", "operator": "Exists",
+                                           "tolerationSeconds": 20}]  # fmt: skip
+    p = run(j, tolerant, [service()], in_place=ON, nodes=healthy(n1=drained))
+    assert not p.delete_pods and p.requeue_after == pytest.approx(19.0)
+
+
+def test_an_unhealthy_device_loses_its_pod() -> None:
+    sick = placed(members())
+    sick[2]["status"]["containerStatuses"][0]["allocatedResourcesStatus"] = [
+        {"name": "nvidia.com/gpu", "resources": [
+            {"resourceID": "gpu-0", "health": "Healthy"},
+            {"resourceID": "gpu-3", "health": "Unhealthy"}]},
+    ]  # fmt: skip
+    p = run(cluster(status=running_status()), sick, [service()], in_place=ON, nodes=healthy())
+    assert names(p.delete_pods) == {"j-worker-1"}
+    assert asked(p, "restart") == {"j-scheduler-0", "j-worker-0"}
+    assert ("pod ns/j-worker-1 on node n2 is lost: device nvidia.com/gpu gpu-3 of container "
+            "mindspore is Unhealthy") in must_cond(p, "Restarting")["message"]  # fmt: skip
+    # The cache keeps what this reads: the same plan from the projected pods and nodes.
+    nodes = healthy()
+    lean = run(cluster(status=running_status()), [pod_projection(x) for x in sick],
+               [service()], in_place=ON,
+               nodes={n: nodehealth.node_projection(x) for n, x in nodes.items()})  # fmt: skip
+    assert lean.status == p.status and names(lean.delete_pods) == names(p.delete_pods)
+    assert asked(lean, "restart") == asked(p, "restart")
+
+
+def test_a_second_sign_during_a_hybrid_restart_joins_it() -> None:
+    kept = placed(members(restarts=1, state="waiting", last=137, barrier="running"))
+    down = node("n1", "False", 30, taint("node.kubernetes.io/not-ready", 29))
+    p = run(cluster(run_policy={"backoffLimit": 1}, status=restarting()), kept, [service()],
+            in_place=ON, nodes=healthy(n1=down))  # fmt: skip
+    assert names(p.delete_pods) == {"j-worker-0"} and restarts(p) == 1
+    assert cond(p, "Failed") is None and not asked(p, "release")
+    [event] = [e for e in p.events if e.reason == "MSJobPodLost"]
+    assert event.message.startswith("MSJob ns/j: pod ns/j-worker-0 on node n1 is lost: node "
+                                    "NotReady for 30s")  # fmt: skip
+    assert "recreated within the restart in place under way" in event.message
+    # A pod that says it runs again at the new generation does not end the restart while
+    # its node says it is lost.
+    ran = placed(members(restarts=1, last=137, barrier="terminated", generation=1))
+    p = run(cluster(status=restarting()), ran, [service()], in_place=ON, nodes=healthy(n1=down))
+    assert names(p.delete_pods) == {"j-worker-0"}
+
+
+@pytest.mark.parametrize("scope", ["Job", "Pod"])
+def test_without_restart_in_place_the_message_names_the_node(scope: str) -> None:
+    j = cluster(status=running_status(), restartScope=scope)
+    down = node("n2", "False", 20)
+    p = run(j, placed(members()), [service()], nodes=healthy(n2=down))
+    said = "pod ns/j-worker-1 on node n2 is lost: node NotReady for 20s"
+    if scope == "Job":  # every pod recreated, counted, as for a pod deleted
+        assert names(p.delete_pods) == EVERY_POD and restarts(p) == 1
+        [event] = [e for e in p.events if e.reason == "MSJobMemberLost"]
+        assert said in event.message and said in must_cond(p, "Restarting")["message"]
+        return
+    # restartScope Pod: deleted and made again once gone, as the taint manager's eviction
+    # would have it, without its 5 minutes.
+    assert names(p.delete_pods) == {"j-worker-1"}
+    [event] = [e for e in p.events if e.reason == "MSJobPodLost"]
+    assert said in event.message and "deleted and created again" in event.message
