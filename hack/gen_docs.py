@@ -388,6 +388,8 @@ _TYPES = {
     "_duration": "duration: `600s`, `10m`, `1h30m`, `500ms`; a bare number is seconds",
     "_duration_or_off": "duration: `600s`, `10m`, `1h30m`; a bare number is seconds; "
     "`0` turns it off",
+    "_node_lost_after": "duration: `10s`, `1m`, `500ms`; a bare number is seconds; `0`: at "
+    "once; `off`: nodes are not watched",
     "_wait_condition": " \\| ".join(f"`{x}`" for x in flags.WAIT_CONDITIONS)
     + ", or `condition=<one of them>`; any case",
 }

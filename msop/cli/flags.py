@@ -123,6 +123,16 @@ def _duration_or_off(value: str) -> float:
     return _duration(value)
 
 
+def _node_lost_after(value: str) -> float | None:
+    """:func:`_duration`, 0 (``0``, ``0s``: at once), or ``off`` (None)."""
+    text = value.strip()
+    if text == "off":
+        return None
+    if text in ("0", "0s"):
+        return 0.0
+    return _duration(value)
+
+
 def _replica_type(value: str) -> str:
     rtype = c.canonical_replica_type(value)
     if rtype is None:
@@ -371,6 +381,18 @@ def _add_run(sub: Any) -> None:
         "included) before its pods are recreated instead",
         "120s",
         type=_duration,
+    )
+    a(
+        "--node-lost-after",
+        "MSOP_NODE_LOST_AFTER",
+        "how long a pod's node may be not ready (Ready False or Unknown, or the "
+        "node.kubernetes.io/not-ready or unreachable NoExecute taint) before the pod counts "
+        "as lost, without waiting for its eviction (300s by default): a restartScope: Job "
+        "cluster restarts, recreating that pod alone where it restarts in place; a pod "
+        "template's own toleration of the taint is followed instead. 0: at the first "
+        "sign; 'off': nodes are not watched",
+        "10s",
+        type=_node_lost_after,
     )
     a(
         "--agent-image",

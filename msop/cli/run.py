@@ -231,6 +231,7 @@ async def run_operator(args: argparse.Namespace) -> int:
                 agents=agents,
                 recheck_in_place=recheck,
                 sharding=sharding,
+                node_lost_after=args.node_lost_after,
             ),
         )
         log.info(

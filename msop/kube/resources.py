@@ -16,6 +16,7 @@ __all__ = [
     "EVENTS",
     "LEASES",
     "NAMESPACES",
+    "NODES",
     "PODS",
     "SERVICES",
     "SUBJECTACCESSREVIEWS",
@@ -91,6 +92,7 @@ SERVICES = Resource("", "v1", "services", "Service")
 EVENTS = Resource("", "v1", "events", "Event")
 CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
 NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
 #: Volcano's PodGroup (gang scheduling); its CRD is optional (``--enable-gang-scheduling``).
 PODGROUPS = Resource("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup")

@@ -213,8 +213,11 @@ class MSJobReconciler:
         progress: Callable[[Request], JSON | None] | None = None,
         backlog: Callable[[], int] = lambda: 0,
         agents: AgentClient | None = None,
+        nodes: Callable[[str], JSON | None] | None = None,
     ) -> None:
         self.client = client
+        self.nodes = nodes
+        """The node cache by name (``--node-lost-after``; None: nodes are not watched)."""
         self.agents = agents
         """Asks the pods' agents what a restart in place needs (None: never asked)."""
         self.backlog = backlog
@@ -317,15 +320,17 @@ class MSJobReconciler:
             defaulted = apply_defaults(job)
             self._defaulted[request] = (rv, self._defaulted_codec.encode(defaulted))
         seen = [await system.observe(job) for system in self.scheduling]
+        pods = self.pods.by_index(BY_CONTROLLER_UID, uid)
         observed = Observed(
             job=job,
-            pods=self.pods.by_index(BY_CONTROLLER_UID, uid),
+            pods=pods,
             services=self.services.by_index(BY_CONTROLLER_UID, uid),
             now=self.now(),
             scheduling=[s for s in seen if s is not None],
             defaulted=defaulted,
             progress=self.progress(request) if self.progress is not None else None,
             counts_unwritten_since=memory.counts_unwritten_since,
+            nodes=self._nodes_of(pods),
         )
         if memory.doubts is not None:
             memory.doubts.settle(self.recorder, job, observed.pods, observed.services)
@@ -446,6 +451,17 @@ class MSJobReconciler:
             f"Updated Service {meta['namespace']}/{meta['name']}: selector {selector} "
             "(it did not select the pods msop creates; its ClusterIP is kept)",
         )  # fmt: skip
+
+    def _nodes_of(self, pods: list[JSON]) -> dict[str, JSON]:
+        """The cached nodes of ``pods``, by name (those the cache has)."""
+        if self.nodes is None:
+            return {}
+        out: dict[str, JSON] = {}
+        for pod in pods:
+            name = (pod.get("spec") or {}).get("nodeName")
+            if name and name not in out and (node := self.nodes(name)) is not None:
+                out[name] = node
+        return out
 
     async def _still_there(self, job: JSON, p: Plan) -> bool:
         """False if ``job``, which had children before, is gone or being deleted per the

@@ -71,6 +71,10 @@ class Settings:
     recheck_in_place: Callable[[], Awaitable[str]] | None = None
     """Says again why the cluster cannot restart in place ("" if it can), every few
     minutes (a node joins, a kubelet changes)."""
+    node_lost_after: float | None = 10.0
+    """Seconds a pod's node may be not ready before the pod counts as lost
+    (:mod:`msop.msjob.nodehealth`; 0: at the first sign); None: nodes are not watched
+    (a pod is lost once deleted or evicted; an unhealthy device still counts)."""
     sharding: ShardingConfig | None = None
     """Split the jobs into ``sharding.shards`` shards, each held on a Lease by one replica
     (:mod:`msop.msjob.sharding`); None: one shard, reconciled by the leader."""

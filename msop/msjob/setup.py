@@ -9,6 +9,10 @@
   (:class:`.scheduling.Caches`): its own objects, labelled the same way, whose events
   enqueue the owning MSJob (Kueue's Workloads, Volcano's PodGroups), and cluster-scoped
   objects whose events wake no job (Kueue's ResourceFlavors).
+- Nodes (``--node-lost-after``, unless off): all of them, cluster-scoped, each kept as a
+  projection of its health (:func:`.nodehealth.node_projection`); a change of that
+  health enqueues only the jobs with a pod on the node (the pods cache's index by node),
+  and with shards only those of the shards held here. A heartbeat changes nothing kept.
 - Worker 0 pods that run also feed the progress poller (``poller.py``, leader only),
   which enqueues a job when its reporter has something new.
 """
@@ -54,8 +58,8 @@ from msop.informers.store import (
 from msop.informers.union import InformerUnion
 from msop.kube.contact import Outage
 from msop.kube.objects import JSON
-from msop.kube.resources import PODS, SERVICES, Resource
-from msop.msjob import metrics, systems
+from msop.kube.resources import NODES, PODS, SERVICES, Resource
+from msop.msjob import metrics, nodehealth, systems
 from msop.msjob.passes import Options
 from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
@@ -164,6 +168,69 @@ class _Caches:
         return Lister(self.factory.informer_for(resource)).get
 
 
+#: The pods cache's index of pods by ``spec.nodeName``.
+BY_NODE = "msop-node"
+
+
+def pod_node_index(pod: Obj) -> list[str]:
+    name = (pod.get("spec") or {}).get("nodeName")
+    return [str(name)] if name else []
+
+
+class _NodeEvents:
+    """A node's events enqueue the jobs with a pod on it (``pods``: the pods cache), and
+    only when what the planner reads of the node (:func:`.nodehealth.health`) changed:
+    not on the initial list (every job is planned then anyway), not on a heartbeat."""
+
+    def __init__(self, pods: Reader) -> None:
+        self.pods = pods
+
+    def _enqueue(self, node: Obj, queue: RequestQueue) -> None:
+        name = str((node.get("metadata") or {}).get("name") or "")
+        seen: set[Request] = set()
+        for pod in self.pods.by_index(BY_NODE, name):
+            for request in OWNER.requests(pod):
+                if request not in seen:
+                    seen.add(request)
+                    queue.add(request)
+
+    def create(self, obj: Obj, queue: RequestQueue, *, initial: bool = False) -> None:
+        if not initial:
+            self._enqueue(obj, queue)
+
+    def update(self, old: Obj, new: Obj, queue: RequestQueue) -> None:
+        if nodehealth.health(old) != nodehealth.health(new):
+            self._enqueue(new, queue)
+
+    def delete(self, obj: Obj, queue: RequestQueue) -> None:
+        self._enqueue(obj, queue)
+
+
+@dataclass(frozen=True)
+class _Nodes:
+    """The node cache (None: ``--node-lost-after=off``, no node is known)."""
+
+    informer: SharedInformer | None
+
+    def get(self, name: str) -> JSON | None:
+        if self.informer is None:
+            return None
+        found: JSON | None = Lister(self.informer).get(name)
+        return found
+
+    def watch(self, watch: Callable[[EventSource, EventHandler], None], pods: Reader) -> None:
+        if self.informer is not None:
+            watch(self.informer, _NodeEvents(pods))
+
+
+def _node_cache(factory: InformerFactory, settings: Settings) -> _Nodes:
+    """The nodes, unless ``--node-lost-after=off``: cluster-scoped, shared by every
+    shard, each kept as its health (a hundred bytes or so, encoded)."""
+    if settings.node_lost_after is None:
+        return _Nodes(None)
+    return _Nodes(factory.informer_for(NODES, transform=nodehealth.node_projection, compact=True))
+
+
 RECHECK_IN_PLACE_SECONDS = 300.0
 
 
@@ -217,6 +284,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     sharding = settings.sharding if settings.sharding and settings.sharding.shards > 1 else None
     pods = _child_caches(informers, PODS, pod_projection, sharded=sharding is not None)
     services = _child_caches(informers, SERVICES, service_projection, sharded=bool(sharding))
+    nodes = _node_cache(factory, settings)
     # The scheduling systems, in the order they decide (Kueue, then Volcano), each with
     # the caches it asks for.
     caches = _Caches(factory, informers, lean)
@@ -263,7 +331,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
             progress_port=settings.progress_port,
             in_place=settings.in_place,
             shard_of=functools.partial(shard_of, shards=sharding.shards) if sharding else None,
+            node_lost_after=settings.node_lost_after or 0.0,
         ),
+        nodes=nodes.get,
         progress=poller.get if poller is not None else None,
         backlog=lambda: len(queue),
         agents=settings.agents,
@@ -294,6 +364,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         _observe(source, expectations, SERVICES)
     for inf in caches.watched:
         watch(inf, OWNER)
+    nodes.watch(watch, pods.reader)
     manager.add(controller)
     _replan_after_outages(manager, settings, jobs, queue)
     if settings.recheck_in_place is not None:
@@ -366,10 +437,20 @@ def _child_caches(
     a union of those without a shard label (made without shards), which each held
     shard's own informers join (sharding.py)."""
     if not sharded:
-        found = informers(res, CHILD_SELECTOR, projection)
+        found = _indexed(res, informers(res, CHILD_SELECTOR, projection))
         return _ChildCaches(_reader(found), list(found))
-    union = InformerUnion(informers(res, unsharded_selector(CHILD_SELECTOR), projection))
+    union = InformerUnion(
+        _indexed(res, informers(res, unsharded_selector(CHILD_SELECTOR), projection))
+    )
     return _ChildCaches(union, [union])
+
+
+def _indexed(res: Resource, found: list[SharedInformer]) -> list[SharedInformer]:
+    """Pods are indexed by node too (a node's events enqueue the jobs with pods on it)."""
+    if res == PODS:
+        for inf in found:
+            inf.add_indexers({BY_NODE: pod_node_index})
+    return found
 
 
 def _shards(
@@ -387,7 +468,7 @@ def _shards(
     def make(res: Resource, selector: str) -> list[SharedInformer]:
         projection = pod_projection if res == PODS else service_projection
         options = manager.informers.options
-        return [
+        return _indexed(res, [
             SharedInformer(
                 manager.client,
                 res,
@@ -398,7 +479,7 @@ def _shards(
                 compact=True,
             )
             for ns in namespaces
-        ]
+        ])  # fmt: skip
 
     children = [(PODS, pods, CHILD_SELECTOR), (SERVICES, services, CHILD_SELECTOR)]
     shards = JobShards(sharding.shards, jobs, children, make, queue.add)

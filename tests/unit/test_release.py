@@ -435,7 +435,16 @@ def test_the_restart_in_place_role_reads_one_secret_and_goes_with_its_flag() -> 
     assert not [o for o in off if "restart-in-place" in o["metadata"]["name"]]
     assert "--restart-in-place=false" in container(off)["args"]
     rules = [r for o in off if o["kind"] == "ClusterRole" for r in o.get("rules", [])]
+    # The nodes are still watched: a pod is lost from its node's first sign.
+    assert [r["verbs"] for r in rules if r.get("resources") == ["nodes"]] == [["list", "watch"]]
+    none = helm("restartInPlace.enabled=false", "nodeLostAfter=off")
+    assert "--node-lost-after=off" in container(none)["args"]
+    rules = [r for o in none if o["kind"] == "ClusterRole" for r in o.get("rules", [])]
     assert not [r for r in rules if r.get("resources") == ["nodes"]]
+    only_listed = helm("nodeLostAfter=off")
+    rules = [r for o in only_listed if o["kind"] == "ClusterRole" for r in o.get("rules", [])]
+    assert [r["verbs"] for r in rules if r.get("resources") == ["nodes"]] == [["list"]]
+    assert "--node-lost-after=10s" in container(helm())["args"]
 
 
 # --- labels ------------------------------------------------------------------------------

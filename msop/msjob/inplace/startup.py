@@ -45,14 +45,13 @@ from msop.kube.errors import (
     is_unavailable,
 )
 from msop.kube.objects import JSON, EventType
-from msop.kube.resources import PODS, Resource
+from msop.kube.resources import NODES, PODS, Resource
 from msop.msjob.inplace.client import AgentClient
 from msop.msjob.inplace.pods import DEFAULT_PORT, SECURITY_CONTEXT, InPlace
 
 log = structlog.get_logger("msop.msjob.inplace")
 
 SECRETS = Resource("", "v1", "secrets", "Secret")
-NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
 KEY_SECRET = "msop-agent-key"
 FEATURE = "RestartAllContainersOnContainerExits"
 TIMEOUT_SECONDS = 3.0

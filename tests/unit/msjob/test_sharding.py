@@ -22,7 +22,7 @@ from msop.informers import SharedInformer
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.informers.union import InformerUnion
 from msop.kube import PODS, SERVICES, KubeClient
-from msop.kube.resources import Resource
+from msop.kube.resources import NODES, Resource
 from msop.msjob import metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
@@ -232,8 +232,11 @@ def test_setup_with_shards_watches_unlabelled_children_and_gates_the_reconciler(
     base = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
     assert selectors == {
         ("MSJob", None), ("Pod", f"{base},!{c.LABEL_SHARD}"),
-        ("Service", f"{base},!{c.LABEL_SHARD}"),
+        ("Service", f"{base},!{c.LABEL_SHARD}"), ("Node", None),
     }  # fmt: skip
+    # The nodes are every shard's; a node's events enqueue only the jobs held here.
+    [node_watch] = [w for w in controller._watches if getattr(w.source, "resource", None) == NODES]
+    assert isinstance(node_watch.handler, OwnedOnly)
     runnables = [type(e.runnable) for e in manager._entries]
     assert ShardElection in runnables and JobShards in runnables
 
