@@ -183,16 +183,17 @@ def _node_down(
     if not signs:
         return None
     age = max(_age(now, since) for _, since in signs)
-    # Per sign: the template's own toleration of its taint, else the grace.
-    allowed: list[float | None] = []
+    # Per sign: the template's own toleration of its taint (True), else the grace.
+    allowed: list[tuple[float, bool]] = []
     for key, _ in signs:
         taint = {"key": key, "effect": NO_EXECUTE}
-        own = any(_tolerates(t, taint) for t in user_tolerations if isinstance(t, dict))
-        allowed.append(_tolerated_for(user_tolerations, taint) if own else grace)
-    timed = [a for a in allowed if a is not None]
-    if not timed:
+        if not any(_tolerates(t, taint) for t in user_tolerations if isinstance(t, dict)):
+            allowed.append((grace, False))
+        elif (seconds := _tolerated_for(user_tolerations, taint)) is not None:
+            allowed.append((seconds, True))
+    if not allowed:
         return None  # tolerated for ever, as the template says
-    wait = min(timed)
+    wait, own = min(allowed)
     if state == "Unknown":
         said = "unreachable (Ready Unknown)"
     elif state != "False" and any(key == UNREACHABLE_TAINT for key, _ in signs):
@@ -202,7 +203,7 @@ def _node_down(
     shown = "" if age == float("inf") else f" for {int(age)}s"
     taint_names = ", ".join(f"{t['key']}:{NO_EXECUTE}" for t in taints)
     what = f"node {said}{shown}{f' (taint {taint_names})' if taint_names else ''}"
-    if wait != grace:
+    if own:
         what += f", which its template tolerates for {wait:g}s"
     return Signal(what, name, wait - age, node_down=True)
 
