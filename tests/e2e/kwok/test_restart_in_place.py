@@ -15,6 +15,10 @@ MindSpore this way (tests/e2e/real/test_mindspore.py).
   UID, made for the new generation and held at its barrier), the other pods are restarted
   in place by their agents and released with it, and the job runs again with one
   restart counted;
+- a Worker whose node goes NotReady (kwok frozen, the node's Ready False): within
+  ``--node-lost-after``, not the 300 s of its default toleration, the operator deletes
+  it, the Restarting condition names the pod, the node and the sign, and it is recreated
+  alone while the others restart in place, as for a deleted one;
 - a pod deleted while the job restarts in place (before the release): it is recreated
   alone, within the same restart;
 - a restart that does not complete within --restart-in-place-timeout: the same;
@@ -25,15 +29,19 @@ MindSpore this way (tests/e2e/real/test_mindspore.py).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
-from collections.abc import Iterator
-from datetime import datetime
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
+from testbed.operator import OperatorProcess
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -47,6 +55,8 @@ from tests.e2e.msjobs import (
 from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
 
+JSON = dict[str, Any]
+
 FEATURE = "RestartAllContainersOnContainerExits"
 NAME = "inplace"
 EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
@@ -58,13 +68,20 @@ RESTRICTED = {
 }  # fmt: skip
 
 
+#: Every pod of the job on a node of its own (a node lost takes one pod).
+ONE_PER_NODE = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+    "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": NAME}},
+    "topologyKey": "kubernetes.io/hostname",
+}]}}  # fmt: skip
+
+
 def msjob(policy: str = "ExitCode") -> dict[str, object]:
     def replica(n: int, restart: str) -> dict[str, object]:
         container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
         return {
             "replicas": n,
             "restartPolicy": restart,
-            "template": {"spec": {"containers": [container]}},
+            "template": {"spec": {"containers": [container], "affinity": ONE_PER_NODE}},
         }
 
     return {
@@ -195,17 +212,16 @@ def restarts(cluster: LocalCluster, namespace: str) -> int:
     return sum(e.get("restarts", 0) for e in counts.values())
 
 
-def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
-    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
-    kubelet_in_place: InPlaceKubelet,
-) -> None:  # fmt: skip
-    op = start_operator("--agent-image=msop:kwok")
-    before = start(cluster, namespace, kubelet_in_place)
-    lost = f"{NAME}-worker-1"
-    deleted_at = time.time()
-    cluster.kubectl("delete", "pod", "-n", namespace, lost, "--wait=false")
+def recreated_alone(
+    cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet, op: OperatorProcess,
+    before: dict[str, str], lost: str, since: float,
+) -> JSON:  # fmt: skip
+    """A hybrid restart after ``lost`` was lost (at ``since``): its replacement (a new UID,
+    made for generation 1 and held at its barrier) is adopted, the others are restarted in
+    place by their agents, the job runs again with one restart counted, and the operator
+    created ``lost`` alone. Returns the ``Restarting`` condition seen while it waited."""
 
-    def replaced() -> dict[str, object] | None:
+    def replaced() -> JSON | None:
         pod = job_pods(cluster, namespace, NAME).get(lost)
         new = pod and pod["metadata"]["uid"] != before[lost] and pod["status"].get("podIP")
         return pod if new else None
@@ -220,8 +236,7 @@ def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
     restarting = must_condition(job, "Restarting")
     assert restarting["status"] == "True", restarting
     assert restarting["reason"] == "MSJobRestartingInPlace", restarting
-    assert f"pod(s) {lost} of the running cluster are gone" in restarting["message"]
-    kubelet_in_place.adopt(new)
+    kubelet.adopt(new)
 
     def again() -> bool:
         now = get(cluster, namespace, "msjob", NAME)
@@ -230,22 +245,92 @@ def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
                     and must_condition(now, "Running")["status"] == "True")  # fmt: skip
 
     wait_for("the job Running again", again, timeout=60,
-             details=lambda: op.log_tail() + kubelet_in_place.logs())  # fmt: skip
-    # Only the deleted pod is new; the others were restarted in place by their agents.
+             details=lambda: op.log_tail() + kubelet.logs())  # fmt: skip
+    # Only the lost pod is new; the others were restarted in place by their agents.
     now = uids(cluster, namespace)
     assert {n for n in now if now[n] != before[n]} == {lost}
-    assert sorted(kubelet_in_place.restarted_by_agent) == [
-        f"{NAME}-scheduler-0", f"{NAME}-worker-0"
-    ]  # fmt: skip
+    assert sorted(kubelet.restarted_by_agent) == sorted(EVERY_POD - {lost})
     creates = [c["objectRef"].get("name") for c in operator_calls(
-        cluster.audit_log, namespace, "create", "pods") if when(c) >= deleted_at]  # fmt: skip
-    deletes = [c["objectRef"].get("name") for c in operator_calls(
-        cluster.audit_log, namespace, "delete", "pods") if when(c) >= deleted_at]  # fmt: skip
-    assert creates == [lost] and deletes == []
+        cluster.audit_log, namespace, "create", "pods") if when(c) >= since]  # fmt: skip
+    assert creates == [lost]
     assert restarts(cluster, namespace) == 1
     reasons = {(e["type"], e["reason"]) for e in events(cluster, namespace, NAME)}
     assert ("Warning", "MSJobMemberLost") in reasons
     assert ("Warning", "MSJobRestarting") not in reasons  # never a recreation of all
+    return restarting
+
+
+def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    op = start_operator("--agent-image=msop:kwok")
+    before = start(cluster, namespace, kubelet_in_place)
+    lost = f"{NAME}-worker-1"
+    deleted_at = time.time()
+    cluster.kubectl("delete", "pod", "-n", namespace, lost, "--wait=false")
+    restarting = recreated_alone(cluster, namespace, kubelet_in_place, op, before, lost,
+                                 deleted_at)  # fmt: skip
+    assert f"pod(s) {lost} of the running cluster are gone" in restarting["message"]
+    deletes = [c["objectRef"].get("name") for c in operator_calls(
+        cluster.audit_log, namespace, "delete", "pods") if when(c) >= deleted_at]  # fmt: skip
+    assert deletes == []
+
+
+def _set_ready(cluster: LocalCluster, node: str, status: str) -> None:
+    """Say the node's Ready is ``status`` from now, as its kubelet would."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ready = {"type": "Ready", "status": status, "reason": "KubeletNotReady" if status != "True"
+             else "KubeletReady", "message": "e2e", "lastHeartbeatTime": now,
+             "lastTransitionTime": now}  # fmt: skip
+    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
+                    "-p", json.dumps({"status": {"conditions": [ready]}}))  # fmt: skip
+
+
+@pytest.fixture
+def node_lost(cluster: LocalCluster) -> Iterator[Callable[[str], Callable[[], None]]]:
+    """Loses a node as a kubelet that stops does: kwok, which plays every node's kubelet,
+    is frozen (else it would say Ready again at once), and the node says Ready False from
+    now. Returns what brings kwok back (the node Ready again); done at the end anyway."""
+    kwok = cluster.component_pid("kwok-controller")
+    lost: list[str] = []
+
+    def back() -> None:
+        os.kill(kwok, signal.SIGCONT)
+        for node in lost:
+            _set_ready(cluster, node, "True")
+
+    def lose(node: str) -> Callable[[], None]:
+        lost.append(node)
+        os.kill(kwok, signal.SIGSTOP)
+        _set_ready(cluster, node, "False")
+        return back
+
+    yield lose
+    back()
+
+
+def test_a_pod_on_a_node_gone_not_ready_is_recreated_alone_at_once(
+    cluster: LocalCluster, namespace: str, declared: None, start_operator: OperatorFactory,
+    kubelet_in_place: InPlaceKubelet, node_lost: Callable[[str], Callable[[], None]],
+) -> None:  # fmt: skip
+    # Not 300 s later (the pods' default toleration of node.kubernetes.io/not-ready).
+    op = start_operator("--agent-image=msop:kwok", "--node-lost-after=3s")
+    before = start(cluster, namespace, kubelet_in_place)
+    lost = f"{NAME}-worker-1"
+    node = job_pods(cluster, namespace, NAME)[lost]["spec"]["nodeName"]
+    down_at = time.time()
+    back = node_lost(node)
+    job = wait_condition(cluster, namespace, NAME, "Restarting", timeout=30)
+    said = f"pod {namespace}/{lost} on node {node} is lost: node NotReady for "
+    assert said in must_condition(job, "Restarting")["message"], job["status"]
+    assert time.time() - down_at < 20
+    # Its kubelet would confirm the deletion: kwok plays it again (and the node is Ready).
+    back()
+    recreated_alone(cluster, namespace, kubelet_in_place, op, before, lost, down_at)
+    deletes = [c["objectRef"].get("name") for c in operator_calls(
+        cluster.audit_log, namespace, "delete", "pods") if when(c) >= down_at]  # fmt: skip
+    assert deletes == [lost]
 
 
 def test_a_pod_deleted_during_the_restart_is_replaced_alone(
