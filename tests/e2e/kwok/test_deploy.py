@@ -186,6 +186,8 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
     # Restarts in place: the nodes' declared features, and the signing key in msop's
     # namespace only (by name, but a create cannot be limited to one).
     assert can_i(cluster, "list", "nodes")
+    # A pod lost from its node's first sign (--node-lost-after): the nodes are watched.
+    assert can_i(cluster, "watch", "nodes")
     assert can_i(cluster, "get", "secrets/msop-agent-key", ns=OPERATOR_NAMESPACE)
     assert can_i(cluster, "create", "secrets", ns=OPERATOR_NAMESPACE)
     assert not can_i(cluster, "get", "secrets/msop-agent-key", ns=namespace)
@@ -196,7 +198,7 @@ def test_rbac_is_not_over_broad(cluster: LocalCluster, operator_rbac: str, names
         ("list", "secrets", None), ("update", "pods", namespace), ("patch", "pods", namespace),
         ("get", "configmaps", namespace), ("create", "msjobs.mindspore.gitee.com", namespace),
         ("update", "msjobs.mindspore.gitee.com", namespace), ("get", "nodes", None),
-        ("watch", "nodes", None), ("create", "secrets", namespace),
+        ("patch", "nodes", None), ("create", "secrets", namespace),
         ("update", "leases.coordination.k8s.io", namespace), ("delete", "namespaces", None),
         ("create", "clusterrolebindings.rbac.authorization.k8s.io", None), ("*", "*", None),
     ]:  # fmt: skip
