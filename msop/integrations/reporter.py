@@ -52,8 +52,8 @@ from typing import Any, Final
 from msop.integrations.podhttp import Limits, Request, Response, Server, listen
 from msop.integrations.wire import (
     ENV_POD_NAME,
-    MAX_CHECKPOINT_PATH,
     ENV_POD_UID,
+    MAX_CHECKPOINT_PATH,
     MAX_FINAL_BYTES,
     MAX_METRIC_NAME,
     MAX_METRIC_VALUE,
