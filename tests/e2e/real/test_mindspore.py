@@ -29,6 +29,12 @@ checkpoint directory of its own, and the length of the run.
 - ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
+- ``test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step``: ``msop
+  suspend`` mid-epoch: every Worker gets SIGTERM (the pods' deletion), they agree to stop
+  after the same step k, rank 0 saves step k within the grace period, and
+  ``status.progress.lastCheckpoint`` and ``msop status`` ("Resumes from") say so; ``msop
+  resume``: every Worker's first record is ``resume`` at step k and its first step k+1,
+  and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
   the parameter server registers and serves until the training ends (the job Succeeds
   while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
@@ -54,6 +60,7 @@ from tests.e2e.msjobs import (
     condition,
     env_of,
     events,
+    get,
     job_pods,
     wait_condition,
     wait_events,
@@ -80,6 +87,7 @@ from tests.e2e.real.training import (
     exit_codes,
     kill_training_process,
     launch,
+    msop,
     records,
     report_restart,
     wait_training,
@@ -306,6 +314,44 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 0
     resizing = [e for e in events(cluster, namespace, NAME) if e["reason"] == "MSJobResizing"]
     assert len(resizing) == 1 and "MS_WORKER_NUM 2 -> 3" in resizing[0]["message"], resizing
+
+
+def test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step(
+    fast_progress: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    cluster = fast_progress
+    launch(cluster, namespace, images, checkpoints, EPOCHS="4", STEP_DELAY="0.3")
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 1, logs)
+    msop(cluster, "suspend", NAME, "-n", namespace)
+    wait_condition(cluster, namespace, NAME, "Suspended", timeout=60, details=logs.tail)
+    wait_for("every pod gone", lambda: not job_pods(cluster, namespace, NAME),
+             timeout=60, details=logs.tail)  # fmt: skip
+    saved = json.loads((checkpoints / "latest.json").read_text())
+    step = saved["step"]
+    assert saved["file"] == f"step-{step}.ckpt", saved
+    assert '"event": "stopped"' in logs.tail(), logs.tail()
+
+    # The checkpoint saved on SIGTERM reaches the status with Worker 0's final report (its
+    # termination message) or its last poll; if both were missed, the last epoch's.
+    job = get(cluster, namespace, "msjob", NAME)
+    reported = job["status"]["progress"]["lastCheckpoint"] if job else {}
+    assert reported["step"] in (step, step - step % 10), (reported, saved)
+    status = msop(cluster, "status", NAME, "-n", namespace)
+    assert f"Resumes from:  step {reported['step']} (epoch {reported['epoch']}) at " in status
+
+    msop(cluster, "resume", NAME, "-n", namespace)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+    for pod, lines in worker_records(cluster, namespace, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert (resumed["event"], resumed["step"]) == ("resume", step), (pod, resumed)
+        first = next(r for r in lines if r["event"] == "step")
+        assert first["step"] == step + 1, (pod, first)
+        assert lines[-1]["event"] == "done" and lines[-1]["trained"] is True, (pod, lines[-1])
+    assert job["status"]["progress"]["lastCheckpoint"]["step"] == 40, job["status"]["progress"]
 
 
 def test_ps_mode_forms_a_cluster(
