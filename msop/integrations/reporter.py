@@ -560,11 +560,13 @@ class Reporter:
         fields["metrics"] = [{"name": n, "value": v} for n, v in self._metrics.items()]
         ckpt = self._checkpoint
         if ckpt is not None:
-            saved: dict[str, Any] = {"age": round(max(0.0, now - ckpt.at), 3)}
-            for key, value in (("step", ckpt.step), ("epoch", ckpt.epoch), ("path", ckpt.path)):
-                if value is not None:
-                    saved[key] = value
-            fields["checkpoint"] = saved
+            saved: dict[str, Any] = {
+                "age": round(max(0.0, now - ckpt.at), 3),
+                "step": ckpt.step,
+                "epoch": ckpt.epoch,
+                "path": ckpt.path,
+            }
+            fields["checkpoint"] = {k: v for k, v in saved.items() if v is not None}
 
         self._seq += 1
         self._snapshot = _Snapshot(now, self._seq, fields)  # the swap the server sees
