@@ -162,6 +162,7 @@ def test_keep_checkpoint_carries_the_last_one_over_a_run_that_has_not_saved() ->
     assert p.keep_checkpoint(rolled, stored) == rolled
     # Of several older ones, the newest report's.
     older = {"lastReportTime": "2025-12-31T00:00:00Z", "lastCheckpoint": {"step": 1}}
-    assert p.keep_checkpoint(fresh, older, stored)["lastCheckpoint"] == saved
+    kept = p.keep_checkpoint(fresh, older, stored)
+    assert kept is not None and kept["lastCheckpoint"] == saved
     assert p.keep_checkpoint(fresh, {"lastReportTime": "x"}) == fresh
     assert p.keep_checkpoint(None, stored) is None
