@@ -1,7 +1,9 @@
 """Training progress, served from inside the Worker 0 pod for msop to pull.
 
 A training script creates one :class:`Reporter` and calls :meth:`Reporter.update` as it
-trains. msop's operator reads the result in two ways:
+trains, and :meth:`Reporter.checkpoint` after each checkpoint it saves (msop keeps the last
+one in ``status.progress.lastCheckpoint``, where a restarted job resumes). msop's operator
+reads the result in two ways:
 
 - **while the process runs**, it polls ``GET /progress`` on ``$MSOP_PROGRESS_PORT``, which a
   daemon thread of this module serves;
