@@ -33,8 +33,8 @@ checkpoint directory of its own, and the length of the run.
   suspend`` mid-epoch: every Worker gets SIGTERM (the pods' deletion), they agree to stop
   after the same step k, rank 0 saves step k within the grace period, and
   ``status.progress.lastCheckpoint`` (from Worker 0's final report, read from the deleted
-  pod) and ``msop status`` ("Resumes from") say so; ``msop resume``: every Worker's first record is ``resume`` at step k and its first step k+1,
-  and the job Succeeds.
+  pod) and ``msop status`` ("Resumes from") say so; ``msop resume``: every Worker's
+  first record is ``resume`` at step k and its first step k+1, and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
   the parameter server registers and serves until the training ends (the job Succeeds
   while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
