@@ -19,6 +19,13 @@ checkpoint directory of its own, and the length of the run.
   ``spec.restartInPlace: false``: every pod is recreated with the same ``MS_*`` values
   (the condition says why), the peers' follow-on exits do not fail the job, and it
   Succeeds; its figures go to the same report.
+- ``test_deleted_pods_are_replaced_alone_and_the_others_restart_in_place``: a hybrid
+  restart, twice in one job: a Worker's pod deleted mid-run, then the Scheduler's. Each
+  time only that pod is recreated (a new UID, the same ``MS_*`` values: the new Scheduler
+  is behind the same Service), the others keep their UIDs and IPs with their training
+  container restarted once more, the operator writes one pod (the create), each restart
+  counts once, training resumes from its checkpoint and the job Succeeds. The figures go
+  to the tier's restart report.
 - ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
   job with that pod, code and reason in the condition message, which (and the Event, and
   ``kubectl describe msjob``) ends with the traceback's last lines.
@@ -46,6 +53,7 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -69,10 +77,12 @@ from tests.e2e.msjobs import (
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.real.restarts import (
     VICTIM,
+    WORKERS,
     assert_exit_reported,
     assert_last_output_kept,
     assert_no_failure,
     assert_recreated,
+    assert_replaced_alone,
     assert_restarted_in_place,
     assert_restarted_once,
     assert_workers_resumed,
@@ -80,12 +90,14 @@ from tests.e2e.real.restarts import (
     kill_a_worker,
     the_restart_event,
     time_the_restart,
+    wait_restarting,
 )
 from tests.e2e.real.training import (
     apply,
     assert_every_stopped_run_kept,
     exit_codes,
     kill_training_process,
+    last_epoch,
     launch,
     msop,
     records,
@@ -201,6 +213,49 @@ def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
     assert "137" in restart, restart
     assert_last_output_kept(restart, namespace)
     assert_no_failure(messages)
+
+
+def test_deleted_pods_are_replaced_alone_and_the_others_restart_in_place(
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    """A hybrid restart, twice in one job: a Worker's pod deleted, then the Scheduler's."""
+    cluster = installed
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1", EPOCHS="30")
+    scheduler = f"{NAME}-scheduler-0"
+    for victim, epoch, restarts in ((VICTIM, 3, 1), (scheduler, 0, 2)):
+        if epoch:
+            wait_training(cluster, namespace, VICTIM, epoch, logs)
+        else:  # the second: once both Workers train again past their resumed epoch
+            resumed = max(last_epoch(cluster, namespace, w) for w in WORKERS)
+            for worker in WORKERS:
+                wait_training(cluster, namespace, worker, resumed + 2, logs)
+        before = job_pods(cluster, namespace, NAME)
+        deleted_at = time.time()
+        cluster.kubectl("delete", "pod", "-n", namespace, victim, "--wait=false")
+        restarting = wait_restarting(cluster, namespace, logs)
+        assert restarting["reason"] == "MSJobRestartingInPlace", restarting
+        assert f"pod(s) {victim} of the running cluster are gone" in restarting["message"]
+        figures = time_the_restart(cluster, namespace, deleted_at, logs)
+        after = job_pods(cluster, namespace, NAME)
+        assert_replaced_alone(before, after, victim)
+        assert figures["writes"].get("create pods") == 1, figures  # the replacement only
+        assert figures["pod writes"] == 1, figures
+        role = "Worker" if victim == VICTIM else "Scheduler"
+        report_restart(f"hybrid ({role} pod deleted, 3 pods)", figures)
+        job = get(cluster, namespace, "msjob", NAME) or {}
+        counted = job["status"]["replicaStatuses"]
+        assert sum(s.get("restarts", 0) for s in counted.values()) == restarts, counted
+
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+    assert condition(job, "Failed") is None
+    assert_workers_resumed(cluster, namespace)
+    reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
+    assert reasons.count("MSJobMemberLost") == 2, reasons  # one Event per restart
+    assert_no_failure(event_messages(cluster, namespace), "MSJobRestarting")
 
 
 def test_script_error_fails_the_job(

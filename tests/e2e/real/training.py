@@ -186,13 +186,23 @@ def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
 RESTART_REPORT = CACHE / "e2e-logs" / "restart-report.json"
 
 
+def started_after(lines: list[JSON], after: float) -> list[JSON]:
+    """The records of the first run of the script that started after ``after`` (epoch
+    seconds): a process that outlived the failure (a Worker whose Scheduler's pod was
+    deleted trains on until restarted) logs steps after it too, and they do not count."""
+    for i, r in enumerate(lines):
+        if r.get("event") == "start" and r.get("time", 0) > after:
+            return lines[i:]
+    return []
+
+
 def training_again(cluster: RealCluster, ns: str, pods: list[str], after: float) -> float | None:
-    """When every one of ``pods`` logged a training step again after ``after`` (epoch
-    seconds): the latest of their first such steps; None until all have."""
+    """When every one of ``pods`` logged a training step again in a run started after
+    ``after`` (epoch seconds): the latest of their first such steps; None until all have."""
     firsts: list[float] = []
     for pod in pods:
-        steps = [r["time"] for r in records(cluster, ns, pod)
-                 if r.get("event") == "step" and r.get("time", 0) > after]  # fmt: skip
+        steps = [r["time"] for r in started_after(records(cluster, ns, pod), after)
+                 if r.get("event") == "step"]  # fmt: skip
         if not steps:
             return None
         firsts.append(min(steps))
