@@ -36,6 +36,12 @@ checkpoint directory of its own, and the length of the run.
 - ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
+- ``test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step``: ``msop
+  suspend`` mid-epoch: every Worker gets SIGTERM (the pods' deletion), they agree to stop
+  after the same step k, rank 0 saves step k within the grace period, and
+  ``status.progress.lastCheckpoint`` (from Worker 0's final report, read from the deleted
+  pod) and ``msop status`` ("Resumes from") say so; ``msop resume``: every Worker's
+  first record is ``resume`` at step k and its first step k+1, and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
   the parameter server registers and serves until the training ends (the job Succeeds
   while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
@@ -93,6 +99,7 @@ from tests.e2e.real.training import (
     kill_training_process,
     last_epoch,
     launch,
+    msop,
     records,
     report_restart,
     wait_training,
@@ -362,6 +369,55 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 0
     resizing = [e for e in events(cluster, namespace, NAME) if e["reason"] == "MSJobResizing"]
     assert len(resizing) == 1 and "MS_WORKER_NUM 2 -> 3" in resizing[0]["message"], resizing
+
+
+def test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step(
+    fast_progress: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    cluster = fast_progress
+    launch(cluster, namespace, images, checkpoints, EPOCHS="4", STEP_DELAY="0.4")
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 1, logs)
+    wait_for("a checkpoint in the status", lambda: last_checkpoint(cluster, namespace),
+             timeout=30, interval=0.5, details=logs.tail)  # fmt: skip
+    msop(cluster, "suspend", NAME, "-n", namespace)
+    wait_condition(cluster, namespace, NAME, "Suspended", timeout=60, details=logs.tail)
+    wait_for("every pod gone", lambda: not job_pods(cluster, namespace, NAME),
+             timeout=60, details=logs.tail)  # fmt: skip
+    saved = json.loads((checkpoints / "latest.json").read_text())
+    step = saved["step"]
+    assert saved["file"] == f"step-{step}.ckpt", saved
+    assert '"event": "stopped"' in logs.tail(), logs.tail()
+
+    # The checkpoint saved on SIGTERM reaches the status with Worker 0's final report, its
+    # termination message, read from the deleted pod's last state.
+    def reported_step() -> Any:
+        return last_checkpoint(cluster, namespace).get("step")
+
+    wait_for(f"step {step} in the status", lambda: reported_step() == step, timeout=30,
+             interval=0.5, details=lambda: f"the status shows step {reported_step()}")  # fmt: skip
+    reported = last_checkpoint(cluster, namespace)
+    status = msop(cluster, "status", NAME, "-n", namespace)
+    assert f"Resumes from:  step {reported['step']} (epoch {reported['epoch']}) at " in status
+
+    msop(cluster, "resume", NAME, "-n", namespace)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+    for pod, lines in worker_records(cluster, namespace, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert (resumed["event"], resumed["step"]) == ("resume", step), (pod, resumed)
+        first = next(r for r in lines if r["event"] == "step")
+        assert first["step"] == step + 1, (pod, first)
+        assert lines[-1]["event"] == "done" and lines[-1]["trained"] is True, (pod, lines[-1])
+    assert job["status"]["progress"]["lastCheckpoint"]["step"] == 40, job["status"]["progress"]
+
+
+def last_checkpoint(cluster: RealCluster, ns: str) -> JSON:
+    """``status.progress.lastCheckpoint`` of the example's job ({} without one)."""
+    job = get(cluster, ns, "msjob", NAME) or {}
+    return dict(((job.get("status") or {}).get("progress") or {}).get("lastCheckpoint") or {})
 
 
 def test_ps_mode_forms_a_cluster(

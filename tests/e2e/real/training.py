@@ -65,18 +65,22 @@ def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> 
     return out
 
 
+def msop(cluster: RealCluster, *args: str) -> str:
+    """What ``msop ARGS`` prints, run as a user runs it; it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "msop.cli", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def kept_runs(cluster: RealCluster, ns: str, job: str) -> dict[str, list[str]]:
     """``msop logs JOB --previous --prefix`` as a user runs it, by pod: after a restart in
     place, the stopped run each pod's msop-agent kept (the kubelet removed the containers
     and their logs), its opening and closing lines included."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "msop.cli", "logs", job, "--previous", "--prefix", "-n", ns,
-         "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
     out: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
+    for line in msop(cluster, "logs", job, "--previous", "--prefix", "-n", ns).splitlines():
         pod, _, text = line.partition("] ")
         out.setdefault(pod.removeprefix("["), []).append(text)
     return out
