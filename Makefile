@@ -8,6 +8,8 @@ BIN    := $(VENV)/bin
 CACHE  := .cache
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# The kwok tier's workers: each runs whole test files on a control plane of its own.
+KWOK_WORKERS ?= 2
 
 .PHONY: help
 help: ## list the targets
@@ -79,12 +81,12 @@ e2e: e2e-kwok e2e-faults e2e-real ## end-to-end tests: the kwok tier, the contro
 .PHONY: e2e-kwok
 e2e-kwok: venv prometheus volcano kueue ## end-to-end tests on the local control plane with kwok nodes (and a real Volcano and Kueue)
 	@hack/cluster/build.sh >/dev/null
-	$(BIN)/pytest -q tests/e2e/kwok $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(KWOK_WORKERS) --dist loadfile --durations=15 tests/e2e/kwok $(PYTEST_ARGS)
 
 .PHONY: e2e-faults
 e2e-faults: venv realnode-deps ## faults of the control plane (API server and etcd killed, compaction, partitioned leader, APF 429s, silent watches) on a kwok cluster of their own (root)
 	@hack/cluster/build.sh >/dev/null
-	$(BIN)/pytest -q -rA tests/e2e/faults $(PYTEST_ARGS)
+	$(BIN)/pytest -q -rA --durations=6 tests/e2e/faults $(PYTEST_ARGS)
 
 .PHONY: realnode-deps
 realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, buildah, ...)
@@ -93,7 +95,7 @@ realnode-deps: ## Debian packages of the real-node tier (containerd, runc, CNI, 
 .PHONY: e2e-real
 e2e-real: venv realnode-deps realnode-images helm ## end-to-end tests on a real kubelet node, msop's release installed with helm and kubectl too (root; builds images offline)
 	@hack/cluster/build.sh >/dev/null && hack/cluster/build.sh node >/dev/null
-	$(BIN)/pytest -q tests/e2e/real $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=15 tests/e2e/real $(PYTEST_ARGS)
 
 .PHONY: test
 test: ## everything CI runs: lint, unit and e2e tests (what they need is set up first, two jobs at a time)

@@ -734,6 +734,20 @@ def progress_schema() -> dict[str, Any]:
                 },
             },
             "lastReportTime": _time("When the reported snapshot was taken."),
+            "lastCheckpoint": {
+                "type": "object",
+                "description": "The last checkpoint the training script reported saving "
+                "(Reporter.checkpoint): a restarted, suspended or requeued job resumes "
+                "after it. Kept across restarts until a later run reports one of its own.",
+                "properties": {
+                    "step": _int("Global training steps done when it was saved.",
+                                 fmt="int64", minimum=0),
+                    "epoch": _int("Epochs done when it was saved.", fmt="int64", minimum=0),
+                    "path": _str("Where the script says it saved it (for people; msop does "
+                                 "not read it).", maxLength=progress_api.MAX_CHECKPOINT_PATH),
+                    "time": _time("When it was saved (as the report that carried it dates it)."),
+                },
+            },
         },
     }  # fmt: skip
 

@@ -161,9 +161,19 @@ class ClusterStartError(RuntimeError):
     """The cluster did not come up; the message names the failed component and its log."""
 
 
+#: Fake nodes per pytest-xdist worker: the clusters of two workers (each has its own) give
+#: their pods addresses apart, as the processes that play a pod listen on its address.
+NODES_PER_WORKER = 75
+
+
 def pod_cidr(node: int) -> str:
-    """The pod IP range of fake node ``node``: ``127.<100 + node>.0.0/16``, on loopback."""
-    return f"127.{100 + node}.0.0/16"
+    """The pod IP range of fake node ``node``: ``127.<100 + node>.0.0/16``, on loopback
+    (shifted by :data:`NODES_PER_WORKER` per pytest-xdist worker after the first)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    octet = 100 + node + NODES_PER_WORKER * int(worker.removeprefix("gw") or 0)
+    if not 0 <= octet <= 255:
+        raise ValueError(f"fake node {node} has no pod range left (127.{octet}.0.0/16)")
+    return f"127.{octet}.0.0/16"
 
 
 @dataclass

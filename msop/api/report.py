@@ -11,7 +11,15 @@ input, and :func:`to_status` turns a report into the ``status.progress`` object:
 - ``estimatedRemainingSeconds``;
 - ``metrics``: at most :data:`MAX_METRICS` ``{name, value}`` pairs, values as strings
   (a status is compared and diffed as text; a float would flap in its last digit);
-- ``lastReportTime``: when the reported snapshot was taken.
+- ``lastReportTime``: when the reported snapshot was taken;
+- ``lastCheckpoint``: ``{step, epoch, path, time}``, the last checkpoint the script said it
+  saved (``Reporter.checkpoint``), timed by the report. A report without one does not
+  erase the stored one (:func:`keep_checkpoint`): a restarted run that has not saved yet
+  still resumes from it.
+
+The wire format is version 1; fields are only ever added to it (``checkpoint`` was), and
+each side ignores what it does not know, so an old reporter and a new operator (or the
+reverse) still agree on the rest.
 
 Nothing here trusts the reporter beyond its numbers: the identity check (the report names
 the pod it came from, and that pod is the one the operator asked) is the caller's, with
@@ -24,10 +32,11 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from msop.integrations import wire
-from msop.kube.objects import JSON
+from msop.kube.objects import JSON, format_time, parse_time
 
 # The wire format's limits are the reporter's (one definition, in the stdlib-only module
 # that training images install).
@@ -36,6 +45,7 @@ WIRE_VERSION = wire.WIRE_VERSION
 MAX_REPORT_BYTES = 16 * 1024
 MAX_METRICS = wire.MAX_METRICS
 MAX_METRIC_VALUE = wire.MAX_METRIC_VALUE
+MAX_CHECKPOINT_PATH = wire.MAX_CHECKPOINT_PATH
 METRIC_NAME = re.compile(rf"^[A-Za-z0-9_./-]{{1,{wire.MAX_METRIC_NAME}}}$")
 #: Larger counts are not training steps but garbage (and exceed a JSON number's precision).
 MAX_COUNT = 2**53 - 1
@@ -58,6 +68,10 @@ class Report:
     """Seconds between the snapshot and the answer (0 in a final report)."""
     final: bool
     progress: JSON
+    checkpoint: JSON | None = None
+    """``{step, epoch, path}`` of the last checkpoint saved (those the script gave)."""
+    checkpoint_age: float = 0.0
+    """Seconds between that checkpoint and the snapshot."""
 
 
 def _count(raw: JSON, key: str) -> int | None:
@@ -135,7 +149,34 @@ def parse_report(body: bytes | str) -> Report:
     if not isinstance(final, bool):
         raise InvalidReport("final must be true or false")
     age = _number(raw, "age", MAX_ETA_SECONDS) or 0.0
-    return Report(str(pod["name"]), str(pod["uid"]), seq, age, final, _progress(raw))
+    checkpoint, checkpoint_age = _checkpoint(raw.get("checkpoint"))
+    return Report(
+        str(pod["name"]), str(pod["uid"]), seq, age, final, _progress(raw),
+        checkpoint, checkpoint_age,
+    )  # fmt: skip
+
+
+def _checkpoint(raw: Any) -> tuple[JSON | None, float]:
+    """The report's ``checkpoint``: ``{step, epoch, path}`` and its age, or (None, 0)."""
+    if raw is None:
+        return None, 0.0
+    if not isinstance(raw, dict):
+        raise InvalidReport("checkpoint must be an object: {step, epoch, path, age}")
+    out: JSON = {}
+    for key in ("step", "epoch"):
+        value = _count(raw, key)
+        if value is not None:
+            out[key] = value
+    if not out:
+        raise InvalidReport("checkpoint must have a step or an epoch")
+    path = raw.get("path")
+    if path is not None:
+        if not isinstance(path, str) or not 0 < len(path) <= MAX_CHECKPOINT_PATH:
+            raise InvalidReport(
+                f"checkpoint path must be a string of 1 to {MAX_CHECKPOINT_PATH} characters"
+            )
+        out["path"] = path
+    return out, _number(raw, "age", MAX_ETA_SECONDS) or 0.0
 
 
 def _envelope(body: bytes | str) -> JSON:
@@ -173,8 +214,32 @@ def _progress(raw: JSON) -> JSON:
 
 
 def to_status(report: Report, report_time: str) -> JSON:
-    """``status.progress`` for ``report`` taken at ``report_time`` (RFC 3339)."""
-    return {**report.progress, "lastReportTime": report_time}
+    """``status.progress`` for ``report`` taken at ``report_time`` (RFC 3339); its
+    ``lastCheckpoint`` is timed ``checkpoint_age`` seconds before that."""
+    status = {**report.progress, "lastReportTime": report_time}
+    if report.checkpoint is not None:
+        taken = parse_time(report_time)
+        saved = (
+            format_time(taken - timedelta(seconds=report.checkpoint_age))
+            if taken is not None
+            else report_time
+        )
+        status["lastCheckpoint"] = {**report.checkpoint, "time": saved}
+    return status
+
+
+def keep_checkpoint(best: JSON | None, *others: JSON | None) -> JSON | None:
+    """``best`` (the newest progress) with a ``lastCheckpoint``: its own if it has one (a
+    later run's, even an earlier step: a rollback is the truth), else the one of the
+    newest of ``others`` that has one. A restarted run reports progress before it saves
+    anything, and that must not hide where it resumed from."""
+    if best is None or "lastCheckpoint" in best:
+        return best
+    with_one = [o for o in others if o is not None and isinstance(o.get("lastCheckpoint"), dict)]
+    source = newest(*with_one)
+    if source is None:
+        return best
+    return {**best, "lastCheckpoint": source["lastCheckpoint"]}
 
 
 def newest(*candidates: JSON | None) -> JSON | None:

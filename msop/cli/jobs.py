@@ -278,6 +278,8 @@ def format_status(job: JSON, events: Sequence[JSON] | None, now: datetime) -> st
         *_state_lines(s),
         *_replica_lines(s),
         *_field("Progress", _progress_text(s)),
+        *_field("Checkpoint", str(s.last_checkpoint) if s.last_checkpoint else NONE),
+        *(_field("Resumes from", str(s.resumes_from)) if s.resumes_from else []),
         *_field("Waiting", f"{queued.reason}: {queued.message}" if queued else NONE),
         *_failure_lines(s),
         *_time_lines(job, s, now),

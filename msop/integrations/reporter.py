@@ -1,7 +1,9 @@
 """Training progress, served from inside the Worker 0 pod for msop to pull.
 
 A training script creates one :class:`Reporter` and calls :meth:`Reporter.update` as it
-trains. msop's operator reads the result in two ways:
+trains, and :meth:`Reporter.checkpoint` after each checkpoint it saves (msop keeps the last
+one in ``status.progress.lastCheckpoint``, where a restarted job resumes). msop's operator
+reads the result in two ways:
 
 - **while the process runs**, it polls ``GET /progress`` on ``$MSOP_PROGRESS_PORT``, which a
   daemon thread of this module serves;
@@ -53,6 +55,7 @@ from msop.integrations.podhttp import Limits, Request, Response, Server, listen
 from msop.integrations.wire import (
     ENV_POD_NAME,
     ENV_POD_UID,
+    MAX_CHECKPOINT_PATH,
     MAX_FINAL_BYTES,
     MAX_METRIC_NAME,
     MAX_METRIC_VALUE,
@@ -70,6 +73,7 @@ __all__ = [
     "ENV_POD_NAME",
     "ENV_POD_UID",
     "ENV_PORT",
+    "MAX_CHECKPOINT_PATH",
     "MAX_FINAL_BYTES",
     "MAX_METRICS",
     "MAX_METRIC_NAME",
@@ -201,6 +205,16 @@ class _Snapshot:
     fields: Mapping[str, Any]
 
 
+@dataclass(frozen=True)
+class _Checkpoint:
+    """The last checkpoint the script said it saved, and when (the reporter's clock)."""
+
+    at: float
+    step: int | None
+    epoch: int | None
+    path: str | None
+
+
 @dataclass
 class _Call:
     """The arguments of one update() call (kept when the rate limit drops it)."""
@@ -277,6 +291,7 @@ class Reporter:
         self._total_steps: int | None = None
         self._total_epochs: int | None = None
         self._metrics: dict[str, str] = {}
+        self._checkpoint: _Checkpoint | None = None
         self._eta_unit: str | None = None
         self._eta = _RateEstimator()
         self._apply(_Call(None, None, total_steps, total_epochs, None))
@@ -361,6 +376,46 @@ class Reporter:
             return False
         try:
             self._publish(now, call)
+        except Exception as exc:  # a bug here must not stop the training
+            self._warn_once("publish", "msop progress: update failed: %r", exc)
+            return False
+        return True
+
+    def checkpoint(
+        self,
+        step: int | None = None,
+        epoch: int | None = None,
+        *,
+        path: str | os.PathLike[str] | None = None,
+    ) -> bool:
+        """Say that a checkpoint was saved: training resumes after ``step`` (optimizer
+        steps done in the whole run, as in :meth:`update`) or after ``epoch``. Call it once
+        the checkpoint is complete on its storage (after the atomic rename), not before.
+
+        msop keeps it as ``status.progress.lastCheckpoint`` (with the time of this call),
+        across restarts of the job until a later run reports one of its own, and ``msop
+        status`` shows where a restarted or suspended job resumes from. ``path`` (cut to
+        256 characters) is for people reading the status; msop does not open it.
+
+        It is published at once (a checkpoint is rare, and one saved on SIGTERM must
+        reach the final snapshot): no rate limit. Returns whether it was published; a call
+        with neither a step nor an epoch is ignored. Never raises and never blocks.
+        """
+        if not self._on or self._finished:
+            return False
+        try:
+            counts = [None if v is None else _count(v) for v in (step, epoch)]
+        except ValueError:
+            self._warn_once("checkpoint", "msop progress: ignoring checkpoint(%r, %r)", step, epoch)
+            return False
+        if counts == [None, None]:
+            self._warn_once("checkpoint", "msop progress: checkpoint() needs a step or an epoch")
+            return False
+        text = None if path is None else os.fspath(path)[:MAX_CHECKPOINT_PATH]
+        now = self._clock()
+        self._checkpoint = _Checkpoint(now, counts[0], counts[1], text or None)
+        try:
+            self._publish(now, _Call(None, None, None, None, None))
         except Exception as exc:  # a bug here must not stop the training
             self._warn_once("publish", "msop progress: update failed: %r", exc)
             return False
@@ -505,6 +560,15 @@ class Reporter:
             if rate is not None:
                 fields["estimatedRemainingSeconds"] = max(0, round((total - done) * rate))
         fields["metrics"] = [{"name": n, "value": v} for n, v in self._metrics.items()]
+        ckpt = self._checkpoint
+        if ckpt is not None:
+            saved: dict[str, Any] = {
+                "age": round(max(0.0, now - ckpt.at), 3),
+                "step": ckpt.step,
+                "epoch": ckpt.epoch,
+                "path": ckpt.path,
+            }
+            fields["checkpoint"] = {k: v for k, v in saved.items() if v is not None}
 
         self._seq += 1
         self._snapshot = _Snapshot(now, self._seq, fields)  # the swap the server sees

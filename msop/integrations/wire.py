@@ -31,6 +31,8 @@ MAX_METRIC_NAME: Final = 63
 """Longest metric name (characters)."""
 MAX_METRIC_VALUE: Final = 64
 """Longest metric value, as text."""
+MAX_CHECKPOINT_PATH: Final = 256
+"""Longest checkpoint path a report carries (characters); a longer one is cut."""
 MAX_FINAL_BYTES: Final = 4096
 """The kubelet keeps at most 4096 bytes of a termination message; the file stays under it."""
 

@@ -31,6 +31,15 @@ Why pull. The operator asks; pods never call it. So:
 
 Memory: one entry per Worker 0 pod that is Running with a progress port, and one stored
 report (under 2 KiB) per such job; both go when the pod stops running.
+
+**The last word of a deleted Worker 0.** When msop itself deletes a job's pods (a suspend,
+a Kueue eviction, a restart by recreation, a scale), the training script may stop on
+SIGTERM, save a checkpoint and write its final report into its termination message; but
+the job is not planned again until the cache shows every delete (the reconciler's
+expectations), by which time Worker 0 is gone from the cache. So the final report in
+the last state a deleted Worker 0 had (its watch event's object) is kept here for
+:data:`FINAL_KEPT_SECONDS` (at most :data:`FINAL_KEPT_MAX` jobs) and the job announced:
+the planner takes it as it takes a live report, the newest wins.
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ from typing import Protocol
 
 import aiohttp
 import structlog
+from cachetools import TTLCache
 
 from msop.api import constants as c
 from msop.api import report as progress_api
@@ -56,7 +66,7 @@ from msop.informers.informer import UpdateHandler
 from msop.kube.objects import JSON, format_time
 from msop.msjob import desired
 from msop.msjob.metrics import POLLS
-from msop.msjob.podstate import slot_of
+from msop.msjob.podstate import final_progress, slot_of
 
 log = structlog.get_logger("msop.msjob.poller")
 
@@ -65,6 +75,11 @@ _OWNER = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).
 FIRST_POLL_DELAY = 5.0
+
+#: How long the final report of a deleted Worker 0 is kept for its job's next pass.
+FINAL_KEPT_SECONDS = 600.0
+#: The most jobs such a report is kept for at once (the oldest go first).
+FINAL_KEPT_MAX = 4096
 
 
 class Fetch(Protocol):
@@ -143,12 +158,17 @@ class ProgressPoller:
         self._fetch = fetch
         self._targets: dict[tuple[str, str], Target] = {}
         self._progress: dict[Request, JSON] = {}
+        self._finals: TTLCache[Request, JSON] = TTLCache(
+            FINAL_KEPT_MAX, FINAL_KEPT_SECONDS, timer=clock
+        )
         self._tasks: set[asyncio.Task[None]] = set()
 
     # --- what the reconciler reads --------------------------------------------------------
     def get(self, job: Request) -> JSON | None:
-        """The latest ``status.progress`` reported by the job's running Worker 0."""
-        return self._progress.get(job)
+        """The latest ``status.progress`` reported by the job's running Worker 0, else the
+        final one a deleted Worker 0 left (kept a while; see the module docstring)."""
+        live = self._progress.get(job)
+        return live if live is not None else self._finals.get(job)
 
     def __len__(self) -> int:
         return len(self._targets)
@@ -181,7 +201,7 @@ class ProgressPoller:
         informer.add_event_handler(
             on_add=lambda obj, initial: self.observe(obj),
             on_update=lambda old, new: self.observe(new),
-            on_delete=self.forget,
+            on_delete=self.deleted,
         )
 
     def observe(self, pod: JSON) -> None:
@@ -201,6 +221,27 @@ class ProgressPoller:
             self._drop(key)
         self._targets[key] = Target(next(iter(jobs)), key[1], uid, url, obj=pod,
                                     due=self.clock() + FIRST_POLL_DELAY)  # fmt: skip
+
+    def deleted(self, pod: JSON) -> None:
+        """``pod`` left the cache: drop its target, and keep the final report it left if it
+        is a Worker 0 (its job is announced)."""
+        self.forget(pod)
+        if slot_of(pod) != (c.WORKER, 0):
+            return
+        final = final_progress(pod)
+        jobs = _OWNER.requests(pod)
+        if final is None or not jobs:
+            return
+        job = next(iter(jobs))
+        self._finals[job] = final
+        self._announce(job, pod)
+
+    def _announce(self, job: Request, pod: JSON) -> None:
+        for handler in list(self._handlers):
+            try:
+                handler(pod, pod)
+            except Exception:  # one faulty handler must not stop the poller
+                log.exception("progress event handler failed", job=str(job))
 
     def forget(self, pod: JSON) -> None:
         meta = pod.get("metadata") or {}
@@ -307,11 +348,7 @@ class ProgressPoller:
         progress = progress_api.to_status(report, format_time(taken))
         if progress != self._progress.get(target.job):
             self._progress[target.job] = progress
-            for handler in list(self._handlers):
-                try:
-                    handler(target.obj, target.obj)
-                except Exception:  # one faulty handler must not stop the poller
-                    log.exception("progress event handler failed", job=str(target.job))
+            self._announce(target.job, target.obj)
         return self._schedule(target, "report", ok=True)
 
     def _invalid(self, target: Target, why: str) -> str:

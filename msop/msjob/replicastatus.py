@@ -72,11 +72,13 @@ def succeeded(p: PlanningPass, counts: dict[str, JSON]) -> bool:
 def update_progress(p: PlanningPass) -> None:
     """``status.progress``: the newest of the stored one, the poller's live one and the
     final one Worker 0's reporter left in its termination message (which wins a tie:
-    it is the last word of that process)."""
+    it is the last word of that process). Its ``lastCheckpoint`` is kept from an older
+    one when the newest has none (a restarted run that has not saved yet)."""
     current = p.status.get("progress")
     worker0 = p.by_slot.get((c.WORKER, 0))
     final = final_progress(worker0) if worker0 is not None else None
     best = progress_api.newest(final, p.obs.progress, current)
+    best = progress_api.keep_checkpoint(best, final, p.obs.progress, current)
     if best is not None and best != current:
         p.status["progress"] = copy_json(best)
 

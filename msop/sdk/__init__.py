@@ -24,7 +24,7 @@ from msop.sdk.errors import (
     MSJobValidationError,
 )
 from msop.sdk.render import CLUSTER_IP_PLACEHOLDER, UID_PLACEHOLDER, Rendered, render
-from msop.sdk.status import Condition, JobStatus, ReplicaStatus
+from msop.sdk.status import Checkpoint, Condition, JobStatus, ReplicaStatus
 from msop.sdk.statusline import format_progress
 from msop.sdk.sync import MSJobClientSync
 
@@ -32,6 +32,7 @@ __all__ = [
     "CLUSTER_IP_PLACEHOLDER",
     "MSJOBS",
     "UID_PLACEHOLDER",
+    "Checkpoint",
     "Condition",
     "JobStatus",
     "MSJobClient",

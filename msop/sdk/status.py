@@ -14,7 +14,7 @@ from typing import Any
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
 
-__all__ = ["Condition", "JobStatus", "ReplicaStatus"]
+__all__ = ["Checkpoint", "Condition", "JobStatus", "ReplicaStatus"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,40 @@ class Condition:
     def true(self) -> bool:
         """Whether ``status`` is ``True``."""
         return self.status == c.CONDITION_TRUE
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """``status.progress.lastCheckpoint``: the last checkpoint the training reported saving
+    (``Reporter.checkpoint``); a restarted, suspended or requeued job resumes after it."""
+
+    step: int | None = None
+    """Global training steps done when it was saved, if the script said."""
+    epoch: int | None = None
+    """Epochs done when it was saved, if the script said."""
+    path: str = ""
+    """Where the script says it saved it ("" if it did not say)."""
+    time: str = ""
+    """When it was saved (RFC 3339)."""
+
+    @classmethod
+    def of(cls, raw: Any) -> Checkpoint | None:
+        """The view of ``lastCheckpoint``; None if it is missing or names neither a step
+        nor an epoch."""
+        if not isinstance(raw, Mapping):
+            return None
+        step, epoch = (raw.get(k) if isinstance(raw.get(k), int) else None
+                       for k in ("step", "epoch"))  # fmt: skip
+        if step is None and epoch is None:
+            return None
+        return cls(step, epoch, str(raw.get("path") or ""), str(raw.get("time") or ""))
+
+    def __str__(self) -> str:
+        """``step 90 (epoch 9) at 2026-11-22T10:00:30Z``."""
+        where = f"step {self.step}" if self.step is not None else f"epoch {self.epoch}"
+        if self.step is not None and self.epoch is not None:
+            where += f" (epoch {self.epoch})"
+        return f"{where} at {self.time}" if self.time else where
 
 
 @dataclass(frozen=True)
@@ -79,6 +113,8 @@ class JobStatus:
     progress: dict[str, Any] | None = None
     """``status.progress`` as the training reported it (percentComplete, epoch, step,
     eta, metrics, lastReportTime ...), None without a report."""
+    last_checkpoint: Checkpoint | None = None
+    """The last checkpoint the training reported saving, kept across restarts."""
     start_time: str | None = None
     """When the job (last) started running its pods (RFC 3339); reset by a resume."""
     completion_time: str | None = None
@@ -123,6 +159,9 @@ class JobStatus:
             replicas=replicas,
             workers=str(status.get("workers") or ""),
             progress=dict(progress) if isinstance(progress, Mapping) else None,
+            last_checkpoint=Checkpoint.of((progress or {}).get("lastCheckpoint"))
+            if isinstance(progress, Mapping)
+            else None,
             start_time=status.get("startTime"),
             completion_time=status.get("completionTime"),
         )
@@ -141,6 +180,15 @@ class JobStatus:
         """The ``Queued`` condition while it is True: where the job waits and why."""
         q = self.condition(c.QUEUED)
         return q if q is not None and q.true else None
+
+    @property
+    def resumes_from(self) -> Checkpoint | None:
+        """Where the job starts again: its last checkpoint while it is not running but will
+        (Restarting, Suspended or Queued, not finished); None otherwise or without one."""
+        if self.last_checkpoint is None or self.finished:
+            return None
+        waiting = any(x.true for x in self.conditions if x.type in (c.RESTARTING, c.SUSPENDED))
+        return self.last_checkpoint if waiting or self.queued is not None else None
 
     @property
     def last_failure(self) -> Condition | None:

@@ -8,6 +8,7 @@ from typing import Any, TextIO
 from msop.api import constants as c
 from msop.api.conditions import latest_condition_type
 from msop.api.report import summary
+from msop.sdk.status import JobStatus
 
 
 def format_progress(job: Mapping[str, Any]) -> str:
@@ -16,7 +17,9 @@ def format_progress(job: Mapping[str, Any]) -> str:
 
     The condition is the latest one (``Pending`` before the operator saw the job); replica
     types appear in Scheduler, PS, Worker order, and only those the status reports; the
-    training progress comes last, once the job has reported some (``status.progress``).
+    training progress comes last, once the job has reported some (``status.progress``),
+    and ``resumes from step N`` while the job is restarting, suspended or queued with a
+    checkpoint reported (:attr:`JobStatus.resumes_from`).
     """
     meta = job.get("metadata") or {}
     status = job.get("status") or {}
@@ -34,6 +37,9 @@ def format_progress(job: Mapping[str, Any]) -> str:
     progress = summary(status.get("progress"))
     if progress:
         parts.append(progress)
+    resumes = JobStatus.of(job).resumes_from
+    if resumes is not None:
+        parts.append(f"resumes from {resumes}")
     return " | ".join(parts)
 
 

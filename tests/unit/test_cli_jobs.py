@@ -768,3 +768,16 @@ def test_the_plugins_completion_names_its_executable() -> None:
 def test_completion_command_prints_the_script(capsys: pytest.CaptureFixture[str]) -> None:
     assert msop.cli.main(["completion", "bash"]) == 0
     assert capsys.readouterr().out == completion_script(build_parser(), "bash")
+
+
+def test_status_shows_the_last_checkpoint_and_where_a_suspended_job_resumes() -> None:
+    saved = {"step": 15, "epoch": 1, "path": "/ckpt/step-15.ckpt", "time": T0}
+    status = running_status(progress={"step": 15, "lastReportTime": T0, "lastCheckpoint": saved})
+    lines = jobs.format_status(a_job(status=status), [], NOW).splitlines()
+    assert f"Checkpoint:    step 15 (epoch 1) at {T0}" in lines
+    assert not any(x.startswith("Resumes from:") for x in lines)  # it runs
+    status["conditions"].append({"type": "Suspended", "status": "True", "reason": "MSJobSuspended",
+                                 "lastTransitionTime": T0})  # fmt: skip
+    lines = jobs.format_status(a_job(status=status), [], NOW).splitlines()
+    assert f"Resumes from:  step 15 (epoch 1) at {T0}" in lines
+    assert "Checkpoint:    <none>" in jobs.format_status(a_job(), [], NOW).splitlines()

@@ -31,6 +31,21 @@ from tests.e2e.sessions import (
     run_session_cluster,
 )
 
+#: The test files that take longest (a few minutes each), run first: ``make e2e-kwok`` gives
+#: whole files to two workers in this order, so that neither is left with a long file at
+#: the end while the other has nothing to do.
+SLOW_FILES_FIRST = (
+    "test_multikueue.py",
+    "test_reliability_slow.py",
+    "test_informers.py",
+    "test_reliability.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:

@@ -188,7 +188,9 @@ async def _pass_then_check(client: KubeClient, ns: str, name: str, done: set[str
 
 # --- 7. the cluster says no -------------------------------------------------------------
 
-QUOTA_WINDOW = 60.0
+#: Long enough to see a hot loop (hundreds of creates), not so long that the retry after the
+#: quota is raised waits out a long backoff.
+QUOTA_WINDOW = 30.0
 
 
 async def test_pod_quota_refusals_are_reported_and_retried_without_a_hot_loop(

@@ -11,6 +11,9 @@
   overlay of config/default that sets the locally built image (docs/tasks/install.md),
   with the Deployment Available.
 - ``namespace``: a fresh namespace per test.
+- ``fast_progress`` (module): ``installed``, with the operator polling training progress
+  every ``PROGRESS_INTERVAL`` seconds (30 by default), so that a short run shows several
+  reports.
 
 test_release.py installs msop from its release (Helm, install.yaml) and so removes the
 shared install first: ``pytest_collection_modifyitems`` below runs it after every other
@@ -34,7 +37,7 @@ import pytest
 from testbed.cluster import ClusterStartError, namespace_for_a_test
 from testbed.paths import CACHE, REPO
 from testbed.realnode import NodeImages, Prepared, RealCluster, prepare, write_overlay
-from tests.e2e.real.install import wait_available
+from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
 from tests.e2e.real.training import RESTART_REPORT
 from tests.e2e.sessions import run_session_cluster
 
@@ -86,6 +89,22 @@ def installed(real_cluster: RealCluster, images: NodeImages) -> RealCluster:
     real_cluster.kubectl("apply", "-k", str(overlay))
     wait_available(real_cluster)
     return real_cluster
+
+
+#: Seconds between the operator's progress polls under ``fast_progress``.
+PROGRESS_INTERVAL = "2"
+
+
+@pytest.fixture(scope="module")
+def fast_progress(installed: RealCluster) -> RealCluster:
+    """The installed operator, polling progress every PROGRESS_INTERVAL seconds."""
+    deployment = f"deployment/{DEPLOYMENT}"
+    installed.kubectl("set", "env", "-n", OPERATOR_NAMESPACE, deployment,
+                      f"MSOP_PROGRESS_INTERVAL={PROGRESS_INTERVAL}")  # fmt: skip
+    installed.kubectl("rollout", "status", "-n", OPERATOR_NAMESPACE, deployment,
+                      "--timeout=180s")  # fmt: skip
+    wait_available(installed)
+    return installed
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from tests.e2e.real.training import (
     kill_training_process,
     operator_writes,
     records,
+    started_after,
     training_again,
     wait_training,
     worker_records,
@@ -39,6 +40,11 @@ def kill_a_worker(
     before = job_pods(cluster, ns, NAME)
     killed_at = time.time()
     kill_training_process(cluster, ns, VICTIM)
+    return before, killed_at, wait_restarting(cluster, ns, logs)
+
+
+def wait_restarting(cluster: RealCluster, ns: str, logs: JobLogs) -> JSON:
+    """The job's ``Restarting`` condition, once True."""
     restarting: JSON = wait_for(
         "Restarting=True",
         lambda: (
@@ -49,7 +55,7 @@ def kill_a_worker(
         timeout=60,
         details=logs.tail,
     )
-    return before, killed_at, restarting
+    return restarting
 
 
 #: How often :func:`time_the_restart` reads the job (the moment it is Running again is
@@ -80,9 +86,9 @@ def restart_figures(
     before any other."""
     marks: dict[str, float] = {}
     for pod, lines in worker_records.items():
-        for r in lines:
+        for r in started_after(lines, killed_at):
             event = r.get("event")
-            if r.get("time", 0) > killed_at and event in ("start", "resume", "step"):
+            if event in ("start", "resume", "step"):
                 first = min(marks.get(f"{pod} {event}", r["time"]), r["time"])
                 marks[f"{pod} {event}"] = first
     figures: dict[str, float] = {}
@@ -140,9 +146,26 @@ def assert_restarted_in_place(before: dict[str, JSON], after: dict[str, JSON]) -
     for name in before:
         assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], name
         assert after[name]["status"]["podIP"] == before[name]["status"]["podIP"], name
-        (main,) = [s for s in after[name]["status"]["containerStatuses"]
-                   if s["name"] == "mindspore"]  # fmt: skip
-        assert main["restartCount"] == 1, (name, main)
+        assert main_restarts(after[name]) == 1, name
+
+
+def main_restarts(pod: JSON) -> int:
+    """How often the kubelet restarted the pod's training container."""
+    (main,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == "mindspore"]
+    return int(main["restartCount"])
+
+
+def assert_replaced_alone(before: dict[str, JSON], after: dict[str, JSON], lost: str) -> None:
+    """A hybrid restart: ``lost`` recreated (a new UID) with the same ``MS_*`` values,
+    every other pod the same (UID, IP) with its training container restarted once more."""
+    assert set(after) == set(before)
+    old, new = env_of(before[lost]), env_of(after[lost])
+    assert after[lost]["metadata"]["uid"] != before[lost]["metadata"]["uid"], lost
+    assert {k: new[k] for k in CLUSTER_ENV} == {k: old[k] for k in CLUSTER_ENV}, lost
+    for name in set(before) - {lost}:
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], name
+        assert after[name]["status"]["podIP"] == before[name]["status"]["podIP"], name
+        assert main_restarts(after[name]) == main_restarts(before[name]) + 1, name
 
 
 def assert_recreated(before: dict[str, JSON], after: dict[str, JSON]) -> None:

@@ -19,6 +19,13 @@ checkpoint directory of its own, and the length of the run.
   ``spec.restartInPlace: false``: every pod is recreated with the same ``MS_*`` values
   (the condition says why), the peers' follow-on exits do not fail the job, and it
   Succeeds; its figures go to the same report.
+- ``test_deleted_pods_are_replaced_alone_and_the_others_restart_in_place``: a hybrid
+  restart, twice in one job: a Worker's pod deleted mid-run, then the Scheduler's. Each
+  time only that pod is recreated (a new UID, the same ``MS_*`` values: the new Scheduler
+  is behind the same Service), the others keep their UIDs and IPs with their training
+  container restarted once more, the operator writes one pod (the create), each restart
+  counts once, training resumes from its checkpoint and the job Succeeds. The figures go
+  to the tier's restart report.
 - ``test_script_error_fails_the_job``: a training script that raises (exit 1) fails the
   job with that pod, code and reason in the condition message, which (and the Event, and
   ``kubectl describe msjob``) ends with the traceback's last lines.
@@ -29,6 +36,12 @@ checkpoint directory of its own, and the length of the run.
 - ``test_scale_of_a_running_job_restarts_it_with_the_new_size``: ``kubectl scale`` from 2
   to 3 Workers mid-run restarts the cluster once, every pod agrees on
   ``MS_WORKER_NUM=3``, training resumes from its checkpoint, and the job Succeeds.
+- ``test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step``: ``msop
+  suspend`` mid-epoch: every Worker gets SIGTERM (the pods' deletion), they agree to stop
+  after the same step k, rank 0 saves step k within the grace period, and
+  ``status.progress.lastCheckpoint`` (from Worker 0's final report, read from the deleted
+  pod) and ``msop status`` ("Resumes from") say so; ``msop resume``: every Worker's
+  first record is ``resume`` at step k and its first step k+1, and the job Succeeds.
 - ``test_ps_mode_forms_a_cluster``: Scheduler + 1 PS + 2 Workers (``MS_SERVER_NUM=1``):
   the parameter server registers and serves until the training ends (the job Succeeds
   while it runs); stopped with SIGTERM it exits 0, and then the Scheduler exits 0.
@@ -40,6 +53,7 @@ import ipaddress
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +68,7 @@ from tests.e2e.msjobs import (
     condition,
     env_of,
     events,
+    get,
     job_pods,
     wait_condition,
     wait_events,
@@ -62,10 +77,12 @@ from tests.e2e.msjobs import (
 from tests.e2e.real.joblogs import JobLogs
 from tests.e2e.real.restarts import (
     VICTIM,
+    WORKERS,
     assert_exit_reported,
     assert_last_output_kept,
     assert_no_failure,
     assert_recreated,
+    assert_replaced_alone,
     assert_restarted_in_place,
     assert_restarted_once,
     assert_workers_resumed,
@@ -73,13 +90,16 @@ from tests.e2e.real.restarts import (
     kill_a_worker,
     the_restart_event,
     time_the_restart,
+    wait_restarting,
 )
 from tests.e2e.real.training import (
     apply,
     assert_every_stopped_run_kept,
     exit_codes,
     kill_training_process,
+    last_epoch,
     launch,
+    msop,
     records,
     report_restart,
     wait_training,
@@ -195,6 +215,49 @@ def test_killed_worker_of_a_job_that_recreates_restarts_every_pod(
     assert_no_failure(messages)
 
 
+def test_deleted_pods_are_replaced_alone_and_the_others_restart_in_place(
+    installed: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    """A hybrid restart, twice in one job: a Worker's pod deleted, then the Scheduler's."""
+    cluster = installed
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.1", EPOCHS="30")
+    scheduler = f"{NAME}-scheduler-0"
+    for victim, epoch, restarts in ((VICTIM, 3, 1), (scheduler, 0, 2)):
+        if epoch:
+            wait_training(cluster, namespace, VICTIM, epoch, logs)
+        else:  # the second: once both Workers train again past their resumed epoch
+            resumed = max(last_epoch(cluster, namespace, w) for w in WORKERS)
+            for worker in WORKERS:
+                wait_training(cluster, namespace, worker, resumed + 2, logs)
+        before = job_pods(cluster, namespace, NAME)
+        deleted_at = time.time()
+        cluster.kubectl("delete", "pod", "-n", namespace, victim, "--wait=false")
+        restarting = wait_restarting(cluster, namespace, logs)
+        assert restarting["reason"] == "MSJobRestartingInPlace", restarting
+        assert f"pod(s) {victim} of the running cluster are gone" in restarting["message"]
+        figures = time_the_restart(cluster, namespace, deleted_at, logs)
+        after = job_pods(cluster, namespace, NAME)
+        assert_replaced_alone(before, after, victim)
+        assert figures["writes"].get("create pods") == 1, figures  # the replacement only
+        assert figures["pod writes"] == 1, figures
+        role = "Worker" if victim == VICTIM else "Scheduler"
+        report_restart(f"hybrid ({role} pod deleted, 3 pods)", figures)
+        job = get(cluster, namespace, "msjob", NAME) or {}
+        counted = job["status"]["replicaStatuses"]
+        assert sum(s.get("restarts", 0) for s in counted.values()) == restarts, counted
+
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+    assert condition(job, "Failed") is None
+    assert_workers_resumed(cluster, namespace)
+    reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
+    assert reasons.count("MSJobMemberLost") == 2, reasons  # one Event per restart
+    assert_no_failure(event_messages(cluster, namespace), "MSJobRestarting")
+
+
 def test_script_error_fails_the_job(
     installed: RealCluster,
     namespace: str,
@@ -306,6 +369,55 @@ def test_scale_of_a_running_job_restarts_it_with_the_new_size(
     assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 0
     resizing = [e for e in events(cluster, namespace, NAME) if e["reason"] == "MSJobResizing"]
     assert len(resizing) == 1 and "MS_WORKER_NUM 2 -> 3" in resizing[0]["message"], resizing
+
+
+def test_suspended_job_saves_on_sigterm_and_resumes_at_the_next_step(
+    fast_progress: RealCluster,
+    namespace: str,
+    images: NodeImages,
+    checkpoints: Path,
+    logs: JobLogs,
+) -> None:
+    cluster = fast_progress
+    launch(cluster, namespace, images, checkpoints, EPOCHS="4", STEP_DELAY="0.4")
+    wait_training(cluster, namespace, f"{NAME}-worker-0", 1, logs)
+    wait_for("a checkpoint in the status", lambda: last_checkpoint(cluster, namespace),
+             timeout=30, interval=0.5, details=logs.tail)  # fmt: skip
+    msop(cluster, "suspend", NAME, "-n", namespace)
+    wait_condition(cluster, namespace, NAME, "Suspended", timeout=60, details=logs.tail)
+    wait_for("every pod gone", lambda: not job_pods(cluster, namespace, NAME),
+             timeout=60, details=logs.tail)  # fmt: skip
+    saved = json.loads((checkpoints / "latest.json").read_text())
+    step = saved["step"]
+    assert saved["file"] == f"step-{step}.ckpt", saved
+    assert '"event": "stopped"' in logs.tail(), logs.tail()
+
+    # The checkpoint saved on SIGTERM reaches the status with Worker 0's final report, its
+    # termination message, read from the deleted pod's last state.
+    def reported_step() -> Any:
+        return last_checkpoint(cluster, namespace).get("step")
+
+    wait_for(f"step {step} in the status", lambda: reported_step() == step, timeout=30,
+             interval=0.5, details=lambda: f"the status shows step {reported_step()}")  # fmt: skip
+    reported = last_checkpoint(cluster, namespace)
+    status = msop(cluster, "status", NAME, "-n", namespace)
+    assert f"Resumes from:  step {reported['step']} (epoch {reported['epoch']}) at " in status
+
+    msop(cluster, "resume", NAME, "-n", namespace)
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=300, details=logs.tail)
+    for pod, lines in worker_records(cluster, namespace, 2).items():
+        resumed = next(r for r in lines if r["event"] in ("resume", "fresh"))
+        assert (resumed["event"], resumed["step"]) == ("resume", step), (pod, resumed)
+        first = next(r for r in lines if r["event"] == "step")
+        assert first["step"] == step + 1, (pod, first)
+        assert lines[-1]["event"] == "done" and lines[-1]["trained"] is True, (pod, lines[-1])
+    assert job["status"]["progress"]["lastCheckpoint"]["step"] == 40, job["status"]["progress"]
+
+
+def last_checkpoint(cluster: RealCluster, ns: str) -> JSON:
+    """``status.progress.lastCheckpoint`` of the example's job ({} without one)."""
+    job = get(cluster, ns, "msjob", NAME) or {}
+    return dict(((job.get("status") or {}).get("progress") or {}).get("lastCheckpoint") or {})
 
 
 def test_ps_mode_forms_a_cluster(

@@ -21,31 +21,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from msop.api.report import summary
 from msop.sdk.statusline import format_progress
 from testbed.examples import MINDSPORE_JOB as NAME
 from testbed.realnode import NodeImages, RealCluster
 from tests.e2e.msjobs import get, wait_condition, wait_for
-from tests.e2e.real.install import DEPLOYMENT, OPERATOR_NAMESPACE, wait_available
+from tests.e2e.real.install import OPERATOR_NAMESPACE
 from tests.e2e.real.training import launch
 
 JSON = dict[str, Any]
-#: Polls every few seconds here (default 30 s) so that a short run shows several reports.
-INTERVAL = "2"
-
-
-@pytest.fixture(scope="module")
-def fast_progress(installed: RealCluster) -> RealCluster:
-    """The installed operator, polling progress every INTERVAL seconds."""
-    deployment = f"deployment/{DEPLOYMENT}"
-    installed.kubectl("set", "env", "-n", OPERATOR_NAMESPACE, deployment,
-                      f"MSOP_PROGRESS_INTERVAL={INTERVAL}")  # fmt: skip
-    installed.kubectl("rollout", "status", "-n", OPERATOR_NAMESPACE, deployment,
-                      "--timeout=180s")  # fmt: skip
-    wait_available(installed)
-    return installed
 
 
 def progress_of(cluster: RealCluster, ns: str, name: str) -> JSON | None:
@@ -91,7 +75,7 @@ def test_progress_rises_to_100_while_the_loss_falls(
     job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=30)
 
     # What a user watching `kubectl get msjob -o yaml` sees. Which reports the test catches
-    # depends on when the operator's polls land (every INTERVAL s over ~30 s of training),
+    # depends on when the operator's polls land (every PROGRESS_INTERVAL s over ~30 s of training),
     # so nothing below needs a particular one: the report served before the first step has
     # no loss and no ETA, and the first report with a loss may come at any step.
     training = [p for p in seen if 0 < p["step"] < p["totalSteps"]]

@@ -65,18 +65,22 @@ def records(cluster: RealCluster, ns: str, pod: str, previous: bool = False) -> 
     return out
 
 
+def msop(cluster: RealCluster, *args: str) -> str:
+    """What ``msop ARGS`` prints, run as a user runs it; it must exit 0."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "msop.cli", *args, "--kubeconfig", str(cluster.kubeconfig)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
 def kept_runs(cluster: RealCluster, ns: str, job: str) -> dict[str, list[str]]:
     """``msop logs JOB --previous --prefix`` as a user runs it, by pod: after a restart in
     place, the stopped run each pod's msop-agent kept (the kubelet removed the containers
     and their logs), its opening and closing lines included."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "msop.cli", "logs", job, "--previous", "--prefix", "-n", ns,
-         "--kubeconfig", str(cluster.kubeconfig)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
     out: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
+    for line in msop(cluster, "logs", job, "--previous", "--prefix", "-n", ns).splitlines():
         pod, _, text = line.partition("] ")
         out.setdefault(pod.removeprefix("["), []).append(text)
     return out
@@ -182,13 +186,23 @@ def apply_job(cluster: RealCluster, ns: str, job: JSON) -> str:
 RESTART_REPORT = CACHE / "e2e-logs" / "restart-report.json"
 
 
+def started_after(lines: list[JSON], after: float) -> list[JSON]:
+    """The records of the first run of the script that started after ``after`` (epoch
+    seconds): a process that outlived the failure (a Worker whose Scheduler's pod was
+    deleted trains on until restarted) logs steps after it too, and they do not count."""
+    for i, r in enumerate(lines):
+        if r.get("event") == "start" and r.get("time", 0) > after:
+            return lines[i:]
+    return []
+
+
 def training_again(cluster: RealCluster, ns: str, pods: list[str], after: float) -> float | None:
-    """When every one of ``pods`` logged a training step again after ``after`` (epoch
-    seconds): the latest of their first such steps; None until all have."""
+    """When every one of ``pods`` logged a training step again in a run started after
+    ``after`` (epoch seconds): the latest of their first such steps; None until all have."""
     firsts: list[float] = []
     for pod in pods:
-        steps = [r["time"] for r in records(cluster, ns, pod)
-                 if r.get("event") == "step" and r.get("time", 0) > after]  # fmt: skip
+        steps = [r["time"] for r in started_after(records(cluster, ns, pod), after)
+                 if r.get("event") == "step"]  # fmt: skip
         if not steps:
             return None
         firsts.append(min(steps))

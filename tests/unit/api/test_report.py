@@ -116,3 +116,53 @@ def test_summary_shows_percent_epochs_eta_and_loss() -> None:
                                                (3600, "1h0m"), (7325, "2h2m")])  # fmt: skip
 def test_format_duration(seconds: int, text: str) -> None:
     assert p.format_duration(seconds) == text
+
+
+def test_a_checkpoint_is_timed_by_the_report_and_its_age() -> None:
+    report = p.parse_report(wire(
+        step=95, checkpoint={"step": 90, "epoch": 9, "path": "/ckpt/epoch-9.ckpt", "age": 12.4},
+    ))  # fmt: skip
+    assert (report.checkpoint, report.checkpoint_age) == (
+        {"step": 90, "epoch": 9, "path": "/ckpt/epoch-9.ckpt"}, 12.4,
+    )  # fmt: skip
+    status = p.to_status(report, "2026-01-01T00:01:00Z")
+    assert status["lastCheckpoint"] == {
+        "step": 90, "epoch": 9, "path": "/ckpt/epoch-9.ckpt", "time": "2026-01-01T00:00:47Z",
+    }  # fmt: skip
+    # An operator that predates the field reads the rest of the same report unchanged.
+    assert {k: v for k, v in status.items() if k != "lastCheckpoint"} == p.to_status(
+        p.parse_report(wire(step=95)), "2026-01-01T00:01:00Z"
+    )
+
+
+@pytest.mark.parametrize(
+    ("checkpoint", "why"),
+    [
+        ([90], "checkpoint must be an object"),
+        ({"age": 1}, "a step or an epoch"),
+        ({"step": -1}, "step must be an integer"),
+        ({"epoch": 1.5}, "epoch must be an integer"),
+        ({"step": 1, "path": ""}, "path must be a string"),
+        ({"step": 1, "path": "x" * 257}, "path must be a string"),
+        ({"step": 1, "age": -2}, "age must be a number"),
+    ],
+)
+def test_a_malformed_checkpoint_refuses_the_report(checkpoint: Any, why: str) -> None:
+    with pytest.raises(p.InvalidReport, match=why):
+        p.parse_report(wire(checkpoint=checkpoint))
+
+
+def test_keep_checkpoint_carries_the_last_one_over_a_run_that_has_not_saved() -> None:
+    saved = {"step": 90, "time": "2026-01-01T00:00:00Z"}
+    stored = {"step": 95, "lastReportTime": "2026-01-01T00:00:05Z", "lastCheckpoint": saved}
+    fresh = {"step": 91, "lastReportTime": "2026-01-01T00:01:00Z"}
+    assert p.keep_checkpoint(fresh, None, fresh, stored) == {**fresh, "lastCheckpoint": saved}
+    # A later run's own checkpoint wins, even an earlier step (it rolled back).
+    rolled = {**fresh, "lastCheckpoint": {"step": 80, "time": "2026-01-01T00:00:59Z"}}
+    assert p.keep_checkpoint(rolled, stored) == rolled
+    # Of several older ones, the newest report's.
+    older = {"lastReportTime": "2025-12-31T00:00:00Z", "lastCheckpoint": {"step": 1}}
+    kept = p.keep_checkpoint(fresh, older, stored)
+    assert kept is not None and kept["lastCheckpoint"] == saved
+    assert p.keep_checkpoint(fresh, {"lastReportTime": "x"}) == fresh
+    assert p.keep_checkpoint(None, stored) is None

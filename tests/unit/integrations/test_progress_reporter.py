@@ -454,3 +454,33 @@ def test_at_exit_the_final_snapshot_is_written_unless_an_exception_ends_the_scri
     assert final_file.exists() is written, proc.stderr
     if not written:
         assert "RuntimeError: NaN loss" in proc.stderr  # the traceback, for the log's end
+
+
+def test_a_checkpoint_is_published_at_once_and_reaches_the_final_snapshot(
+    make_reporter: MakeReporter, clock: FakeClock, final_file: Path
+) -> None:
+    reporter = make_reporter(min_interval=10.0)
+    reporter.update(step=5, epoch=1)
+    clock.advance(1.0)
+    assert reporter.checkpoint(step=5, epoch=1, path=Path("/ckpt/step-5.ckpt")) is True
+    snap = reporter.snapshot()
+    assert snap is not None and snap["checkpoint"] == {
+        "age": 0.0, "step": 5, "epoch": 1, "path": "/ckpt/step-5.ckpt",
+    }  # fmt: skip
+    clock.advance(2.5)
+    reporter.update(step=7, force=True)
+    snap = reporter.snapshot()
+    assert snap is not None and snap["checkpoint"]["age"] == 2.5
+    reporter.finish()
+    assert read_final(final_file)["checkpoint"] == {"age": 2.5, "step": 5, "epoch": 1,
+                                                    "path": "/ckpt/step-5.ckpt"}  # fmt: skip
+
+
+def test_a_bad_checkpoint_is_ignored_and_never_raises(make_reporter: MakeReporter) -> None:
+    reporter = make_reporter(min_interval=0)
+    assert reporter.checkpoint() is False
+    assert reporter.checkpoint(step="x") is False  # type: ignore[arg-type]
+    assert reporter.checkpoint(epoch=2, path="p" * 300) is True
+    snap = reporter.snapshot()
+    assert snap is not None and snap["checkpoint"]["path"] == "p" * 256
+    assert Reporter(env={}).checkpoint(step=1) is False  # no-op outside msop

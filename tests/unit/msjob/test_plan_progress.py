@@ -157,3 +157,26 @@ def test_the_projection_keeps_what_progress_needs() -> None:
     assert projected["spec"]["hostNetwork"] is True
     assert projected["status"]["podIP"] == "10.1.2.3"
     assert final_progress(projected) == final_progress(w0) is not None
+
+
+def test_a_restarted_run_that_has_not_saved_yet_keeps_the_last_checkpoint() -> None:
+    saved = {"step": 8, "epoch": 1, "time": "2026-01-01T11:59:40Z"}
+    j = steady(workers(), progress={**LIVE, "lastCheckpoint": saved})
+    resumed = {"step": 9, "totalSteps": 20, "lastReportTime": "2026-01-01T11:59:58Z"}
+    p = run(j, workers(), resumed)
+    assert p.status is not None
+    assert p.status["progress"] == {**resumed, "lastCheckpoint": saved}
+    # Its own first checkpoint replaces it.
+    own = {"step": 10, "time": "2026-01-01T11:59:59Z"}
+    p = run(j, workers(), {**resumed, "lastCheckpoint": own})
+    assert p.status is not None and p.status["progress"]["lastCheckpoint"] == own
+
+
+def test_a_checkpoint_saved_on_sigterm_lands_from_the_final_report() -> None:
+    j = job(status=running_status(progress=LIVE), successPolicy="")
+    message = final_message(step=13, checkpoint={"step": 13, "epoch": 1, "age": 0.5})
+    p = run(j, [succeeded_worker_0(message), pod("Worker", 1)])
+    assert p.status is not None
+    assert p.status["progress"]["lastCheckpoint"] == {
+        "step": 13, "epoch": 1, "time": "2026-01-01T11:59:58Z",
+    }  # fmt: skip

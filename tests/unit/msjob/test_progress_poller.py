@@ -16,6 +16,7 @@ from msop.metrics import REGISTRY
 from msop.msjob import desired
 from msop.msjob.metrics import ProgressCollector
 from msop.msjob.poller import (
+    FINAL_KEPT_SECONDS,
     FIRST_POLL_DELAY,
     ProgressPoller,
     Target,
@@ -343,3 +344,36 @@ async def test_the_ratio_metric_has_one_series_per_reporting_job() -> None:
     assert [s.labels["job_name"] for s in family.samples] == ["j"]
     assert [s.labels["job_name"] for s in reported.samples] == ["j"]
     assert REGISTRY.get_sample_value("msop_progress_polls_total", {"result": "report"}) is not None
+
+
+def stopped_worker_0(message: str, uid: str = "uid-w0") -> JSON:
+    """Worker 0 as its watch DELETE event shows it: deleted by msop (a suspend), after its
+    script saved on SIGTERM and wrote its final report."""
+    pod = worker(uid=uid)
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T11:59:50Z"
+    term = {"exitCode": 143, "finishedAt": "2026-01-01T11:59:52Z", "message": message}
+    pod["status"]["containerStatuses"] = [{"name": "mindspore", "state": {"terminated": term}}]
+    return pod
+
+
+def test_a_deleted_worker_0s_final_report_is_kept_for_its_job_a_while() -> None:
+    clock = FakeClock(1000.0)
+    p, jobs = poller(Answers(), clock)
+    final = report(seq=9, final=True, checkpoint={"step": 13, "epoch": 1}).decode()
+    p.deleted(stopped_worker_0(final))
+    kept = p.get(JOB)
+    assert kept is not None and kept["lastCheckpoint"] == {
+        "step": 13, "epoch": 1, "time": "2026-01-01T11:59:52Z",
+    }  # fmt: skip
+    assert jobs == ["ns/j"] and len(p) == 0
+    clock.advance(FINAL_KEPT_SECONDS + 1)
+    assert p.get(JOB) is None
+    # Nothing is kept from another pod, another pod's report, or a live (not final) one.
+    p.deleted(stopped_worker_0(report(seq=9, final=True, uid="someone").decode()))
+    p.deleted(stopped_worker_0(report(seq=9).decode()))
+    other = stopped_worker_0(final)
+    other["metadata"]["name"] = "j-worker-1"
+    other["metadata"]["labels"] = {**other["metadata"]["labels"], "replica-index": "1",
+                                   "training.kubeflow.org/replica-index": "1"}  # fmt: skip
+    p.deleted(other)
+    assert p.get(JOB) is None and jobs == ["ns/j"]

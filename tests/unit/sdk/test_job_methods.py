@@ -373,3 +373,21 @@ async def test_the_previous_run_of_a_pod_restarted_in_place_is_the_one_its_agent
     with pytest.raises(MSJobLogsError, match="no previous run to show: no pod has one"):
         _ = [x async for x in c.get_job_logs("j", previous=True, container="sidecar",
                                              replica_type="Scheduler")]  # fmt: skip
+
+
+def test_job_status_reads_the_last_checkpoint_and_where_it_resumes() -> None:
+    from msop.sdk import Checkpoint, JobStatus
+
+    saved = {"step": 15, "epoch": 1, "path": "/c/step-15.ckpt", "time": "2026-01-01T00:00:00Z"}
+    status_of_job: dict[str, Any] = {
+        "conditions": [{"type": "Queued", "status": "True"}],
+        "progress": {"lastCheckpoint": saved},
+    }
+    job = {"metadata": {"name": "j", "namespace": "ns"}, "status": status_of_job}
+    status = JobStatus.of(job)
+    assert status.last_checkpoint == Checkpoint(15, 1, "/c/step-15.ckpt", "2026-01-01T00:00:00Z")
+    assert status.resumes_from == status.last_checkpoint
+    assert str(Checkpoint(epoch=3)) == "epoch 3"
+    assert Checkpoint.of({"path": "x"}) is None and Checkpoint.of("x") is None
+    status_of_job["conditions"] = [{"type": "Succeeded", "status": "True"}]
+    assert JobStatus.of(job).resumes_from is None  # done: it never resumes

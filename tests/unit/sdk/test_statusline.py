@@ -80,3 +80,17 @@ def test_terminal_close_without_output_writes_nothing() -> None:
     out = _Tty()
     ProgressLine(out).close()
     assert out.getvalue() == ""
+
+
+def test_format_says_where_a_restarting_job_resumes_from() -> None:
+    progress = {
+        "step": 15,
+        "lastReportTime": "2026-01-01T00:00:00Z",
+        "lastCheckpoint": {"step": 15, "epoch": 1, "time": "2026-01-01T00:00:00Z"},
+    }
+    running = {"conditions": [{"type": "Running", "status": "True"}], "progress": progress}
+    assert "resumes" not in format_progress(_job(running))
+    restarting = {**running, "conditions": [{"type": "Restarting", "status": "True"}]}
+    assert format_progress(_job(restarting)) == (
+        "ns/j Restarting | step 15 | resumes from step 15 (epoch 1) at 2026-01-01T00:00:00Z"
+    )
