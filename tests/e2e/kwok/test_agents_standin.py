@@ -19,12 +19,10 @@ import pytest
 
 from testbed import LocalCluster
 from testbed.agents import StandInProcess
-from tests.e2e.kwok.test_restart_in_place import declared, when
+from tests.e2e.inplace import when
 from tests.e2e.msjobs import apply, condition, events, get, job_pods, must_condition, wait_for
 from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
-
-__all__ = ["declared"]  # the fixture
 
 NAME = "standin"
 WORKERS = 7

@@ -24,16 +24,15 @@ MindSpore this way (tests/e2e/real/test_mindspore.py).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
+from tests.e2e.inplace import FEATURE, when
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -47,7 +46,6 @@ from tests.e2e.msjobs import (
 from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
 
-FEATURE = "RestartAllContainersOnContainerExits"
 NAME = "inplace"
 EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
 
@@ -78,23 +76,6 @@ def msjob(policy: str = "ExitCode") -> dict[str, object]:
     }
 
 
-def _declare(cluster: LocalCluster, features: list[str] | None) -> None:
-    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    for node in nodes:
-        cluster.kubectl(
-            "patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"declaredFeatures": features}}),
-        )  # fmt: skip
-
-
-@pytest.fixture
-def declared(cluster: LocalCluster) -> Iterator[None]:
-    """Every node declares RestartAllContainersOnContainerExits, as 1.36 kubelets do."""
-    _declare(cluster, [FEATURE])
-    yield
-    _declare(cluster, None)
-
-
 @pytest.fixture
 def kubelet_in_place(
     cluster: LocalCluster, namespace: str, tmp_path: Path
@@ -118,11 +99,6 @@ def start(cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet) -> dic
         kubelet.adopt(pod)
     wait_condition(cluster, namespace, NAME, "Running", timeout=30)
     return {name: pod["metadata"]["uid"] for name, pod in pods.items()}
-
-
-def when(audit_event: dict[str, object]) -> float:
-    at = str(audit_event["requestReceivedTimestamp"]).replace("Z", "+00:00")
-    return datetime.fromisoformat(at).timestamp()
 
 
 def uids(cluster: LocalCluster, namespace: str) -> dict[str, str]:

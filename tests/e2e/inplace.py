@@ -1,0 +1,27 @@
+"""Helpers of the kwok tests of restarts in place: nodes that declare the feature, and
+when the API server received an audited request."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from testbed import LocalCluster
+
+FEATURE = "RestartAllContainersOnContainerExits"
+
+
+def declare(cluster: LocalCluster, features: list[str] | None) -> None:
+    """Every node's ``status.declaredFeatures`` (None: none)."""
+    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
+    for node in nodes:
+        cluster.kubectl(
+            "patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
+            "-p", json.dumps({"status": {"declaredFeatures": features}}),
+        )  # fmt: skip
+
+
+def when(audit_event: dict[str, object]) -> float:
+    """When the API server received the request (seconds since the epoch)."""
+    at = str(audit_event["requestReceivedTimestamp"]).replace("Z", "+00:00")
+    return datetime.fromisoformat(at).timestamp()
