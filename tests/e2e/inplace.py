@@ -25,3 +25,28 @@ def when(audit_event: dict[str, object]) -> float:
     """When the API server received the request (seconds since the epoch)."""
     at = str(audit_event["requestReceivedTimestamp"]).replace("Z", "+00:00")
     return datetime.fromisoformat(at).timestamp()
+
+
+def msjob(name: str, workers: int, container: dict[str, object]) -> dict[str, object]:
+    """A job restarted in place: 1 Scheduler (``Never``) and ``workers`` Workers
+    (``ExitCode``), every pod with ``container``."""
+
+    def replica(n: int, restart: str) -> dict[str, object]:
+        return {
+            "replicas": n,
+            "restartPolicy": restart,
+            "template": {"spec": {"containers": [dict(container)]}},
+        }
+
+    return {
+        "apiVersion": "mindspore.gitee.com/v1",
+        "kind": "MSJob",
+        "metadata": {"name": name},
+        "spec": {
+            "runPolicy": {"backoffLimit": 3},
+            "msReplicaSpecs": {
+                "Scheduler": replica(1, "Never"),
+                "Worker": replica(workers, "ExitCode"),
+            },
+        },
+    }

@@ -19,6 +19,7 @@ import pytest
 
 from testbed import LocalCluster
 from testbed.agents import StandInProcess
+from tests.e2e.inplace import msjob as inplace_msjob
 from tests.e2e.inplace import when
 from tests.e2e.msjobs import apply, condition, events, get, job_pods, must_condition, wait_for
 from tests.e2e.reliability import operator_calls
@@ -30,23 +31,7 @@ WORKERS = 7
 
 def msjob() -> dict[str, object]:
     container = {"name": "mindspore", "image": "ms:kwok", "command": ["python", "train.py"]}
-
-    def replica(n: int, restart: str) -> dict[str, object]:
-        return {"replicas": n, "restartPolicy": restart,
-                "template": {"spec": {"containers": [dict(container)]}}}  # fmt: skip
-
-    return {
-        "apiVersion": "mindspore.gitee.com/v1",
-        "kind": "MSJob",
-        "metadata": {"name": NAME},
-        "spec": {
-            "runPolicy": {"backoffLimit": 3},
-            "msReplicaSpecs": {
-                "Scheduler": replica(1, "Never"),
-                "Worker": replica(WORKERS, "ExitCode"),
-            },
-        },
-    }
+    return inplace_msjob(NAME, WORKERS, container)
 
 
 @pytest.fixture

@@ -33,6 +33,7 @@ import pytest
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
 from tests.e2e.inplace import FEATURE, when
+from tests.e2e.inplace import msjob as inplace_msjob
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -56,24 +57,9 @@ RESTRICTED = {
 }  # fmt: skip
 
 
-def msjob(policy: str = "ExitCode") -> dict[str, object]:
-    def replica(n: int, restart: str) -> dict[str, object]:
-        container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
-        return {
-            "replicas": n,
-            "restartPolicy": restart,
-            "template": {"spec": {"containers": [container]}},
-        }
-
-    return {
-        "apiVersion": "mindspore.gitee.com/v1",
-        "kind": "MSJob",
-        "metadata": {"name": NAME},
-        "spec": {
-            "runPolicy": {"backoffLimit": 3},
-            "msReplicaSpecs": {"Scheduler": replica(1, "Never"), "Worker": replica(2, policy)},
-        },
-    }
+def msjob() -> dict[str, object]:
+    container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
+    return inplace_msjob(NAME, 2, container)
 
 
 @pytest.fixture
