@@ -4,6 +4,7 @@ when the API server received an audited request."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from datetime import datetime
 
 from testbed import LocalCluster
@@ -27,7 +28,7 @@ def when(audit_event: dict[str, object]) -> float:
     return datetime.fromisoformat(at).timestamp()
 
 
-def msjob(name: str, workers: int, container: dict[str, object]) -> dict[str, object]:
+def msjob(name: str, workers: int, container: Mapping[str, object]) -> dict[str, object]:
     """A job restarted in place: 1 Scheduler (``Never``) and ``workers`` Workers
     (``ExitCode``), every pod with ``container``."""
 

@@ -78,7 +78,7 @@ def test_the_report_line_and_goals() -> None:
     result["line"] = line = hybrid.report_line(result)
     assert line.startswith("hybrid, 1000 pods, one node lost: in place: released in 3.5 s")
     assert "1000 pod creates + 999 deletes (1999 pod writes" in line
-    report = {"hybrid": result}
+    report: dict[str, object] = {"hybrid": result}
     goals = {g["goal"]: g for g in judge_hybrid_goals(report)}
     assert goals["pod writes by msop, in place (1 delete if needed, 1 create)"]["met"] is True
     assert goals["failure to every pod released, in place"]["met"] is True

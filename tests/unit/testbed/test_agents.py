@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from msop.integrations import wire
+from msop.kube.objects import JSON
 from msop.msjob.inplace import pods
 from testbed.agents import BadRequest, agent_env, parse_head, runs
 from testbed.inplace import held_status, restarted_main, restarted_status, started_status
@@ -24,7 +25,7 @@ def test_parse_head_refuses(head: bytes) -> None:
         parse_head(head)
 
 
-def _pod(phase: str = "Running", ip: str = "127.100.0.5", agent: bool = True) -> dict[str, object]:
+def _pod(phase: str = "Running", ip: str = "127.100.0.5", agent: bool = True) -> JSON:
     env = [{"name": wire.ENV_AGENT_PORT, "value": "28090"},
            {"name": wire.ENV_AGENT_GENERATION, "value": "0"}]  # fmt: skip
     init = [{"name": wire.AGENT_CONTAINER, "env": env}] if agent else []
