@@ -139,20 +139,27 @@ class Job:
         return r is not None and r["status"] == "False" and self.running()
 
 
-def writes(audit_log: Path, since: float, until: float) -> JSON:
-    """The operator's writes between ``since`` and ``until`` (epoch seconds)."""
+def writes(audit_log: Path, since: float, until: float, keep: Path | None = None) -> JSON:
+    """The operator's writes between ``since`` and ``until`` (epoch seconds); with
+    ``keep``, the operator's lines of the audit log are copied there."""
     with audit_log.open(encoding="utf-8", errors="replace") as f:
         lines = [line for line in f if OPERATOR_USER_AGENT_PREFIX in line]
+    if keep is not None:
+        keep.parent.mkdir(parents=True, exist_ok=True)
+        keep.write_text("".join(lines))
     reqs = [r for r in requests_of(lines, OPERATOR_USER_AGENT_PREFIX)
             if since <= r.time <= until and r.verb in WRITE_VERBS]  # fmt: skip
     by: dict[str, int] = {}
+    codes: dict[str, int] = {}
     for r in reqs:
         key = f"{r.verb} {r.resource}"
         by[key] = by.get(key, 0) + 1
+        codes[f"{key} {r.code}"] = codes.get(f"{key} {r.code}", 0) + 1
     pods = [r for r in reqs if r.resource == "pods"]
     events = sum(n for k, n in by.items() if k.split(" ")[1].startswith("events"))
     return {
         "by_verb_resource": dict(sorted(by.items())),
+        "by_verb_resource_code": dict(sorted(codes.items())),
         "total": len(reqs),
         "excluding_events": len(reqs) - events,
         "pod_writes": len(pods),
@@ -250,7 +257,12 @@ async def run(cluster: LocalCluster, pods: int, mode: str, log_dir: Path, wait_s
         "operator_cpu_s": cpu,
         "pods_new_uid": sum(before.get(n) != u for n, u in now.items()),
         "pods_restarted_in_place": restarted,
-        "writes": writes(cluster.audit_log, t_fail, t_job + SETTLE_S),
+        "writes": writes(
+            cluster.audit_log,
+            t_fail,
+            t_job + SETTLE_S,
+            log_dir / f"audit-operator-hybrid-{mode}.jsonl",
+        ),
     }
 
 

@@ -266,23 +266,24 @@ class AgentStandIn:
 
     async def _restart_all(self, p: _Pod, code: int, reason: str) -> None:
         """Kill every container and start them again, in order: the agent, the barrier
-        (which waits), then, once it returns, the training container."""
+        (which waits), then, once it returns, the training container. The status says
+        so after the containers started, as a kubelet's next sync reports them."""
         self._stop_containers(p)
         p.agent = None
         p.restarts += 1
         self._event("restart", p, restarts=p.restarts, reason=reason)
         p.main = restarted_main(p.restarts, code, reason)
-        await self._patch(p, restarted_status(p.restarts, code, reason))
         if p.gone:
             return
         await self._serve(p)
         config = load_config(p.env, serving=False)
         files = StateDir(p.directory, config.generation)
         target = _enter(files, lambda _line: None, config.hold)
-        if target is None:  # never after a restart: the pod has a state.json
-            return
-        self._event("at-barrier", p, generation=target)
-        p.barrier = asyncio.get_running_loop().create_task(self._wait(p, files, target))
+        if target is not None:  # always after a restart: the pod has a state.json
+            p.barrier = asyncio.get_running_loop().create_task(self._wait(p, files, target))
+        await self._patch(p, restarted_status(p.restarts, code, reason))
+        if target is not None:
+            self._event("at-barrier", p, generation=target)
 
     async def fail(self, name: str, code: int = 137) -> None:
         """The pod's training container exits with ``code``; its rule restarts the pod."""
