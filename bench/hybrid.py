@@ -234,9 +234,7 @@ async def run(cluster: LocalCluster, pods: int, mode: str, log_dir: Path, wait_s
                 await wait_until("every pod released", released, wait_s)
                 t_released = time.time()
                 if stand_in is not None:  # its own record of the last release
-                    t_released = max(
-                        e["t"] for e in stand_in.events("started") if e["t"] >= t_fail
-                    )
+                    t_released = max(e["t"] for e in stand_in.events("started") if e["t"] >= t_fail)
                 await wait_until("the job restarted", job.restarted, wait_s)
                 t_job = time.time()
             except TimeoutError as e:
