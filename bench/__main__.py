@@ -14,11 +14,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import burst, memory, polling
+from bench import burst, hybrid, memory, polling
 from bench.environment import kwok_version, machine, server_version, start_cluster
 from bench.plots import write_plots
 from bench.pyspy import write_summary
-from bench.report import judge, judge_scale_goals, judge_throttled_goals, render_markdown
+from bench.report import (
+    judge,
+    judge_hybrid_goals,
+    judge_scale_goals,
+    judge_throttled_goals,
+    render_markdown,
+)
 from msop import __version__
 from testbed.paths import REPO
 
@@ -47,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--operator-args", default=DEFAULT_OPERATOR_ARGS,
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[],
-                   choices=("burst", *LOAD_SCENARIOS, "memory", "progress"))  # fmt: skip
+                   choices=("burst", *LOAD_SCENARIOS, "memory", "progress", "hybrid"))  # fmt: skip
     p.add_argument(
         "--progress-interval",
         type=float,
@@ -178,12 +184,29 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
             print(f"progress: done ({time.monotonic() - t0:.0f}s)", flush=True)
         finally:
             cluster.stop()
+    if "hybrid" not in args.skip:
+        pods = max(8, _count(1000, args.scale))
+        result: dict[str, Any] = {}
+        for mode in hybrid.MODES:
+            cluster = start_cluster(f"msop-bench-hybrid-{tag}", nodes=hybrid.nodes_for(pods))
+            try:
+                versions.setdefault("kubernetes", server_version(cluster))
+                versions.setdefault("kwok", kwok_version(cluster))
+                print(f"hybrid {mode}: cluster up ({time.monotonic() - t0:.0f}s)", flush=True)
+                result[mode] = await hybrid.run(cluster, pods, mode, logs, args.timeout)
+            finally:
+                cluster.stop()
+        result["summary"] = hybrid.summary(result)
+        result["line"] = hybrid.report_line(result)
+        report["hybrid"] = result
+        print(result["line"], flush=True)
     report["environment"]["versions"] = versions
     report["duration_s"] = time.monotonic() - t0
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     report["targets"] = judge(report)
     report["throttled_goals"] = judge_throttled_goals(report)
     report["scale_goals"] = judge_scale_goals(report)
+    report["hybrid_goals"] = judge_hybrid_goals(report)
     try:
         report["plots"] = write_plots(report, out)
     except ImportError:

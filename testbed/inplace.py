@@ -38,13 +38,62 @@ from pathlib import Path
 
 from msop.integrations import wire
 from msop.kube.objects import JSON
+from msop.msjob.inplace.pods import BARRIER_CONTAINER
 from testbed.cluster import Kubectl
 
 MAIN = "mindspore"
+AGENT = wire.AGENT_CONTAINER
+BARRIER = BARRIER_CONTAINER
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# --- the statuses a kubelet reports (shared with testbed.agents) ---------------------------
+
+
+def pod_status(restarts: int, main: JSON, barrier: JSON) -> JSON:
+    """The pod's ``status`` with the training container ``main``, the agent running and
+    the barrier in state ``barrier``, after ``restarts`` restarts of all containers."""
+    return {
+        "containerStatuses": [main],
+        "initContainerStatuses": [
+            {"name": AGENT, "restartCount": restarts, "ready": True,
+             "started": True, "state": {"running": {"startedAt": _now()}}},
+            {"name": BARRIER, "restartCount": restarts, "ready": False, "state": barrier},
+        ],
+    }  # fmt: skip
+
+
+def held_status() -> JSON:
+    """A new pod held at its barrier (it replaces a lost member)."""
+    main = {"name": MAIN, "restartCount": 0, "ready": False,
+            "state": {"waiting": {"reason": "PodInitializing"}}}  # fmt: skip
+    return pod_status(0, main, {"running": {"startedAt": _now()}})
+
+
+def restarted_main(restarts: int, code: int, reason: str) -> JSON:
+    """The training container just removed by a restart of all containers (it ended with
+    ``code``, ``reason``): waiting while the barrier runs."""
+    return {
+        "name": MAIN, "restartCount": restarts, "ready": False,
+        "state": {"waiting": {"reason": "PodInitializing"}},
+        "lastState": {"terminated": {"exitCode": code, "reason": reason,
+                                     "startedAt": _now(), "finishedAt": _now()}},
+    }  # fmt: skip
+
+
+def restarted_status(restarts: int, code: int, reason: str) -> JSON:
+    """All containers restarted (the ``restarts``-th time): the barrier waits."""
+    main = restarted_main(restarts, code, reason)
+    return pod_status(restarts, main, {"running": {"startedAt": _now()}})
+
+
+def started_status(restarts: int, main: JSON) -> JSON:
+    """The barrier returned: the training container ``main`` (its last status) runs."""
+    main = {**main, "state": {"running": {"startedAt": _now()}}, "ready": True}
+    return pod_status(restarts, main, {"terminated": {"exitCode": 0, "reason": "Completed"}})
 
 
 @dataclass
@@ -79,7 +128,7 @@ class InPlaceKubelet:
         pod replaces a lost member: then it waits, and the status says so). A pod of the
         same name adopted before (the one it replaces) is stopped first."""
         name = pod["metadata"]["name"]
-        (agent,) = [c for c in pod["spec"]["initContainers"] if c["name"] == "msop-agent"]
+        (agent,) = [c for c in pod["spec"]["initContainers"] if c["name"] == AGENT]
         env = {e["name"]: e["value"] for e in agent["env"]}
         directory = self.workdir / f"{name}-{pod['metadata']['uid']}"  # its own emptyDir
         env[wire.ENV_AGENT_DIR] = str(directory)
@@ -92,10 +141,7 @@ class InPlaceKubelet:
             self.pods[name] = p
             if p.held:
                 self._serve(p)
-                self._patch(p, main={
-                    "name": MAIN, "restartCount": 0, "ready": False,
-                    "state": {"waiting": {"reason": "PodInitializing"}},
-                }, barrier={"running": {"startedAt": _now()}})  # fmt: skip
+                self._patch(p, held_status())
                 self._barrier(p)
                 return
             self._barrier(p).wait(timeout=30)
@@ -144,12 +190,7 @@ class InPlaceKubelet:
             p.serve.kill()
             p.serve.wait()
         p.restarts += 1
-        self._patch(p, main={
-            "name": MAIN, "restartCount": p.restarts, "ready": False,
-            "state": {"waiting": {"reason": "PodInitializing"}},
-            "lastState": {"terminated": {"exitCode": code, "reason": reason,
-                                         "startedAt": _now(), "finishedAt": _now()}},
-        }, barrier={"running": {"startedAt": _now()}})  # fmt: skip
+        self._patch(p, restarted_status(p.restarts, code, reason))
         if start:
             self._serve(p)
             self._barrier(p)
@@ -157,24 +198,14 @@ class InPlaceKubelet:
     def _started(self, p: _Pod) -> None:
         pod = self._get(p.name)
         (main,) = [c for c in pod["status"]["containerStatuses"] if c["name"] == MAIN]
-        main.update(state={"running": {"startedAt": _now()}}, ready=True)
-        self._patch(p, main=main, barrier={"terminated": {"exitCode": 0, "reason": "Completed"}})
+        self._patch(p, started_status(p.restarts, main))
 
     def _get(self, name: str) -> JSON:
         out = self.cluster.kubectl("get", "pod", "-n", self.namespace, name, "-o", "json")
         pod: JSON = json.loads(out.stdout)
         return pod
 
-    def _patch(self, p: _Pod, *, main: JSON, barrier: JSON) -> None:
-        status = {
-            "containerStatuses": [main],
-            "initContainerStatuses": [
-                {"name": "msop-agent", "restartCount": p.restarts, "ready": True,
-                 "started": True, "state": {"running": {"startedAt": _now()}}},
-                {"name": "msop-barrier", "restartCount": p.restarts, "ready": False,
-                 "state": barrier},
-            ],
-        }  # fmt: skip
+    def _patch(self, p: _Pod, status: JSON) -> None:
         self.cluster.kubectl(
             "patch", "pod", "-n", self.namespace, p.name, "--subresource=status",
             "--type=merge", "-p", json.dumps({"status": status}),

@@ -5,6 +5,8 @@
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``kubelet``: a ``KubeletStandIn`` that runs, ends and restarts simulated pods.
 - ``start_operator``/``operator``: ``msop run`` processes watching the test's namespace.
+- ``declared``: every node declares RestartAllContainersOnContainerExits (restarts in
+  place).
 - ``pool``: tainted kwok nodes with devices (``client`` is in tests/e2e/conftest.py).
 """
 
@@ -20,6 +22,7 @@ from testbed import KubeletStandIn, LocalCluster
 from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
 from testbed.operator import OperatorProcess
 from testbed.paths import CACHE
+from tests.e2e.inplace import FEATURE, declare
 from tests.e2e.sessions import (
     DEVICE,
     POOL_LABEL,
@@ -110,3 +113,11 @@ def pool(cluster: LocalCluster, namespace: str) -> Iterator[Pool]:
                     check=False)  # fmt: skip
     if made:
         cluster.kubectl("delete", "node", *made, "--wait=false", check=False)
+
+
+@pytest.fixture
+def declared(cluster: LocalCluster) -> Iterator[None]:
+    """Every node declares RestartAllContainersOnContainerExits, as 1.36 kubelets do."""
+    declare(cluster, [FEATURE])
+    yield
+    declare(cluster, None)

@@ -42,6 +42,8 @@ import pytest
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
 from testbed.operator import OperatorProcess
+from tests.e2e.inplace import FEATURE, when
+from tests.e2e.inplace import msjob as inplace_msjob
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -57,7 +59,6 @@ from tests.e2e.sessions import OperatorFactory
 
 JSON = dict[str, Any]
 
-FEATURE = "RestartAllContainersOnContainerExits"
 NAME = "inplace"
 EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
 
@@ -75,41 +76,9 @@ ONE_PER_NODE = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecut
 }]}}  # fmt: skip
 
 
-def msjob(policy: str = "ExitCode") -> dict[str, object]:
-    def replica(n: int, restart: str) -> dict[str, object]:
-        container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
-        return {
-            "replicas": n,
-            "restartPolicy": restart,
-            "template": {"spec": {"containers": [container], "affinity": ONE_PER_NODE}},
-        }
-
-    return {
-        "apiVersion": "mindspore.gitee.com/v1",
-        "kind": "MSJob",
-        "metadata": {"name": NAME},
-        "spec": {
-            "runPolicy": {"backoffLimit": 3},
-            "msReplicaSpecs": {"Scheduler": replica(1, "Never"), "Worker": replica(2, policy)},
-        },
-    }
-
-
-def _declare(cluster: LocalCluster, features: list[str] | None) -> None:
-    nodes = json.loads(cluster.kubectl("get", "nodes", "-o", "json").stdout)["items"]
-    for node in nodes:
-        cluster.kubectl(
-            "patch", "node", node["metadata"]["name"], "--subresource=status", "--type=merge",
-            "-p", json.dumps({"status": {"declaredFeatures": features}}),
-        )  # fmt: skip
-
-
-@pytest.fixture
-def declared(cluster: LocalCluster) -> Iterator[None]:
-    """Every node declares RestartAllContainersOnContainerExits, as 1.36 kubelets do."""
-    _declare(cluster, [FEATURE])
-    yield
-    _declare(cluster, None)
+def msjob() -> dict[str, object]:
+    container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
+    return inplace_msjob(NAME, 2, container, affinity=ONE_PER_NODE)
 
 
 @pytest.fixture
@@ -135,11 +104,6 @@ def start(cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet) -> dic
         kubelet.adopt(pod)
     wait_condition(cluster, namespace, NAME, "Running", timeout=30)
     return {name: pod["metadata"]["uid"] for name, pod in pods.items()}
-
-
-def when(audit_event: dict[str, object]) -> float:
-    at = str(audit_event["requestReceivedTimestamp"]).replace("Z", "+00:00")
-    return datetime.fromisoformat(at).timestamp()
 
 
 def uids(cluster: LocalCluster, namespace: str) -> dict[str, str]:

@@ -99,6 +99,31 @@ def test_a_release_and_an_old_generation_are_answered(running_agent: Any) -> Non
     assert proc.poll() is None  # nothing restarted
 
 
+def test_an_accepted_request_is_not_sent_again_to_the_same_pod(running_agent: Any) -> None:
+    # What the agent did is in the pod's emptyDir: a pass that runs before the pod's
+    # status shows it does not ask again (at 1,000 pods every pass asked every pod).
+    key, port, proc = running_agent
+    client = AgentClient(key)
+    first = {**pod(port), "metadata": {"name": "j-worker-0", "uid": "pod-uid"}}
+    again = {**pod(port), "metadata": {"name": "j-worker-0", "uid": "new-uid"}}
+
+    async def go() -> list[bool]:
+        try:
+            accepted = await client.send(JOB, [AgentRequest(first, "release", 0)])
+            proc.kill()
+            proc.wait()
+            return [
+                accepted,
+                await client.send(JOB, [AgentRequest(first, "release", 0)]),  # not sent
+                await client.send(JOB, [AgentRequest(first, "release", 1)]),  # another
+                await client.send(JOB, [AgentRequest(again, "release", 0)]),  # another pod
+            ]
+        finally:
+            await client.close()
+
+    assert asyncio.run(go()) == [True, True, False, False]
+
+
 def test_another_operators_key_is_refused_and_an_unreachable_agent_is_false(
     running_agent: Any,
 ) -> None:
