@@ -11,6 +11,11 @@ examples/mindspore-msrun, 2 Worker pods x 2 local workers, msrun started in each
   6 ranks, and the job Succeeds, with rank 0's final progress in its status.
 - ``test_an_oom_killed_worker_restarts_the_job``: a local worker exhausts the pod's
   memory limit; the kernel kills it; the same restart in place, and the job Succeeds.
+- ``test_a_deleted_pod_is_replaced_alone_with_its_node_rank``: a hybrid restart of msrun:
+  Worker 1's pod deleted mid-run is recreated alone with the same ``MS_*`` values
+  (``MS_NODE_RANK`` 1), Worker 0's pod (msrun, and the Scheduler it runs) restarts in
+  place, the 4 ranks resume from the checkpoint as one cluster, the operator writes one
+  pod (the create), one restart is counted, and the job Succeeds.
 - ``test_a_script_error_in_one_worker_fails_the_job``: rank 0 cannot write its checkpoint
   (a Python error, exit 1): the job Fails once, naming the pod and the local worker.
 """
@@ -212,6 +217,42 @@ def test_an_oom_killed_worker_restarts_the_job(
     for pod in job_pods(cluster, namespace, NAME).values():
         (main,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == "mindspore"]
         assert main["restartCount"] == 1, main
+
+
+def test_a_deleted_pod_is_replaced_alone_with_its_node_rank(
+    installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path, logs: JobLogs
+) -> None:
+    cluster = installed
+    launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.2", EPOCHS="6")
+    wait_for("training past epoch 2", lambda: past_epoch(cluster, namespace, 2, 2),
+             timeout=240, interval=1, details=logs.tail)  # fmt: skip
+    victim, kept = f"{NAME}-worker-1", f"{NAME}-worker-0"
+    before = job_pods(cluster, namespace, NAME)
+    deleted_at = time.time()
+    cluster.kubectl("delete", "pod", "-n", namespace, victim, "--wait=false")
+    restart = restarting(cluster, namespace, logs)
+    assert restart["reason"] == "MSJobRestartingInPlace", restart
+    assert f"pod(s) {victim} of the running cluster are gone" in restart["message"], restart
+    job = wait_condition(cluster, namespace, NAME, "Succeeded", timeout=400, details=logs.tail)
+
+    after = job_pods(cluster, namespace, NAME)
+    assert after[victim]["metadata"]["uid"] != before[victim]["metadata"]["uid"]
+    assert after[kept]["metadata"]["uid"] == before[kept]["metadata"]["uid"]
+    (main,) = [s for s in after[kept]["status"]["containerStatuses"] if s["name"] == "mindspore"]
+    assert main["restartCount"] == 1, main  # msrun, and the Scheduler with it, in place
+    cluster_env = {k: v for k, v in env_of(before[victim]).items() if k.startswith("MS_")}
+    assert cluster_env["MS_NODE_RANK"] == "1", cluster_env
+    assert {k: v for k, v in env_of(after[victim]).items() if k.startswith("MS_")} == cluster_env
+    ranks = started(pod_records(cluster, namespace, 2))
+    assert sorted(ranks) == [0, 1, 2, 3], ranks  # one cluster of 4 ranks again
+    assert all(r["event"] == "resume" and r["size"] == 4 for r in ranks.values()), ranks
+    status = job["status"]
+    assert sum(s.get("restarts", 0) for s in status["replicaStatuses"].values()) == 1, status
+    writes = operator_writes(cluster.audit_log, namespace, deleted_at, time.time())
+    assert writes.get("create pods") == 1 and "delete pods" not in writes, writes
+    reasons = [e["reason"] for e in events(cluster, namespace, NAME)]
+    assert reasons.count("MSJobMemberLost") == 1, reasons
+    assert not {"MSJobFailed", "BackoffLimitExceeded", "MSJobRestarting"} & set(reasons)
 
 
 def test_a_script_error_in_one_worker_fails_the_job(
