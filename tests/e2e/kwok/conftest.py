@@ -15,11 +15,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from testbed import KubeletStandIn, LocalCluster
 from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
+from testbed.inplace import InPlaceKubelet
 from testbed.operator import OperatorProcess
 from testbed.paths import CACHE
 from tests.e2e.inplace import FEATURE, declare
@@ -121,3 +123,12 @@ def declared(cluster: LocalCluster) -> Iterator[None]:
     declare(cluster, [FEATURE])
     yield
     declare(cluster, None)
+
+
+@pytest.fixture
+def kubelet_in_place(
+    cluster: LocalCluster, namespace: str, tmp_path: Path
+) -> Iterator[InPlaceKubelet]:
+    k = InPlaceKubelet(cluster, namespace, tmp_path)
+    yield k
+    k.stop()

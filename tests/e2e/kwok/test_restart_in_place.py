@@ -34,16 +34,23 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
-from testbed.operator import OperatorProcess
-from tests.e2e.inplace import FEATURE, when
-from tests.e2e.inplace import msjob as inplace_msjob
+from tests.e2e.inplace import (
+    EVERY_POD,
+    FEATURE,
+    NAME,
+    job,
+    recreated_alone,
+    restarts,
+    start,
+    uids,
+    when,
+)
 from tests.e2e.msjobs import (
     apply,
     condition,
@@ -58,56 +65,6 @@ from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import OperatorFactory
 
 JSON = dict[str, Any]
-
-NAME = "inplace"
-EVERY_POD = {f"{NAME}-scheduler-0", f"{NAME}-worker-0", f"{NAME}-worker-1"}
-
-
-RESTRICTED = {
-    "runAsNonRoot": True, "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
-}  # fmt: skip
-
-
-#: Every pod of the job on a node of its own (a node lost takes one pod).
-ONE_PER_NODE = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-    "labelSelector": {"matchLabels": {"training.kubeflow.org/job-name": NAME}},
-    "topologyKey": "kubernetes.io/hostname",
-}]}}  # fmt: skip
-
-
-def msjob() -> dict[str, object]:
-    container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED}
-    return inplace_msjob(NAME, 2, container, affinity=ONE_PER_NODE)
-
-
-@pytest.fixture
-def kubelet_in_place(
-    cluster: LocalCluster, namespace: str, tmp_path: Path
-) -> Iterator[InPlaceKubelet]:
-    k = InPlaceKubelet(cluster, namespace, tmp_path)
-    yield k
-    k.stop()
-
-
-def start(cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet) -> dict[str, str]:
-    """Apply the job, wait until kwok runs its pods, adopt them; their UIDs by name."""
-    apply(cluster, namespace, msjob())
-    pods = wait_for(
-        "the job's three pods Running",
-        lambda: (p := job_pods(cluster, namespace, NAME)) and len(p) == 3
-        and all(x["status"].get("phase") == "Running" and x["status"].get("podIP")
-                for x in p.values()) and p,
-        timeout=60,
-    )  # fmt: skip
-    for pod in pods.values():
-        kubelet.adopt(pod)
-    wait_condition(cluster, namespace, NAME, "Running", timeout=30)
-    return {name: pod["metadata"]["uid"] for name, pod in pods.items()}
-
-
-def uids(cluster: LocalCluster, namespace: str) -> dict[str, str]:
-    return {n: p["metadata"]["uid"] for n, p in job_pods(cluster, namespace, NAME).items()}
 
 
 def test_a_killed_worker_restarts_every_pod_in_place(
@@ -168,60 +125,6 @@ def test_a_killed_worker_restarts_every_pod_in_place(
         .get("status", {}).get("replicaStatuses", {}).values()) == 2, timeout=30)  # fmt: skip
     wait_for("the job Running again", again, timeout=60)
     assert uids(cluster, namespace) == before
-
-
-def restarts(cluster: LocalCluster, namespace: str) -> int:
-    stored = get(cluster, namespace, "msjob", NAME) or {}
-    counts = stored.get("status", {}).get("replicaStatuses", {})
-    return sum(e.get("restarts", 0) for e in counts.values())
-
-
-def recreated_alone(
-    cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet, op: OperatorProcess,
-    before: dict[str, str], lost: str, since: float,
-) -> JSON:  # fmt: skip
-    """A hybrid restart after ``lost`` was lost (at ``since``): its replacement (a new UID,
-    made for generation 1 and held at its barrier) is adopted, the others are restarted in
-    place by their agents, the job runs again with one restart counted, and the operator
-    created ``lost`` alone. Returns the ``Restarting`` condition seen while it waited."""
-
-    def replaced() -> JSON | None:
-        pod = job_pods(cluster, namespace, NAME).get(lost)
-        new = pod and pod["metadata"]["uid"] != before[lost] and pod["status"].get("podIP")
-        return pod if new else None
-
-    new = wait_for("its replacement", replaced, timeout=60,
-                   details=lambda: op.log_tail())  # fmt: skip
-    (agent,) = [c for c in new["spec"]["initContainers"] if c["name"] == "msop-agent"]
-    env = {e["name"]: e["value"] for e in agent["env"]}
-    assert env["MSOP_AGENT_GENERATION"] == "1" and env["MSOP_AGENT_HOLD"] == "1"
-    # Held until its barrier is seen (the stand-in's status): the restart waits for it.
-    job = get(cluster, namespace, "msjob", NAME) or {}
-    restarting = must_condition(job, "Restarting")
-    assert restarting["status"] == "True", restarting
-    assert restarting["reason"] == "MSJobRestartingInPlace", restarting
-    kubelet.adopt(new)
-
-    def again() -> bool:
-        now = get(cluster, namespace, "msjob", NAME)
-        done = condition(now, "Restarting")
-        return bool(done and done["status"] == "False"
-                    and must_condition(now, "Running")["status"] == "True")  # fmt: skip
-
-    wait_for("the job Running again", again, timeout=60,
-             details=lambda: op.log_tail() + kubelet.logs())  # fmt: skip
-    # Only the lost pod is new; the others were restarted in place by their agents.
-    now = uids(cluster, namespace)
-    assert {n for n in now if now[n] != before[n]} == {lost}
-    assert sorted(kubelet.restarted_by_agent) == sorted(EVERY_POD - {lost})
-    creates = [c["objectRef"].get("name") for c in operator_calls(
-        cluster.audit_log, namespace, "create", "pods") if when(c) >= since]  # fmt: skip
-    assert creates == [lost]
-    assert restarts(cluster, namespace) == 1
-    reasons = {(e["type"], e["reason"]) for e in events(cluster, namespace, NAME)}
-    assert ("Warning", "MSJobMemberLost") in reasons
-    assert ("Warning", "MSJobRestarting") not in reasons  # never a recreation of all
-    return restarting
 
 
 def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
@@ -343,7 +246,7 @@ def test_nodes_without_the_feature_get_pods_without_the_agent(
     cluster: LocalCluster, namespace: str, start_operator: OperatorFactory,
 ) -> None:  # fmt: skip
     op = start_operator("--agent-image=msop:kwok")
-    apply(cluster, namespace, msjob())
+    apply(cluster, namespace, job())
     pods = wait_for("the job's pods", lambda: len(p := job_pods(cluster, namespace, NAME)) == 3
                     and p, timeout=60)  # fmt: skip
     for pod in pods.values():

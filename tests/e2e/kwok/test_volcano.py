@@ -4,6 +4,8 @@ the Go module, hack/volcano): MSJobs start whole or not at all.
 Each test gets a pool of kwok nodes of its own with ``huawei.com/Ascend910`` devices
 (tainted, so that only its jobs land there) and jobs of a Scheduler and Workers that take
 one device each. The devices are the scarce resource; CPU and memory are plentiful.
+The hybrid restart's test (a pod deleted from a job restarted in place) takes the job of
+the tests of restarts in place (tests/e2e/inplace.py) on the shared kwok nodes instead.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import Any
 import pytest
 
 from testbed import KubeletStandIn, LocalCluster
+from testbed.inplace import InPlaceKubelet
 from testbed.volcano import VOLCANO_QUEUES, Volcano, build
+from tests.e2e.inplace import NAME, recreated_alone, start, when
 from tests.e2e.msjobs import (
     apply,
     bound,
@@ -32,6 +36,7 @@ from tests.e2e.msjobs import (
     wait_for,
     wait_queued,
 )
+from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import DEVICE, POOL_LABEL, Pool, run_addon
 
 JSON = dict[str, Any]
@@ -305,3 +310,28 @@ def test_scale_suspend_and_delete_keep_the_podgroup_right(
 
     cluster.kubectl("delete", "msjob", "elastic", "-n", namespace)
     wait_for("no PodGroup left", lambda: get(cluster, namespace, "podgroup", "elastic") is None)
+
+
+def test_a_pod_deleted_from_a_gang_restarted_in_place_is_placed_alone(
+    cluster: LocalCluster, volcano: Volcano, start_operator: Any, namespace: str,
+    declared: None, kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    """A hybrid restart under Volcano: the PodGroup stays, the replacement of the deleted
+    Worker is placed by Volcano alone while the other pods stay bound and restart in place
+    (the gang is not rebuilt), and the job runs again with only that pod new."""
+    op = start_operator("--agent-image=msop:kwok", "--enable-gang-scheduling")
+    before = start(cluster, namespace, kubelet_in_place)
+    group = (get(cluster, namespace, "podgroup", NAME) or {})["metadata"]["uid"]
+    lost = f"{NAME}-worker-1"
+    deleted_at = time.time()
+    cluster.kubectl("delete", "pod", "-n", namespace, lost, "--wait=false")
+    recreated_alone(cluster, namespace, kubelet_in_place, op, before, lost, deleted_at)
+    assert (get(cluster, namespace, "podgroup", NAME) or {})["metadata"]["uid"] == group
+    pods = job_pods(cluster, namespace, NAME)
+    assert {p["spec"].get("schedulerName") for p in pods.values()} == {"volcano"}
+    assert all(p["spec"].get("nodeName") for p in pods.values())
+    writes = [(verb, c["objectRef"].get("name"))
+              for verb in ("create", "update", "patch", "delete")
+              for c in operator_calls(cluster.audit_log, namespace, verb, "pods")
+              if when(c) >= deleted_at]  # fmt: skip
+    assert writes == [("create", lost)]
