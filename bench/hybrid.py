@@ -1,5 +1,5 @@
 """Scenario ``hybrid``: one node of a 1,000-pod job lost, restarted in place against
-restarted by recreation (issue 50, "a failure costs only what failed").
+restarted by recreation: a failure should cost only what failed.
 
 One MSJob of 1 Scheduler + 999 Workers (``restartScope: Job``, the default with a
 Scheduler; Workers ``ExitCode``), one pod per rank: the Scheduler-and-Workers shape of

@@ -163,7 +163,7 @@ SCALE_GOALS = (
 )  # fmt: skip
 
 
-#: The hybrid restart's goals (issue 50): one node of a 1,000-pod job lost. Reported, not
+#: The hybrid restart's goals: one node of a 1,000-pod job lost. Reported, not
 #: asserted: the time depends on the machine.
 HYBRID_GOALS = (
     Goal("pod writes by msop, in place (1 delete if needed, 1 create)", ("hybrid", "summary",

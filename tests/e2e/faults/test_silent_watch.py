@@ -16,7 +16,7 @@ from typing import Any
 
 from msop.api.resources import MSJOBS
 from msop.kube.client import KubeClient
-from msop.kube.resources import PODS, SERVICES
+from msop.kube.resources import NODES, PODS, SERVICES
 from testbed import LocalCluster
 from tests.e2e.faults.checks import final_checks, record
 from tests.e2e.reliability import (
@@ -34,7 +34,7 @@ from tests.e2e.tcpproxy import TcpProxy
 STALL = 6.0
 #: aiohttp closes a pooled connection idle this long; after it only the watches are open.
 KEEPALIVE = 15.0
-WATCHES = 3  # msjobs, pods, services
+WATCHES = 4  # msjobs, pods, services, nodes (--node-lost-after)
 HEARTBEAT_SERVICE = {
     "apiVersion": "v1",
     "kind": "Service",
@@ -50,6 +50,7 @@ HEARTBEAT_SERVICE = {
 async def _heartbeat(client: KubeClient, ns: str, job: str, stop: asyncio.Event) -> None:
     """An event on each watched resource every second, as a busy cluster has: a live
     watch never goes quiet long enough to count as stalled, a silent one does."""
+    node = (await client.list(NODES))["items"][0]["metadata"]["name"]
     beat = 0
     while not stop.is_set():
         beat += 1
@@ -57,6 +58,7 @@ async def _heartbeat(client: KubeClient, ns: str, job: str, stop: asyncio.Event)
         await client.patch(MSJOBS, job, note, ns, patch_type="merge")
         await client.patch(PODS, f"{job}-worker-0", note, ns, patch_type="merge")
         await client.patch(SERVICES, "heartbeat", note, ns, patch_type="merge")
+        await client.patch(NODES, node, note, patch_type="merge")
         await asyncio.sleep(1.0)
 
 
