@@ -38,6 +38,10 @@ inactive (not by the user's suspend)    no pod (True, ``WorkloadInactive``)
                                         and tolerations (False, ``WorkloadAdmitted``);
                                         ``PodsReady`` True once every pod runs, False
                                         while one is missing (Kueue's waitForPodsReady)
+``Admitted``, a missing pod's place in  no pod created until Kueue has moved the place
+the topology assignment on a lost node  (True, ``WorkloadNodeReplacement``:
+                                        :func:`.topology.unplaceable`); the Workload
+                                        is not touched
 ``Evicted`` (preempted, deactivated,    deletes the pods; once they are gone, clears
 queue stopped, ...)                     the admission so that Kueue queues it again
                                         (True, ``WorkloadEvicted``); not a failure:
@@ -89,8 +93,9 @@ from msop.kube.resources import (
     WORKLOADPRIORITYCLASSES,
     WORKLOADS,
 )
-from msop.msjob import topology
+from msop.msjob import nodehealth, topology
 from msop.msjob.kueue_workload import (
+    PODSET_LABEL,
     PREBUILT_LABEL,
     QUEUE_LABEL,
     REASON_ADMITTED,
@@ -162,6 +167,12 @@ RENDER_NOTE = (
 
 #: The ``Queued`` reasons msop writes on a manager cluster while a dispatched job waits.
 _MANAGER_WAITS = (REASON_PENDING, REASON_INACTIVE, REASON_EVICTED)
+#: The ``Queued`` reason of an admitted job whose missing pods wait for Kueue to move
+#: their places off a lost node (:meth:`Decision.release_pods`).
+REASON_NODE_REPLACEMENT = "WorkloadNodeReplacement"
+#: How soon a job held for a node replacement looks again: what ends the wait is a
+#: Workload update (which wakes the job) or a node coming back (which does not).
+NODE_REPLACEMENT_RECHECK_SECONDS = 5.0
 
 
 class Kueue:
@@ -178,8 +189,11 @@ class Kueue:
         flavor: Callable[[str], JSON | None],
         worker_lost: WorkerLost | None = None,
         outages: Callable[[], list[Outage]] = list,
+        nodes: Callable[[str], JSON | None] | None = None,
     ) -> None:
         self.client = client
+        self.nodes = nodes
+        """The operator's node cache by name (None: nodes are not watched)."""
         self.owned_by = owned_by
         """The Workloads whose controller has this uid."""
         self.in_namespace = in_namespace
@@ -209,6 +223,7 @@ class Kueue:
             flavor=caches.cluster(RESOURCEFLAVORS),
             worker_lost=worker_lost,
             outages=contact.outages if contact is not None else list,
+            nodes=caches.nodes(),
         )
 
     async def observe(self, job: JSON) -> Seen | None:
@@ -240,9 +255,17 @@ class Kueue:
         lost = lost_worker(
             job, self.outages(), timeout=self.worker_lost.timeout, hold=self.worker_lost.hold
         )
+        nodes = None
+        if self.nodes is not None and wl is not None:
+            admission = (wl.get("status") or {}).get("admission") or {}
+            nodes = {
+                host: self.nodes(host)
+                for psa in admission.get("podSetAssignments") or []
+                for host in topology.node_places(psa)
+            }
         return Seen(
             wl, others, flavors, priority,
-            dispatched=dispatched(job), prebuilt=prebuilt, lost=lost,
+            dispatched=dispatched(job), prebuilt=prebuilt, lost=lost, nodes=nodes,
         )  # fmt: skip
 
     async def _priority(self, job: JSON) -> JSON | MissingClass | None:
@@ -290,6 +313,9 @@ class Seen:
     lost: LostWorker | None = None
     """This worker cluster's copy was here through a long outage of the API server
     (:func:`lost_worker`): the manager may have given the job to another worker."""
+    nodes: dict[str, JSON | None] | None = None
+    """The nodes of the admission's topology assignments, as the operator's node cache
+    holds them (None: not in it); None when nodes are not watched."""
 
     def decide(self) -> Decision:
         return Decision(self)
@@ -387,6 +413,8 @@ class Decision(WorkloadWrites, Admitted):
         super().__init__(seen)
         self.placements: dict[str, Placement] = {}
         """Per replica type, what Kueue's admission adds to its pods."""
+        self.hold: Wait | None = None
+        """Why the missing pods are not created yet (:meth:`release_pods`)."""
 
     def admit(self, p: Pass, resuming: bool) -> bool:
         """A job labelled with a queue: keep its Workload in step with it and let its pods
@@ -431,14 +459,76 @@ class Decision(WorkloadWrites, Admitted):
             return False
         self.placements = admission
         self.workload_status = pods_ready_patch(wl, p.all_running(), p.now_s)
+        self.hold = self._lost_places(p, wl)
         queued = get_condition(p.status, c.QUEUED)
-        if queued is None or queued.get("reason") != REASON_ADMITTED:
+        if self.hold is not None:
+            p.wait(self.hold)
+            p.requeue_at(NODE_REPLACEMENT_RECHECK_SECONDS)
+        elif queued is not None and queued.get("reason") == REASON_NODE_REPLACEMENT:
+            p.placed(
+                REASON_ADMITTED,
+                f"MSJob {p.ref}: Kueue moved the places of its Workload "
+                f"{wl['metadata']['name']} off the lost node(s); its missing pods are created.",
+            )
+        elif queued is None or queued.get("reason") != REASON_ADMITTED:
             p.placed(
                 REASON_ADMITTED,
                 f"MSJob {p.ref}: Kueue admitted its Workload {wl['metadata']['name']} to "
                 f"ClusterQueue {cluster_queue(wl)!r}.",
             )
         return True
+
+    def release_pods(self, p: Pass) -> bool:
+        """The missing pods wait while a place of a topology assignment they would take is
+        on a lost node (:meth:`_lost_places`)."""
+        return self.hold is None
+
+    def _lost_places(self, p: Pass, wl: JSON) -> Wait | None:
+        """Why the job's missing pods wait for Kueue's failed-node replacement: a pod set
+        placed by topology lacks a pod, and a place of its assignment that no pod holds
+        is on a node that cannot take one (:func:`.topology.unplaceable`). Kueue's
+        ungater would send a pod created now there; Kueue moves the place (and says so
+        by updating the assignment, which wakes the job), or evicts the Workload when it
+        finds no room. None: nothing waits."""
+        admission = (wl.get("status") or {}).get("admission") or {}
+        stuck: list[str] = []
+        for psa in admission.get("podSetAssignments") or []:
+            name = psa.get("name")
+            pods = [
+                pod for pod in p.pods
+                if ((pod.get("metadata") or {}).get("labels") or {}).get(PODSET_LABEL) == name
+                and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            ]  # fmt: skip
+            if len(pods) >= int(psa.get("count") or 0):
+                continue
+            usable = partial(self._usable, p)
+            stuck += [
+                f"{host} ({why}; pod set {name})"
+                for host, why in topology.unplaceable(wl, psa, pods, usable)
+            ]
+        if not stuck:
+            return None
+        return Wait(
+            REASON_NODE_REPLACEMENT,
+            f"MSJob {p.ref}: the topology assignment of its Workload "
+            f"{wl['metadata']['name']} keeps places for its missing pods on node(s) "
+            f"{', '.join(stuck)}; they are created once Kueue has moved those places "
+            "(its failed-node replacement, TASFailedNodeReplacement, on by default since "
+            "Kueue 0.14).",
+        )
+
+    def _usable(self, p: Pass, host: str) -> str:
+        """Why the operator's node cache says ``host`` cannot take a pod ("" if it can,
+        or when nodes are not watched)."""
+        nodes = self.seen.nodes
+        if nodes is None or host not in nodes:
+            return ""
+        node = nodes[host]
+        if node is None:
+            return "not in the cluster"
+        if nodehealth.node_down(node, now=p.now, grace=0.0):
+            return "not ready"
+        return ""
 
     def _dispatched(self, p: Pass, wl: JSON) -> bool:
         """Admitted through MultiKueue: the job runs on the worker cluster, whose status

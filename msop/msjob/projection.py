@@ -7,7 +7,8 @@ projection with only the fields :mod:`~msop.msjob.plan` and the reconciler
 read (names, labels, owners, deletion state, phase, container exit codes, finish times
 and restart counts and termination messages (a progress reporter's final snapshot), the
 ``MS_WORKER_NUM``/``MS_SERVER_NUM`` a pod was created with and its progress port, the pod
-IP and ``hostNetwork`` (the progress poller), its node, the tolerations that can
+IP and ``hostNetwork`` (the progress poller), its node (or the node Kueue's topology
+ungater selected for it), the tolerations that can
 tolerate a ``NoExecute`` taint and its devices' health (:mod:`.nodehealth`), the
 restart-in-place agent's port and
 generation and whether (since when) the pod waits at its barrier, why a pod cannot be
@@ -26,6 +27,7 @@ from typing import Any
 from msop.api import constants as c
 from msop.informers.store import LAST_APPLIED_ANNOTATION, Obj
 from msop.msjob.nodehealth import LIFECYCLE_TAINTS, NO_EXECUTE
+from msop.msjob.topology import HOSTNAME
 
 __all__ = ["pod_projection", "service_projection"]
 
@@ -76,7 +78,11 @@ def pod_projection(obj: Obj) -> Obj:
     out = _base(obj)
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        kept: Obj = {**_pick(spec, ("nodeName", "hostNetwork")), **_tolerations(spec)}
+        kept: Obj = {
+            **_pick(spec, ("nodeName", "hostNetwork")),
+            **_tolerations(spec),
+            **_selected_host(spec),
+        }
         for container in spec.get("containers") or []:
             if isinstance(container, dict) and container.get("name") == c.DEFAULT_CONTAINER_NAME:
                 env = [
@@ -115,6 +121,15 @@ def pod_projection(obj: Obj) -> Obj:
         projected["conditions"] = unplaced
     out["status"] = projected
     return out
+
+
+def _selected_host(spec: Obj) -> Obj:
+    """``{"nodeSelector": {hostname: node}}``: where Kueue's topology ungater sent a pod
+    not bound yet (:func:`.topology.free_places`); ``{}`` if none."""
+    selector = spec.get("nodeSelector")
+    if isinstance(selector, dict) and selector.get(HOSTNAME):
+        return {"nodeSelector": {HOSTNAME: selector[HOSTNAME]}}
+    return {}
 
 
 def _tolerations(spec: Obj) -> Obj:

@@ -275,6 +275,11 @@ class Caches(Protocol):
         """Every object of the cluster-scoped ``resource``, by name; its events wake no
         job."""
 
+    def nodes(self) -> Callable[[str], JSON | None] | None:
+        """The operator's own node cache (what :mod:`.nodehealth` keeps of a node), by
+        name; None when nodes are not watched (``--node-lost-after=off``). Its events
+        wake only the jobs with a pod on the node."""
+
 
 @dataclass(frozen=True)
 class Integration:

@@ -153,10 +153,12 @@ class _Caches:
         factory: InformerFactory,
         informers: Callable[[Resource, str | None, Transform | None], list[SharedInformer]],
         transform: Transform,
+        nodes: Callable[[str], JSON | None] | None = None,
     ) -> None:
         self.factory = factory
         self.informers = informers
         self.transform = transform
+        self.node_cache = nodes
         self.watched: list[SharedInformer] = []
 
     def children(self, resource: Resource) -> _Children:
@@ -166,6 +168,9 @@ class _Caches:
 
     def cluster(self, resource: Resource) -> Callable[[str], JSON | None]:
         return Lister(self.factory.informer_for(resource)).get
+
+    def nodes(self) -> Callable[[str], JSON | None] | None:
+        return self.node_cache
 
 
 #: The pods cache's index of pods by ``spec.nodeName``.
@@ -287,7 +292,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     nodes = _node_cache(factory, settings)
     # The scheduling systems, in the order they decide (Kueue, then Volcano), each with
     # the caches it asks for.
-    caches = _Caches(factory, informers, lean)
+    caches = _Caches(factory, informers, lean, nodes.get if nodes.informer is not None else None)
     enabled = systems.enabled(
         kueue_enabled=settings.kueue,
         gang_scheduling=settings.gang_scheduling,

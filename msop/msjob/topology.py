@@ -52,12 +52,23 @@ topology annotations. The ungater then removes the gate and adds the domain's no
 (down to ``kubernetes.io/hostname`` when the topology has it) to the pod's
 ``nodeSelector``; msop never rewrites a pod it created, so nothing undoes that, and a
 gated pod is Pending like any pod not yet scheduled.
+
+**A lost node.** When a node that holds a pod of a pod set placed down to
+``kubernetes.io/hostname`` fails (deleted, or not ready once its pods are gone), Kueue
+names it in the Workload's ``status.unhealthyNodes``, finds a node in its place (in the
+same domain of the required level) and rewrites that pod set's ``topologyAssignment``
+without admitting the Workload again (its failed-node replacement, on by default since
+Kueue 0.14). The ungater gives a gated pod whatever place of the assignment no pod holds:
+a pod created *before* Kueue has moved the place would be sent to the lost node, and
+never run. So while a place without a pod is on a node that cannot take one
+(:func:`unplaceable`: named in ``unhealthyNodes``, gone from msop's node cache, or not
+ready), the job's missing pods are not created (:meth:`.kueue.Decision.release_pods`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from msop.api import constants as c
@@ -83,6 +94,9 @@ UNSUPPORTED: Final = (
 GATE: Final = "kueue.x-k8s.io/topology"
 #: Names the pod's Workload: the ungater lists a Workload's pods by it.
 WORKLOAD_ANNOTATION: Final = "kueue.x-k8s.io/workload"
+#: The lowest level of a topology placed down to nodes; Kueue replaces failed nodes only
+#: in such assignments.
+HOSTNAME: Final = "kubernetes.io/hostname"
 
 #: The ``Queued`` reason of a job whose topology annotations Kueue would refuse.
 REASON_INVALID: Final = "InvalidTopologyRequest"
@@ -219,3 +233,80 @@ def placement(wl: JSON, assignment: JSON) -> Placement | None:
     if not any(k in req for k in ("required", "preferred", "unconstrained")):
         annotations[UNCONSTRAINED] = "true"  # TAS without asking: the ungater's mark
     return Placement(annotations=annotations, scheduling_gates=[GATE])
+
+
+def node_places(assignment: JSON) -> dict[str, int]:
+    """How many pods the pod set of ``assignment`` has on each node, from its
+    ``topologyAssignment`` (Kueue's v1beta2 form: slices of domains, each level's values
+    either one for all or one per domain, with a prefix and suffix); empty when it has
+    none, or when its lowest level is not ``kubernetes.io/hostname``."""
+    ta = assignment.get("topologyAssignment") or {}
+    levels = ta.get("levels") or []
+    if not levels or levels[-1] != HOSTNAME:
+        return {}
+    out: dict[str, int] = {}
+    for piece in ta.get("slices") or []:
+        domains = int(piece.get("domainCount") or 0)
+        values = (piece.get("valuesPerLevel") or [{}])[-1]
+        counts = piece.get("podCounts") or {}
+        individual = values.get("individual") or {}
+        roots = individual.get("roots") or []
+        for i in range(domains):
+            if "universal" in values:
+                host = str(values["universal"])
+            elif i < len(roots):
+                host = f"{individual.get('prefix') or ''}{roots[i]}{individual.get('suffix') or ''}"
+            else:
+                continue
+            if "universal" in counts:
+                n = int(counts["universal"])
+            else:
+                each = counts.get("individual") or []
+                n = int(each[i]) if i < len(each) else 0
+            out[host] = out.get(host, 0) + n
+    return out
+
+
+def unhealthy_nodes(wl: JSON) -> list[str]:
+    """The nodes Kueue is replacing in the Workload's topology assignment
+    (``status.unhealthyNodes``)."""
+    return [
+        str(n.get("name"))
+        for n in (wl.get("status") or {}).get("unhealthyNodes") or []
+        if isinstance(n, dict) and n.get("name")
+    ]
+
+
+def pod_host(pod: JSON) -> str:
+    """The node a pod is on, or that Kueue's ungater sent it to; "" while it is gated."""
+    spec = pod.get("spec") or {}
+    return str(spec.get("nodeName") or (spec.get("nodeSelector") or {}).get(HOSTNAME) or "")
+
+
+def free_places(assignment: JSON, pods: Sequence[JSON]) -> list[str]:
+    """The nodes where the assignment has a place that none of ``pods`` (the pod set's
+    pods that have not ended) holds, one entry a place, in the assignment's order."""
+    held: dict[str, int] = {}
+    for pod in pods:
+        host = pod_host(pod)
+        if host:
+            held[host] = held.get(host, 0) + 1
+    out: list[str] = []
+    for host, n in node_places(assignment).items():
+        out += [host] * max(0, n - held.get(host, 0))
+    return out
+
+
+def unplaceable(
+    wl: JSON, assignment: JSON, pods: Sequence[JSON], usable: Callable[[str], str]
+) -> list[tuple[str, str]]:
+    """The free places of ``assignment`` (:func:`free_places`) on nodes that cannot take a
+    pod, with why: Kueue names the node in ``status.unhealthyNodes``, or ``usable(node)``
+    says why not ("" when it can)."""
+    replacing = set(unhealthy_nodes(wl))
+    out: list[tuple[str, str]] = []
+    for host in dict.fromkeys(free_places(assignment, pods)):
+        why = "Kueue is replacing it" if host in replacing else usable(host)
+        if why:
+            out.append((host, why))
+    return out

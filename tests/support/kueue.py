@@ -28,6 +28,26 @@ def queued_job(**kw: Any) -> JSON:
     return j
 
 
+def tas_job(annotations: dict[str, str], **kw: Any) -> JSON:
+    """The Scheduler and two Workers of the Kueue tests, the Workers' template annotated."""
+    j = queued_job(**kw)
+    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": annotations}
+    return j
+
+
+def assignment_of(hosts: list[str]) -> JSON:
+    """A topologyAssignment as Kueue 0.17 writes it: one pod per host, lowest level only."""
+    return {
+        "levels": ["kubernetes.io/hostname"],
+        "slices": [{
+            "domainCount": len(hosts),
+            "valuesPerLevel": [{"individual": {"prefix": "b1-r2-", "roots": [
+                h.removeprefix("b1-r2-") for h in hosts]}}],
+            "podCounts": {"universal": 1},
+        }],
+    }  # fmt: skip
+
+
 def wl_of(j: JSON, *conditions: tuple[str, str, str], **status: Any) -> JSON:
     w = kueue_workload.workload(j, active=True)
     w["metadata"].update(uid="wl-uid", resourceVersion="7", generation=1)

@@ -17,31 +17,11 @@ from msop.msjob.plan import Observed, Plan, plan
 from msop.msjob.projection import pod_projection
 from msop.msjob.scheduling import Placement
 from tests.support.builders import NOW, T0, job, pod, queue, running_status, service
-from tests.support.kueue import FLAVORS, queued, queued_job, wl_of
+from tests.support.kueue import FLAVORS, assignment_of, queued, queued_job, tas_job, wl_of
 
 JSON = dict[str, Any]
 INDEX = c.LABEL_REPLICA_INDEX
 HOSTS = ["b1-r2-n0", "b1-r2-n1"]
-
-
-def tas_job(annotations: dict[str, str], **kw: Any) -> JSON:
-    """The Scheduler and two Workers of test_kueue, the Workers' template annotated."""
-    j = queued_job(**kw)
-    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["metadata"] = {"annotations": annotations}
-    return j
-
-
-def assignment_of(hosts: list[str]) -> JSON:
-    """A topologyAssignment as Kueue 0.17 writes it: one pod per host, lowest level only."""
-    return {
-        "levels": ["kubernetes.io/hostname"],
-        "slices": [{
-            "domainCount": len(hosts),
-            "valuesPerLevel": [{"individual": {"prefix": "b1-r2-", "roots": [
-                h.removeprefix("b1-r2-") for h in hosts]}}],
-            "podCounts": {"universal": 1},
-        }],
-    }  # fmt: skip
 
 
 def admitted_by_tas(j: JSON, **worker: Any) -> JSON:

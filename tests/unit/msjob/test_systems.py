@@ -46,6 +46,10 @@ class _Caches:
         self.asked.append(("cluster", resource.kind))
         return lambda name: None
 
+    def nodes(self) -> Callable[[str], JSON | None] | None:
+        self.asked.append(("nodes", "Node"))
+        return None
+
 
 def test_the_enabled_systems_in_their_order() -> None:
     assert systems.enabled(kueue_enabled=False, gang_scheduling=False) == []
@@ -61,6 +65,7 @@ def test_each_system_asks_for_its_caches_when_it_starts() -> None:
     assert caches.asked == [
         ("children", WORKLOADS.kind),
         ("cluster", RESOURCEFLAVORS.kind),
+        ("nodes", "Node"),  # the operator's own node cache: no new watch
         ("children", PODGROUPS.kind),
     ]
 
