@@ -96,9 +96,13 @@ def job() -> dict[str, object]:
     return msjob(NAME, 2, container, affinity=ONE_PER_NODE)
 
 
-def start(cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet) -> dict[str, str]:
-    """Apply the job, wait until kwok runs its pods, adopt them; their UIDs by name."""
-    apply(cluster, namespace, job())
+def start(
+    cluster: LocalCluster, namespace: str, kubelet: InPlaceKubelet,
+    manifest: dict[str, object] | None = None,
+) -> dict[str, str]:  # fmt: skip
+    """Apply the job (``manifest``, else :func:`job`), wait until kwok runs its pods,
+    adopt them; their UIDs by name."""
+    apply(cluster, namespace, manifest if manifest is not None else job())
     pods = wait_for(
         "the job's three pods Running",
         lambda: (p := job_pods(cluster, namespace, NAME)) and len(p) == 3

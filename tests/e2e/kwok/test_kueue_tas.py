@@ -2,6 +2,10 @@
 Kueue 0.17): msrun MSJobs whose Worker template asks for a rack land where Kueue's
 topology assignment says, worker i on the i-th place of it.
 
+A Worker whose node is lost under a job restarted in place is replaced where Kueue's
+failed-node replacement (``status.unhealthyNodes``) puts it, alone, without the
+Workload being admitted again.
+
 Each test gets kwok nodes of its own labelled with a block, a rack and (as every kwok
 node) ``kubernetes.io/hostname``, a ``Topology`` of those three levels, a ResourceFlavor
 on that topology selecting the test's nodes (and tolerating their taint), a ClusterQueue
@@ -12,15 +16,31 @@ with ample quota (only the topology limits where jobs go) and an operator run wi
 from __future__ import annotations
 
 import json
+import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from testbed import LocalCluster
+from testbed.inplace import InPlaceKubelet
 from testbed.kueue import Kueue, build
+from tests.e2e.inplace import (
+    FEATURE,
+    NAME,
+    ONE_PER_NODE,
+    RESTRICTED,
+    declare,
+    msjob,
+    recreated_alone,
+    start,
+    when,
+)
 from tests.e2e.kueues import QUEUE_LABEL, create, queues, stays_without_pods, workload
 from tests.e2e.msjobs import apply, job_pods, queued, wait_bound, wait_for, wait_queued
+from tests.e2e.reliability import operator_calls
 from tests.e2e.sessions import POOL_LABEL, Pool, run_addon
 
 JSON = dict[str, Any]
@@ -100,10 +120,10 @@ def msrun_job(name: str, queue: str, workers: int, annotation: str, level: str =
     }  # fmt: skip
 
 
-def hosts_by_rank(wl: JSON) -> list[str]:
-    """The worker pod set's topology assignment, one host per pod, in Kueue's order (the
-    order its ungater gives pods by their replica index)."""
-    psa = next(a for a in wl["status"]["admission"]["podSetAssignments"] if a["name"] == "worker")
+def hosts_by_rank(wl: JSON, pod_set: str = "worker") -> list[str]:
+    """A pod set's topology assignment, one host per pod, in Kueue's order (the order its
+    ungater gives pods by their replica index)."""
+    psa = next(a for a in wl["status"]["admission"]["podSetAssignments"] if a["name"] == pod_set)
     ta = psa["topologyAssignment"]
     level = ta["levels"].index(HOST)
     out: list[str] = []
@@ -204,3 +224,163 @@ def test_a_job_that_prefers_a_rack_it_outgrows_spreads_over_the_fewest_racks(
     wl = workload(cluster, namespace, "spread") or {}
     assert wl["spec"]["podSets"][0]["topologyRequest"] == {
         "preferred": RACK, "podIndexLabel": INDEX_LABEL}  # fmt: skip
+
+
+class WorkloadVersions:
+    """Every version of the namespace's Kueue Workloads, from ``kubectl get --watch``
+    (Kueue clears ``status.unhealthyNodes`` as soon as it has found the replacement: a
+    poll could miss it)."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str) -> None:
+        self.seen: list[JSON] = []
+        self.proc = subprocess.Popen(
+            [cluster.binary("kubectl"), "--kubeconfig", cluster.kubeconfig, "get",
+             "workloads.kueue.x-k8s.io", "-n", namespace, "--watch", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder, buf = json.JSONDecoder(), ""
+        for line in self.proc.stdout:
+            buf += line
+            while buf.strip():
+                try:
+                    obj, end = decoder.raw_decode(buf.lstrip())
+                except ValueError:
+                    break
+                self.seen.append(obj)
+                buf = buf.lstrip()[end:]
+
+    def stop(self) -> list[JSON]:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+        self.thread.join(timeout=10)
+        return list(self.seen)
+
+
+def where(cluster: LocalCluster, namespace: str, versions: list[JSON]) -> str:
+    """The job's pods (node, selected host, gates, phase) and each Workload version's
+    assignment and unhealthy nodes, for a failure's message."""
+    pods = {
+        n: (p["spec"].get("nodeName"), (p["spec"].get("nodeSelector") or {}).get(HOST),
+            [g["name"] for g in p["spec"].get("schedulingGates") or []],
+            p["status"].get("phase"))
+        for n, p in job_pods(cluster, namespace, NAME).items()
+    }  # fmt: skip
+    seen = []
+    for v in versions:
+        status = v.get("status") or {}
+        admission = status.get("admission") or {}
+        seen.append((
+            v["metadata"].get("resourceVersion"), status.get("unhealthyNodes"),
+            [(a["name"], hosts_by_rank({"status": {"admission": admission}}, a["name"]))
+             for a in admission.get("podSetAssignments") or [] if a.get("topologyAssignment")],
+        ))  # fmt: skip
+    return json.dumps({"pods": pods, "workloads": seen}, indent=1)
+
+
+def tas_inplace_job(queue: str) -> JSON:
+    """The restart-in-place job of tests/e2e/inplace.py (a Scheduler and two Workers, one
+    pod a node) queued in ``queue``, every template requiring rack placement and asking
+    for 10 of a node's 16 CPUs."""
+    container = {"name": "mindspore", "image": "ms:kwok", "securityContext": RESTRICTED,
+                 "resources": {"requests": {"cpu": "10", "memory": "1Gi"}}}  # fmt: skip
+    job: JSON = msjob(NAME, 2, container, affinity=ONE_PER_NODE)
+    job["metadata"]["labels"] = {QUEUE_LABEL: queue}
+    job["spec"]["restartScope"] = "Job"
+    for spec in job["spec"]["msReplicaSpecs"].values():
+        spec["template"]["metadata"] = {"annotations": {REQUIRED: RACK}}
+    return job
+
+
+def admitted_at(wl: JSON) -> str:
+    (cond,) = [c for c in wl["status"]["conditions"] if c["type"] == "Admitted"]
+    assert cond["status"] == "True", cond
+    return str(cond["lastTransitionTime"])
+
+
+def test_a_worker_whose_node_is_lost_is_replaced_alone_where_kueue_puts_it(
+    cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str, pool: Pool,
+    tas_objects: None, kubelet_in_place: InPlaceKubelet,
+) -> None:  # fmt: skip
+    """Rack r1 has four nodes, the job three pods that require a rack: one node is spare.
+    Worker 1's node is deleted and its pod force-deleted (as the pod garbage collector
+    does). Kueue names the node in the Workload's ``status.unhealthyNodes`` and moves its
+    place in the topology assignment to the spare node, without admitting the Workload
+    again; msop recreates that pod alone (one pod write), gated, once the assignment has
+    a place for it, Kueue's ungater sends it to the spare node, and the other pods keep
+    their UIDs and restart in place."""
+    rack_of = racks(pool, {"r1": 4})
+    queue, _ = topology_queue(cluster, namespace)
+    declare(cluster, [FEATURE])  # every node, the pool's too, restarts pods in place
+    try:
+        _lost_node_replaced(cluster, kueue, start_operator, namespace, rack_of,
+                            kubelet_in_place, queue)  # fmt: skip
+    finally:
+        declare(cluster, None)
+
+
+def _lost_node_replaced(
+    cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str,
+    rack_of: dict[str, str], kubelet: InPlaceKubelet, queue: str,
+) -> None:  # fmt: skip
+    op = start_operator("--enable-kueue", "--agent-image=msop:kwok")
+    before = start(cluster, namespace, kubelet, tas_inplace_job(queue))
+    wl = workload(cluster, namespace, NAME) or {}
+    old_hosts = hosts_by_rank(wl)
+    lost = f"{NAME}-worker-1"
+    pods = job_pods(cluster, namespace, NAME)
+    node = pods[lost]["spec"]["nodeName"]
+    assert old_hosts[1] == node, (old_hosts, node)
+    used = {p["spec"]["nodeName"] for p in pods.values()}
+    (spare,) = set(rack_of) - used
+    versions = WorkloadVersions(cluster, namespace)
+    try:
+        time.sleep(1)  # the watch's first list
+        lost_at = time.time()
+        cluster.kubectl("delete", "node", node, "--wait=false")
+        cluster.kubectl("delete", "pod", "-n", namespace, lost, "--grace-period=0", "--force")
+        recreated_alone(cluster, namespace, kubelet, op, before, lost, lost_at)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{where(cluster, namespace, versions.seen)}") from None
+    finally:
+        seen = versions.stop()
+    # The operator wrote one pod: the lost one, created again (nothing deleted, patched).
+    writes = [(verb, c["objectRef"].get("name"))
+              for verb in ("create", "update", "patch", "delete")
+              for c in operator_calls(cluster.audit_log, namespace, verb, "pods")
+              if when(c) >= lost_at]  # fmt: skip
+    assert writes == [("create", lost)]
+    # Kueue named the node, and replaced it in place: the same Workload, admitted all
+    # along (never evicted, never without its admission), its assignment updated.
+    now = workload(cluster, namespace, NAME) or {}
+    assert now["metadata"]["uid"] == wl["metadata"]["uid"]
+    assert admitted_at(now) == admitted_at(wl)
+    assert now["status"]["admission"]["clusterQueue"] == wl["status"]["admission"]["clusterQueue"]
+    unhealthy = [[n.get("name") for n in (v.get("status") or {}).get("unhealthyNodes") or []]
+                 for v in seen]  # fmt: skip
+    assert [node] in unhealthy, unhealthy
+    assert not (now["status"].get("unhealthyNodes")), now["status"]
+    for v in seen:
+        status = v.get("status") or {}
+        conds = {c["type"]: c["status"] for c in status.get("conditions") or []}
+        assert status.get("admission") and conds.get("Admitted") == "True", status
+        assert conds.get("Evicted") != "True", status
+    new_hosts = hosts_by_rank(now)
+    assert node not in new_hosts and spare in new_hosts, (old_hosts, new_hosts)
+    assert sorted(new_hosts) == sorted([old_hosts[0], spare]), (old_hosts, new_hosts)
+    # The new pod went where the updated assignment has room: the spare node, through
+    # Kueue's ungater (gate gone, host in its nodeSelector); the others stayed.
+    pods = job_pods(cluster, namespace, NAME)
+    new = pods[lost]
+    assert new["spec"]["nodeName"] == spare, new["spec"]
+    assert new["spec"]["nodeSelector"].get(HOST) == spare, new["spec"]["nodeSelector"]
+    assert GATE not in [g["name"] for g in new["spec"].get("schedulingGates") or []]
+    assert new["metadata"]["annotations"]["kueue.x-k8s.io/workload"] == now["metadata"]["name"]
+    for name, pod in pods.items():
+        if name != lost:
+            assert pod["metadata"]["uid"] == before[name]
+            assert pod["spec"]["nodeName"] in used - {node}
