@@ -19,7 +19,7 @@ import json
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -302,32 +302,76 @@ def admitted_at(wl: JSON) -> str:
     return str(cond["lastTransitionTime"])
 
 
-def test_a_worker_whose_node_is_lost_is_replaced_alone_where_kueue_puts_it(
+#: How a test loses a node: ``lose(node, pod)`` at the start of the loss; returns the
+#: pod writes the operator makes besides creating the pod again.
+Lose = Callable[[str, str], list[str]]
+
+
+def test_a_worker_whose_node_is_deleted_is_replaced_alone_where_kueue_puts_it(
     cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str, pool: Pool,
     tas_objects: None, kubelet_in_place: InPlaceKubelet,
 ) -> None:  # fmt: skip
     """Rack r1 has four nodes, the job three pods that require a rack: one node is spare.
-    Worker 1's node is deleted and its pod force-deleted (as the pod garbage collector
-    does). Kueue names the node in the Workload's ``status.unhealthyNodes`` and moves its
-    place in the topology assignment to the spare node, without admitting the Workload
-    again; msop recreates that pod alone (one pod write), gated, once the assignment has
-    a place for it, Kueue's ungater sends it to the spare node, and the other pods keep
-    their UIDs and restart in place."""
+    Worker 1's node is deleted and its pod force-deleted at once (the pod garbage
+    collector would, later). Kueue names the node in the Workload's
+    ``status.unhealthyNodes`` and moves its place in the topology assignment to the spare
+    node, without admitting the Workload again; msop recreates that pod alone (its one
+    pod write), gated, once the place has moved, Kueue's ungater sends it to the spare
+    node, and the other pods keep their UIDs and restart in place."""
+
+    def lose(node: str, pod: str) -> list[str]:
+        cluster.kubectl("delete", "node", node, "--wait=false")
+        cluster.kubectl("delete", "pod", "-n", namespace, pod, "--grace-period=0", "--force")
+        return []  # the operator deletes nothing
+
+    _node_lost_under_tas(cluster, namespace, pool, kubelet_in_place, start_operator, [], lose)
+
+
+def test_a_worker_whose_node_goes_not_ready_is_replaced_alone_where_kueue_puts_it(
+    cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str, pool: Pool,
+    tas_objects: None, kubelet_in_place: InPlaceKubelet,
+    node_lost: Callable[[str], Callable[[], None]],
+) -> None:  # fmt: skip
+    """The same with Worker 1's node NotReady (kwok, every node's kubelet, frozen): the
+    operator deletes the pod after ``--node-lost-after``; Kueue counts the node as failed
+    once that pod terminates (``TASReplaceNodeOnPodTermination``) and moves its place;
+    kwok plays again (the node Ready, but no longer in the assignment), confirms the
+    deletion, and the pod is created again on the spare node."""
+
+    def lose(node: str, pod: str) -> list[str]:
+        back = node_lost(node)
+        wait_for(
+            "Kueue moving the place off the NotReady node",
+            lambda: node not in hosts_by_rank(workload(cluster, namespace, NAME) or {}),
+            timeout=40,
+        )  # fmt: skip
+        back()
+        return [pod]  # the operator deletes the lost pod
+
+    _node_lost_under_tas(cluster, namespace, pool, kubelet_in_place, start_operator,
+                         ["--node-lost-after=2s"], lose)  # fmt: skip
+
+
+def _node_lost_under_tas(
+    cluster: LocalCluster, namespace: str, pool: Pool, kubelet: InPlaceKubelet,
+    start_operator: Any, flags: list[str], lose: Lose,
+) -> None:  # fmt: skip
+    """The job on a rack of four nodes, the operator started once every node (the
+    pool's too) declares restarts in place; then the loss, and what must follow."""
     rack_of = racks(pool, {"r1": 4})
     queue, _ = topology_queue(cluster, namespace)
-    declare(cluster, [FEATURE])  # every node, the pool's too, restarts pods in place
+    declare(cluster, [FEATURE])
     try:
-        _lost_node_replaced(cluster, kueue, start_operator, namespace, rack_of,
-                            kubelet_in_place, queue)  # fmt: skip
+        op = start_operator("--enable-kueue", "--agent-image=msop:kwok", *flags)
+        _replaced(cluster, namespace, rack_of, kubelet, op, queue, lose)
     finally:
         declare(cluster, None)
 
 
-def _lost_node_replaced(
-    cluster: LocalCluster, kueue: Kueue, start_operator: Any, namespace: str,
-    rack_of: dict[str, str], kubelet: InPlaceKubelet, queue: str,
+def _replaced(
+    cluster: LocalCluster, namespace: str, rack_of: dict[str, str], kubelet: InPlaceKubelet,
+    op: Any, queue: str, lose: Lose,
 ) -> None:  # fmt: skip
-    op = start_operator("--enable-kueue", "--agent-image=msop:kwok")
     before = start(cluster, namespace, kubelet, tas_inplace_job(queue))
     wl = workload(cluster, namespace, NAME) or {}
     old_hosts = hosts_by_rank(wl)
@@ -341,19 +385,19 @@ def _lost_node_replaced(
     try:
         time.sleep(1)  # the watch's first list
         lost_at = time.time()
-        cluster.kubectl("delete", "node", node, "--wait=false")
-        cluster.kubectl("delete", "pod", "-n", namespace, lost, "--grace-period=0", "--force")
+        deleted = lose(node, lost)
         recreated_alone(cluster, namespace, kubelet, op, before, lost, lost_at)
     except AssertionError as e:
         raise AssertionError(f"{e}\n{where(cluster, namespace, versions.seen)}") from None
     finally:
         seen = versions.stop()
-    # The operator wrote one pod: the lost one, created again (nothing deleted, patched).
+    # The operator wrote one pod: the lost one, created again (and deleted it if it was
+    # still there); nothing else was deleted or patched.
     writes = [(verb, c["objectRef"].get("name"))
               for verb in ("create", "update", "patch", "delete")
               for c in operator_calls(cluster.audit_log, namespace, verb, "pods")
               if when(c) >= lost_at]  # fmt: skip
-    assert writes == [("create", lost)]
+    assert writes == [("create", lost)] + [("delete", n) for n in deleted], writes
     # Kueue named the node, and replaced it in place: the same Workload, admitted all
     # along (never evicted, never without its admission), its assignment updated.
     now = workload(cluster, namespace, NAME) or {}

@@ -28,15 +28,9 @@ MindSpore this way (tests/e2e/real/test_mindspore.py).
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
-from collections.abc import Callable, Iterator
-from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
-
-import pytest
 
 from testbed import LocalCluster
 from testbed.inplace import InPlaceKubelet
@@ -142,39 +136,6 @@ def test_a_deleted_worker_is_recreated_alone_and_the_others_restart_in_place(
     deletes = [c["objectRef"].get("name") for c in operator_calls(
         cluster.audit_log, namespace, "delete", "pods") if when(c) >= deleted_at]  # fmt: skip
     assert deletes == []
-
-
-def _set_ready(cluster: LocalCluster, node: str, status: str) -> None:
-    """Say the node's Ready is ``status`` from now, as its kubelet would."""
-    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ready = {"type": "Ready", "status": status, "reason": "KubeletNotReady" if status != "True"
-             else "KubeletReady", "message": "e2e", "lastHeartbeatTime": now,
-             "lastTransitionTime": now}  # fmt: skip
-    cluster.kubectl("patch", "node", node, "--subresource=status", "--type=strategic",
-                    "-p", json.dumps({"status": {"conditions": [ready]}}))  # fmt: skip
-
-
-@pytest.fixture
-def node_lost(cluster: LocalCluster) -> Iterator[Callable[[str], Callable[[], None]]]:
-    """Loses a node as a kubelet that stops does: kwok, which plays every node's kubelet,
-    is frozen (else it would say Ready again at once), and the node says Ready False from
-    now. Returns what brings kwok back (the node Ready again); done at the end anyway."""
-    kwok = cluster.component_pid("kwok-controller")
-    lost: list[str] = []
-
-    def back() -> None:
-        os.kill(kwok, signal.SIGCONT)
-        for node in lost:
-            _set_ready(cluster, node, "True")
-
-    def lose(node: str) -> Callable[[], None]:
-        lost.append(node)
-        os.kill(kwok, signal.SIGSTOP)
-        _set_ready(cluster, node, "False")
-        return back
-
-    yield lose
-    back()
 
 
 def test_a_pod_on_a_node_gone_not_ready_is_recreated_alone_at_once(
