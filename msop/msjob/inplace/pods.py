@@ -183,6 +183,7 @@ def add_agent(
         {"name": wire.ENV_AGENT_GENERATION, "value": str(generation)},
         {"name": wire.ENV_AGENT_DIR, "value": MOUNT_PATH},
         *([{"name": wire.ENV_AGENT_HOLD, "value": "1"}] if hold else []),
+        {"name": wire.ENV_AGENT_STOP_GRACE, "value": str(stop_grace(pod_spec))},
     ]
     common: JSON = {
         "image": in_place.image,
@@ -223,6 +224,17 @@ def add_agent(
     pod_spec["containers"] = [
         main if cont.get("name") == main.get("name") else cont for cont in pod_spec["containers"]
     ]
+
+
+def stop_grace(pod_spec: JSON) -> int:
+    """Seconds a run has after its SIGTERM when msop restarts its pod in place: the
+    template's ``terminationGracePeriodSeconds``, else
+    :data:`~msop.integrations.wire.DEFAULT_STOP_GRACE`. Not a deletion's
+    default of 30 s: members stuck on a lost peer would only wait it out."""
+    grace = pod_spec.get("terminationGracePeriodSeconds")
+    if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0:
+        return grace
+    return int(wire.DEFAULT_STOP_GRACE)
 
 
 def keep_output(main: JSON) -> None:

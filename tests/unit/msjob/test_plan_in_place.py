@@ -149,7 +149,7 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert env == {
         "MSOP_AGENT_PORT": "28090", "MSOP_AGENT_JOB": "job-uid",
         "MSOP_AGENT_KEY": ON.public_key, "MSOP_AGENT_GENERATION": "2",
-        "MSOP_AGENT_DIR": "/var/run/msop-agent",
+        "MSOP_AGENT_DIR": "/var/run/msop-agent", "MSOP_AGENT_STOP_GRACE": "1",
     }  # fmt: skip
     assert agent["image"] == barrier["image"] == "msop:0.1.0"
     assert agent["ports"][0]["containerPort"] == 28090
@@ -158,6 +158,19 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert main["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": codes}]
     assert {"name": "msop-agent", "emptyDir": {}} in worker["volumes"]
     assert worker["restartPolicy"] == "Never"
+
+
+def test_the_stop_grace_of_a_restart_in_place_is_the_templates_grace_period() -> None:
+    j = cluster()
+    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
+    pods = new_pods(j, in_place=ON)
+
+    def grace(pod: str) -> str:
+        agent = pods[pod]["spec"]["initContainers"][0]
+        return {e["name"]: e["value"] for e in agent["env"]}["MSOP_AGENT_STOP_GRACE"]
+
+    assert grace("j-worker-0") == "45"
+    assert grace("j-scheduler-0") == "1"  # none set: a second to flush, not the 30 s default
 
 
 def test_the_training_command_runs_under_the_keeper_of_its_output() -> None:
