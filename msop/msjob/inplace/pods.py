@@ -166,13 +166,16 @@ def add_agent(
     policy: str,
     in_place: InPlace,
     hold: bool = False,
+    stop_grace: int = int(wire.DEFAULT_STOP_GRACE),
 ) -> None:
     """Give a pod the agent, the barrier and, if its replica's ``policy`` retries, the
     training container's rule (in place). Every member gets the agent: a restart of the
     job restarts them all, a Scheduler whose own failure is never retried included.
     ``hold``: the pod replaces a lost member during a restart in place (a hybrid
     restart): its barrier holds it on its first start too, until the job's ``generation``
-    is released for every pod together."""
+    is released for every pod together. ``stop_grace``: seconds the training has after
+    the keeper's SIGTERM when the pod is restarted for another member's failure
+    (``spec.restartInPlaceGracePeriodSeconds``)."""
     main = main_container(pod_spec)
     if main is None:
         return
@@ -183,7 +186,7 @@ def add_agent(
         {"name": wire.ENV_AGENT_GENERATION, "value": str(generation)},
         {"name": wire.ENV_AGENT_DIR, "value": MOUNT_PATH},
         *([{"name": wire.ENV_AGENT_HOLD, "value": "1"}] if hold else []),
-        {"name": wire.ENV_AGENT_STOP_GRACE, "value": str(stop_grace(pod_spec))},
+        {"name": wire.ENV_AGENT_STOP_GRACE, "value": str(stop_grace)},
     ]
     common: JSON = {
         "image": in_place.image,
@@ -224,17 +227,6 @@ def add_agent(
     pod_spec["containers"] = [
         main if cont.get("name") == main.get("name") else cont for cont in pod_spec["containers"]
     ]
-
-
-def stop_grace(pod_spec: JSON) -> int:
-    """Seconds a run has after its SIGTERM when msop restarts its pod in place: the
-    template's ``terminationGracePeriodSeconds``, else
-    :data:`~msop.integrations.wire.DEFAULT_STOP_GRACE`. Not a deletion's
-    default of 30 s: members stuck on a lost peer would only wait it out."""
-    grace = pod_spec.get("terminationGracePeriodSeconds")
-    if isinstance(grace, int) and not isinstance(grace, bool) and grace >= 0:
-        return grace
-    return int(wire.DEFAULT_STOP_GRACE)
 
 
 def keep_output(main: JSON) -> None:

@@ -160,17 +160,22 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert worker["restartPolicy"] == "Never"
 
 
-def test_the_stop_grace_of_a_restart_in_place_is_the_templates_grace_period() -> None:
+def test_the_stop_grace_of_a_restart_in_place_is_the_jobs_not_the_pods_grace_period() -> None:
     j = cluster()
     j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
-    pods = new_pods(j, in_place=ON)
 
-    def grace(pod: str) -> str:
-        agent = pods[pod]["spec"]["initContainers"][0]
-        return {e["name"]: e["value"] for e in agent["env"]}["MSOP_AGENT_STOP_GRACE"]
+    def grace(job: JSON) -> set[str]:
+        pods = new_pods(job, in_place=ON)
+        return {
+            {e["name"]: e["value"] for e in p["spec"]["initContainers"][0]["env"]}[
+                "MSOP_AGENT_STOP_GRACE"
+            ]
+            for p in pods.values()
+        }
 
-    assert grace("j-worker-0") == "45"
-    assert grace("j-scheduler-0") == "1"  # none set: a second to flush, not the 30 s default
+    assert grace(j) == {"1"}  # a deletion's 45 s are not a restart's
+    j["spec"]["restartInPlaceGracePeriodSeconds"] = 20
+    assert grace(j) == {"20"}
 
 
 def test_the_training_command_runs_under_the_keeper_of_its_output() -> None:
@@ -371,10 +376,11 @@ def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(change: Any, 
 def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
     pods = members(member("Scheduler", 0), restarts=1, state="waiting", last=137,
                    barrier="running")  # fmt: skip
-    p = run(cluster(status=restarting(seconds_ago=121)), pods, [service()], in_place=ON)
+    p = run(cluster(status=restarting(seconds_ago=122)), pods, [service()], in_place=ON)
     assert names(p.delete_pods) == EVERY_POD
     message = must_cond(p, "Restarting")["message"]
-    assert "did not complete within 120s (not restarted: j-scheduler-0)" in message
+    within = "within 120s and the members' 1s grace (not restarted: j-scheduler-0)"
+    assert f"did not complete {within}" in message
 
 
 def test_until_the_timeout_it_waits() -> None:
