@@ -236,9 +236,7 @@ def advance(p: PlanningPass) -> Step:
             if not pods.restarted_for(pod, generation)
         ]
         waiting = f" (not restarted: {', '.join(late)})" if late else ""
-        return Step(
-            recreate=_recreate(p, f"it did not complete within {within}{waiting}", first)
-        )
+        return Step(recreate=_recreate(p, f"it did not complete within {within}{waiting}", first))
     _say_waiting(p, cond, new)
     if only_new:
         return Step()  # the replacements' own status changes bring the next pass
