@@ -578,6 +578,18 @@ def spec_schema(template: dict[str, Any]) -> dict[str, Any]:
                 "--restart-in-place allows it; each pod then runs msop's agent sidecar. "
                 "false: recreate every pod. Default true.",
             },
+            "restartInPlaceGracePeriodSeconds": {
+                **_int(
+                    "Seconds the training processes of the members that did not fail have, "
+                    "between the SIGTERM and the SIGKILL msop's keeper sends them, when the job "
+                    "restarts in place. They are usually stuck on the lost member and cannot save; "
+                    "set it for a script that can (the agent then waits that long before the "
+                    "kubelet restarts the pod). Not the pods' terminationGracePeriodSeconds, which "
+                    "a deletion (a suspend, a preemption, a recreation) gives. Default 1.",
+                    minimum=0,
+                ),
+                "maximum": c.MAX_RESTART_IN_PLACE_GRACE,
+            },
             "managedBy": _str(
                 "The controller that reconciles this job: unset or "
                 f"{c.MANAGED_BY_MSOP} for msop; {c.MANAGED_BY_MULTIKUEUE} to have Kueue's "

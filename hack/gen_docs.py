@@ -113,6 +113,7 @@ OPERATOR_DEFAULTS = {
     "spec.enableDynamicWorker": "`false`",
     "spec.restartScope": "`Job` with a Scheduler (not elastic) or `msrun`, else `Pod`",
     "spec.restartInPlace": "`true`",
+    "spec.restartInPlaceGracePeriodSeconds": "`1`",
     "spec.msrun.localWorkers": "one per accelerator",
     "spec.msrun.masterPort": f"`{c.DEFAULT_MSRUN_MASTER_PORT}`",
     "spec.msReplicaSpecs.<type>.restartPolicy": f"`{c.DEFAULT_RESTART_POLICY}`",

@@ -70,6 +70,10 @@ ENV_NODE_RANK: Final = _wire.ENV_NODE_RANK
 ENV_LOCAL_WORKER: Final = _wire.ENV_LOCAL_WORKER
 ENV_TERMINATION_FILE: Final = _wire.ENV_TERMINATION_FILE
 DEFAULT_MSRUN_MASTER_PORT: Final = 8118
+DEFAULT_RESTART_IN_PLACE_GRACE: Final = 1
+"""``spec.restartInPlaceGracePeriodSeconds`` when unset."""
+MAX_RESTART_IN_PLACE_GRACE: Final = 3600
+"""The most ``spec.restartInPlaceGracePeriodSeconds`` may say."""
 # Device resources that count the local workers of an msrun pod when spec.msrun.localWorkers
 # is unset: one worker per device of the mindspore container's limits.
 ACCELERATOR_RESOURCE_PREFIXES: Final[tuple[str, ...]] = ("huawei.com/Ascend",)

@@ -281,6 +281,15 @@ class MSJobSpec(_View):
         return self.raw.get("restartInPlace") is not False
 
     @property
+    def restart_in_place_grace(self) -> int:
+        """Seconds between the SIGTERM and the SIGKILL of a restart in place
+        (``restartInPlaceGracePeriodSeconds``, default 1)."""
+        value = self.raw.get("restartInPlaceGracePeriodSeconds")
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            return value
+        return c.DEFAULT_RESTART_IN_PLACE_GRACE
+
+    @property
     def managed_by(self) -> str | None:
         """The controller that reconciles the job: ``spec.managedBy`` (where Kueue's
         MultiKueue and batch/v1 Jobs put it), else ``spec.runPolicy.managedBy`` (where

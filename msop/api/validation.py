@@ -175,6 +175,7 @@ _SPEC_FIELDS = frozenset(
         "enableDynamicWorker",
         "restartScope",
         "restartInPlace",
+        "restartInPlaceGracePeriodSeconds",
         "managedBy",
         "msReplicaSpecs",
         "msrun",
@@ -321,6 +322,8 @@ def _validate_spec(spec: Mapping[str, Any], strict: bool) -> list[FieldError]:
     _check_type(errors, spec, "enableDynamicWorker", "spec", bool)
     _check_enum(errors, spec, "restartScope", "spec", c.RESTART_SCOPES)
     _check_type(errors, spec, "restartInPlace", "spec", bool)
+    _check_int(errors, spec, "restartInPlaceGracePeriodSeconds", "spec", 0,
+               c.MAX_RESTART_IN_PLACE_GRACE)  # fmt: skip
     errors += _validate_managed_by(spec)
     errors += _validate_replica_specs(spec.get("msReplicaSpecs"), strict)
     if spec.get("msrun") is not None:

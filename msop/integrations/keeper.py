@@ -22,6 +22,16 @@ SIGUSR2 to the child, and exits with the child's code, or 128 + N when a signal 
 child (as a shell does, and as the kubelet reports a killed process), so the pod's restart
 rules see the codes they would see without it. A COMMAND that cannot be started exits 127.
 
+When msop restarts the pod in place for a failure elsewhere in the job, the msop-agent
+writes ``DIR/stop`` (``{"generation": G, "grace": SECONDS}``) as it accepts the restart,
+before it exits for the kubelet to restart every container. The keeper looks for that file
+every :data:`STOP_POLL` seconds: it sends SIGTERM to the child at once, and SIGKILL to every
+process of the container once ``grace`` has passed, then ends with the child's code. The
+run is stopped as soon as msop asked, not once the kubelet noticed the agent's exit (up to
+a second later) and gave its own SIGTERM two seconds (the least grace a restart of every
+container gives); and a longer ``grace`` is honoured, since the agent waits for the keeper
+to end before it exits. ``run.json`` then says the run was stopped for that restart.
+
 Nothing here may slow or fail the training: a write error to DIR stops the keeping (one
 line on standard error), never the passing through. On a terminal (``tty: true``) the
 command replaces the keeper and nothing is kept.
@@ -58,6 +68,9 @@ LOG: Final = "run.log"
 OLDER: Final = "run.log.1"
 LOCK: Final = "run.lock"
 INFO: Final = "run.json"
+STOP: Final = "stop"
+STOP_POLL: Final = 0.1
+"""Seconds between two looks for :data:`STOP`."""
 DRAIN_SECONDS: Final = 2.0
 """After the child ended, how long its output may still flow (a process it left behind may
 hold the pipes open)."""
@@ -103,13 +116,16 @@ class Kept:
             except OSError as exc:
                 self._stop(exc)
 
-    def ended(self, code: int, signum: int | None) -> None:
-        """The command ended by itself: ``run.json`` says how (a run killed with its
-        container says nothing)."""
+    def ended(self, code: int, signum: int | None, stopped_for: int | None = None) -> None:
+        """The command ended by itself, or was stopped by the keeper for msop's restart to
+        generation ``stopped_for``: ``run.json`` says how (a run killed with its container
+        says nothing)."""
         with self._lock:
             if self._file is None:
                 return
-            ended = {"ended": time.time(), "exit_code": code, "signal": signum}
+            ended: dict[str, object] = {"ended": time.time(), "exit_code": code, "signal": signum}
+            if stopped_for is not None:
+                ended["stopped_for"] = stopped_for
             try:
                 _write_whole(
                     os.path.join(self._dir, INFO), json.dumps({**self._info, **ended}).encode()
@@ -160,6 +176,65 @@ def _pump(source: IO[bytes], fd: int, kept: Kept) -> None:
                 break  # our own output is gone: keep reading, so the child never blocks
 
 
+def read_stop(directory: str) -> tuple[int, float] | None:
+    """``(generation, grace)`` of the agent's stop request in ``directory``, if any (a
+    file that cannot be read as one counts as a request with no grace)."""
+    try:
+        with open(os.path.join(directory, STOP), "rb") as f:
+            data = f.read(4096)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        return (0, 0.0)
+    try:
+        obj = json.loads(data)
+        generation, grace = int(obj["generation"]), float(obj["grace"])
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return (0, 0.0)
+    return (generation, grace if 0.0 <= grace < 86400.0 else 0.0)
+
+
+class Stopper:
+    """Stops the run when the agent asks (:data:`STOP`): SIGTERM to the child, then, once
+    the grace has passed, SIGKILL to every process of the container."""
+
+    def __init__(self, directory: str, child: subprocess.Popen[bytes]) -> None:
+        self._dir = directory
+        self._child = child
+        self.ended = threading.Event()
+        """Set once the child has ended."""
+        self.generation: int | None = None
+        """The generation of the restart the run was stopped for."""
+
+    def watch(self, poll: float = STOP_POLL) -> None:
+        """Until the child ends: look for the request, then stop the run."""
+        while not self.ended.wait(poll):
+            request = read_stop(self._dir)
+            if request is None:
+                continue
+            self.generation, grace = request
+            _say(
+                f"msop restarts the pod in place (generation {self.generation}): SIGTERM to the "
+                f"run, and SIGKILL after {grace:g}s"
+            )
+            _forward(self._child, signal.SIGTERM)
+            if not self.ended.wait(grace):
+                _say(f"the run did not end within {grace:g}s: SIGKILL")
+                kill_the_rest(self._child)
+            return
+
+
+def kill_the_rest(child: subprocess.Popen[bytes] | None) -> None:
+    """SIGKILL the child and, as the container's PID 1, every other process in it (a
+    launcher's workers left behind)."""
+    if child is not None:
+        with contextlib.suppress(ProcessLookupError):
+            child.kill()
+    if os.getpid() == 1:
+        with contextlib.suppress(OSError):
+            os.kill(-1, signal.SIGKILL)
+
+
 def _exit_code(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -176,6 +251,8 @@ def run(directory: str, container: str, command: Sequence[str]) -> int:
     kept = Kept(directory)
     if lock_fd is not None:
         kept.open(container)
+    with contextlib.suppress(OSError):  # a request for the run before this one
+        os.unlink(os.path.join(directory, STOP))
     try:
         child = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
@@ -192,16 +269,22 @@ def run(directory: str, container: str, command: Sequence[str]) -> int:
     ]
     for pump in pumps:
         pump.start()
+    stopper = Stopper(directory, child)
+    threading.Thread(target=stopper.watch, daemon=True).start()
     while True:
         try:
             returncode = child.wait()
             break
         except InterruptedError:
             continue
+    stopper.ended.set()
+    if stopper.generation is not None:  # what it left behind would hold the pipes open
+        kill_the_rest(None)
     deadline = time.monotonic() + DRAIN_SECONDS
     for pump in pumps:
         pump.join(max(0.0, deadline - time.monotonic()))
-    kept.ended(_exit_code(returncode), -returncode if returncode < 0 else None)
+    ended_by: int | None = -returncode if returncode < 0 else None
+    kept.ended(_exit_code(returncode), ended_by, stopper.generation)
     return _exit_code(returncode)
 
 

@@ -65,6 +65,18 @@ ENV_AGENT_HOLD: Final = "MSOP_AGENT_HOLD"
 """``1``: the pod was made to replace a lost member during a restart under way (a hybrid
 restart), so its barrier waits for the release of ``MSOP_AGENT_GENERATION`` on the pod's
 first start too, with the restarted pods; unset or anything else: the first start passes."""
+ENV_AGENT_STOP_GRACE: Final = "MSOP_AGENT_STOP_GRACE"
+"""Seconds the training's run has, after its SIGTERM, to end when msop restarts the pod
+in place (the keeper then SIGKILLs it): the job's ``spec.restartInPlaceGracePeriodSeconds``.
+Unset (a pod made by an older msop): :data:`DEFAULT_STOP_GRACE`."""
+DEFAULT_STOP_GRACE: Final = 1.0
+"""The stop grace of a restart in place where the job sets none. The other members of a
+job restarting in place are usually stuck on a lost peer and cannot save; one second lets
+a script flush what it holds."""
+KUBELET_RESTART_GRACE: Final = 2.0
+"""The grace the kubelet gives each container when a rule restarts every container of a
+pod (the least it gives any kill): the agent waits for the run to end before it exits only
+for a longer stop grace."""
 ENV_AGENT_DIR: Final = "MSOP_AGENT_DIR"
 """The emptyDir both agent containers mount: ``state.json`` and ``released`` live there."""
 AGENT_RESTART_EXIT_CODE: Final = 75

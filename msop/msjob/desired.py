@@ -324,6 +324,7 @@ def pod(
             policy=spec.restart_policy,
             in_place=in_place,
             hold=hold,
+            stop_grace=view.spec.restart_in_place_grace,
         )
 
     if placement is not None:

@@ -10,12 +10,14 @@ from typing import Final
 
 from msop.integrations import signature
 from msop.integrations.wire import (
+    DEFAULT_STOP_GRACE,
     ENV_AGENT_DIR,
     ENV_AGENT_GENERATION,
     ENV_AGENT_HOLD,
     ENV_AGENT_JOB,
     ENV_AGENT_KEY,
     ENV_AGENT_PORT,
+    ENV_AGENT_STOP_GRACE,
     MAX_GENERATION,
     valid_job_uid,
 )
@@ -42,6 +44,8 @@ class Config:
     port: int = 0
     hold: bool = False
     """The pod replaces a lost member: its first start waits for the release as well."""
+    stop_grace: float = DEFAULT_STOP_GRACE
+    """Seconds the training's run has after its SIGTERM when msop restarts the pod."""
 
 
 def _required(env: Mapping[str, str], name: str) -> str:
@@ -89,6 +93,15 @@ def _key(env: Mapping[str, str]) -> bytes:
     return key
 
 
+def _stop_grace(env: Mapping[str, str]) -> float:
+    text = env.get(ENV_AGENT_STOP_GRACE, "")
+    if not text:
+        return DEFAULT_STOP_GRACE
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise ConfigError(f"{ENV_AGENT_STOP_GRACE}={text!r} is not a whole number of seconds")
+    return float(text)
+
+
 def load_config(env: Mapping[str, str], *, serving: bool) -> Config:
     """The configuration from ``env``; ConfigError names the first variable that is wrong."""
     directory = _directory(env)
@@ -96,4 +109,12 @@ def load_config(env: Mapping[str, str], *, serving: bool) -> Config:
     hold = env.get(ENV_AGENT_HOLD) == "1"
     if not serving:
         return Config(directory, generation, hold=hold)
-    return Config(directory, generation, job=_job(env), key=_key(env), port=_port(env), hold=hold)
+    return Config(
+        directory,
+        generation,
+        job=_job(env),
+        key=_key(env),
+        port=_port(env),
+        hold=hold,
+        stop_grace=_stop_grace(env),
+    )

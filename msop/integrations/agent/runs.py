@@ -3,6 +3,9 @@
 - :func:`install_keeper`: the barrier puts the keeper script into the ``runs`` directory of
   the pod's emptyDir on every start of the pod's containers, before the training container
   starts (the training image runs it with its own Python).
+- :func:`request_stop`: the sidecar, as it accepts a restart, asks the keeper to stop the
+  run now (SIGTERM, and SIGKILL after the stop grace); :func:`wait_run_ended` waits for
+  it, when the grace is longer than the kubelet's own.
 - :func:`show_stopped_run`: the sidecar, which starts first after a restart of every
   container of the pod, prints the run that the restart stopped into its own log,
   between a :data:`~msop.integrations.wire.KEPT_RUN_BEGIN` line and a
@@ -29,10 +32,17 @@ from typing import BinaryIO, Final
 
 from msop.integrations.wire import KEEPER_DIR, KEPT_RUN_BEGIN, KEPT_RUN_END
 
-__all__ = ["KEEPER_SCRIPT", "install_keeper", "runs_dir", "show_stopped_run"]
+__all__ = [
+    "KEEPER_SCRIPT",
+    "install_keeper",
+    "request_stop",
+    "runs_dir",
+    "show_stopped_run",
+    "wait_run_ended",
+]
 
 KEEPER_SCRIPT: Final = "keeper.py"
-_LOG, _OLDER, _LOCK, _INFO = "run.log", "run.log.1", "run.lock", "run.json"
+_LOG, _OLDER, _LOCK, _INFO, _STOP = "run.log", "run.log.1", "run.lock", "run.json", "stop"
 
 
 def runs_dir(agent_dir: Path) -> Path:
@@ -52,6 +62,46 @@ def install_keeper(agent_dir: Path) -> Path:
     tmp.chmod(0o644)
     tmp.replace(target)
     return target
+
+
+def request_stop(agent_dir: Path, generation: int, grace: float) -> bool:
+    """Ask the keeper of the running training to stop it for the restart to
+    ``generation``; False if there is no runs directory (no keeper was ever installed)."""
+    runs = runs_dir(agent_dir)
+    if not runs.is_dir():
+        return False
+    tmp = runs / f".{_STOP}.{os.getpid()}"
+    tmp.write_text(json.dumps({"generation": generation, "grace": grace}))
+    tmp.chmod(0o644)
+    tmp.replace(runs / _STOP)
+    return True
+
+
+def _until_unlocked(fd: int, wait: float) -> bool:
+    """Take the run's lock (no keeper holds it any more) within ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
+def wait_run_ended(agent_dir: Path, wait: float) -> bool:
+    """Whether no keeper runs, or the running one ended within ``wait`` seconds."""
+    try:
+        fd = os.open(runs_dir(agent_dir) / _LOCK, os.O_RDONLY)
+    except OSError:
+        return True
+    try:
+        return _until_unlocked(fd, wait)
+    except OSError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def show_stopped_run(
@@ -74,15 +124,8 @@ def show_stopped_run(
             log(f"cannot read the kept run in {runs}: {exc}")
         return False
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    return False  # a keeper runs: the training container was not restarted
-                time.sleep(0.1)
+        if not _until_unlocked(fd, wait):
+            return False  # a keeper runs: the training container was not restarted
         return _show(runs, out)
     except OSError as exc:
         if log is not None:
@@ -110,6 +153,9 @@ def _describe(info_file: Path) -> tuple[str, str]:
         ended, code, signum = _when(info["ended"]), info["exit_code"], info.get("signal")
     except (KeyError, ValueError):
         return container, f"{how}, stopped with its container"
+    stopped_for = info.get("stopped_for")
+    if isinstance(stopped_for, int):
+        how = f"{how}, stopped by msop for the restart in place to generation {stopped_for}"
     if isinstance(signum, int):
         return container, f"{how}, ended {ended}: killed by signal {signum} (exit code {code})"
     return container, f"{how}, ended {ended} with exit code {code}"

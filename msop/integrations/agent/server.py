@@ -17,7 +17,7 @@ from typing import Any, Final
 
 from msop.integrations import signature
 from msop.integrations.agent.config import HEX, Config
-from msop.integrations.agent.runs import show_stopped_run
+from msop.integrations.agent.runs import request_stop, show_stopped_run, wait_run_ended
 from msop.integrations.agent.state import State, StateDir, log
 from msop.integrations.podhttp import Limits, Request, Response, Server, listen
 from msop.integrations.wire import (
@@ -30,6 +30,7 @@ from msop.integrations.wire import (
     AGENT_SIGNATURE_HEX,
     AGENT_STATE_PATH,
     AGENT_VERSION,
+    KUBELET_RESTART_GRACE,
     MAX_GENERATION,
     signed_message,
     valid_generation,
@@ -167,7 +168,12 @@ class Agent:
         }
 
     def exit_for_restart(self) -> None:
-        """End the process with the code whose rule restarts every container of the pod."""
+        """End the process with the code whose rule restarts every container of the pod;
+        first, if the stop grace is longer than the kubelet gives, wait (that long, at
+        most) for the training's run to end, so that the grace is honoured."""
+        grace = self.config.stop_grace
+        if grace > KUBELET_RESTART_GRACE and not wait_run_ended(self.config.directory, grace + 1):
+            self._log(f"the training's run did not end within {grace:g}s")
         self._log(
             f"exiting with {AGENT_RESTART_EXIT_CODE}: the kubelet restarts the pod's containers"
         )
@@ -193,6 +199,10 @@ class Agent:
             new = State(generation, requested=True)
             self.files.write(new)
         self._restarting = generation
+        try:
+            request_stop(self.config.directory, generation, self.config.stop_grace)
+        except OSError as exc:  # the kubelet's own stop follows the exit all the same
+            self._log(f"cannot ask the keeper to stop the run: {exc}")
         self._log(
             f"restart to generation {generation} (was {current.generation}) requested{_by(client)}"
         )

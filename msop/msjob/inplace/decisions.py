@@ -221,6 +221,10 @@ def advance(p: PlanningPass) -> Step:
         and (len(live) < len(slots) or len(arrived) < len(new))
     )
     timeout = p.opts.in_place.timeout if p.opts.in_place is not None else 0.0
+    # The members' grace (spec.restartInPlaceGracePeriodSeconds) comes on top of it.
+    grace = p.view.spec.restart_in_place_grace if timeout else 0
+    within = f"{timeout:g}s" + (f" and the members' {grace}s grace" if grace else "")
+    timeout += grace
     # The kept pods' agents have had the whole time; the release, from the moment the
     # last replacement reached its barrier.
     since = _since(p, cond, new if restarted else {})
@@ -232,9 +236,7 @@ def advance(p: PlanningPass) -> Step:
             if not pods.restarted_for(pod, generation)
         ]
         waiting = f" (not restarted: {', '.join(late)})" if late else ""
-        return Step(
-            recreate=_recreate(p, f"it did not complete within {timeout:g}s{waiting}", first)
-        )
+        return Step(recreate=_recreate(p, f"it did not complete within {within}{waiting}", first))
     _say_waiting(p, cond, new)
     if only_new:
         return Step()  # the replacements' own status changes bring the next pass

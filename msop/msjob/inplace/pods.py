@@ -166,13 +166,16 @@ def add_agent(
     policy: str,
     in_place: InPlace,
     hold: bool = False,
+    stop_grace: int = int(wire.DEFAULT_STOP_GRACE),
 ) -> None:
     """Give a pod the agent, the barrier and, if its replica's ``policy`` retries, the
     training container's rule (in place). Every member gets the agent: a restart of the
     job restarts them all, a Scheduler whose own failure is never retried included.
     ``hold``: the pod replaces a lost member during a restart in place (a hybrid
     restart): its barrier holds it on its first start too, until the job's ``generation``
-    is released for every pod together."""
+    is released for every pod together. ``stop_grace``: seconds the training has after
+    the keeper's SIGTERM when the pod is restarted for another member's failure
+    (``spec.restartInPlaceGracePeriodSeconds``)."""
     main = main_container(pod_spec)
     if main is None:
         return
@@ -183,6 +186,7 @@ def add_agent(
         {"name": wire.ENV_AGENT_GENERATION, "value": str(generation)},
         {"name": wire.ENV_AGENT_DIR, "value": MOUNT_PATH},
         *([{"name": wire.ENV_AGENT_HOLD, "value": "1"}] if hold else []),
+        {"name": wire.ENV_AGENT_STOP_GRACE, "value": str(stop_grace)},
     ]
     common: JSON = {
         "image": in_place.image,

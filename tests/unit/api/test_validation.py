@@ -151,6 +151,24 @@ INVALID: list[tuple[str, Callable[[Job], None], str, str]] = [
         "spec.enableDynamicWorker",
         "boolean",
     ),
+    (
+        "restart-grace-negative",
+        _set("spec.restartInPlaceGracePeriodSeconds", -1),
+        "spec.restartInPlaceGracePeriodSeconds",
+        "greater than or equal to 0",
+    ),
+    (
+        "restart-grace-too-long",
+        _set("spec.restartInPlaceGracePeriodSeconds", 3601),
+        "spec.restartInPlaceGracePeriodSeconds",
+        "less than or equal to 3600",
+    ),
+    (
+        "restart-grace-not-int",
+        _set("spec.restartInPlaceGracePeriodSeconds", "5s"),
+        "spec.restartInPlaceGracePeriodSeconds",
+        "integer",
+    ),
     ("spec-unknown-field", _set("spec.replicaSpecs", {}), "spec.replicaSpecs", "unknown field"),
     ("run-policy-not-object", _set("spec.runPolicy", []), "spec.runPolicy", "object"),
     (

@@ -149,7 +149,7 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert env == {
         "MSOP_AGENT_PORT": "28090", "MSOP_AGENT_JOB": "job-uid",
         "MSOP_AGENT_KEY": ON.public_key, "MSOP_AGENT_GENERATION": "2",
-        "MSOP_AGENT_DIR": "/var/run/msop-agent",
+        "MSOP_AGENT_DIR": "/var/run/msop-agent", "MSOP_AGENT_STOP_GRACE": "1",
     }  # fmt: skip
     assert agent["image"] == barrier["image"] == "msop:0.1.0"
     assert agent["ports"][0]["containerPort"] == 28090
@@ -158,6 +158,24 @@ def test_each_member_gets_the_agent_the_barrier_and_its_policys_rule(
     assert main["restartPolicyRules"] == [{"action": "RestartAllContainers", "exitCodes": codes}]
     assert {"name": "msop-agent", "emptyDir": {}} in worker["volumes"]
     assert worker["restartPolicy"] == "Never"
+
+
+def test_the_stop_grace_of_a_restart_in_place_is_the_jobs_not_the_pods_grace_period() -> None:
+    j = cluster()
+    j["spec"]["msReplicaSpecs"]["Worker"]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
+
+    def grace(job: JSON) -> set[str]:
+        pods = new_pods(job, in_place=ON)
+        return {
+            {e["name"]: e["value"] for e in p["spec"]["initContainers"][0]["env"]}[
+                "MSOP_AGENT_STOP_GRACE"
+            ]
+            for p in pods.values()
+        }
+
+    assert grace(j) == {"1"}  # a deletion's 45 s are not a restart's
+    j["spec"]["restartInPlaceGracePeriodSeconds"] = 20
+    assert grace(j) == {"20"}
 
 
 def test_the_training_command_runs_under_the_keeper_of_its_output() -> None:
@@ -358,10 +376,11 @@ def test_a_pod_gone_or_failed_before_the_release_is_replaced_alone(change: Any, 
 def test_a_restart_past_its_timeout_falls_back_naming_the_laggards() -> None:
     pods = members(member("Scheduler", 0), restarts=1, state="waiting", last=137,
                    barrier="running")  # fmt: skip
-    p = run(cluster(status=restarting(seconds_ago=121)), pods, [service()], in_place=ON)
+    p = run(cluster(status=restarting(seconds_ago=122)), pods, [service()], in_place=ON)
     assert names(p.delete_pods) == EVERY_POD
     message = must_cond(p, "Restarting")["message"]
-    assert "did not complete within 120s (not restarted: j-scheduler-0)" in message
+    within = "within 120s and the members' 1s grace (not restarted: j-scheduler-0)"
+    assert f"did not complete {within}" in message
 
 
 def test_until_the_timeout_it_waits() -> None:

@@ -399,7 +399,8 @@ def test_a_restart_accepted_while_the_barrier_waits_holds_the_barrier(pod: Pod) 
      ("serve", {"MSOP_AGENT_PORT": "70000"}), ("serve", {"MSOP_AGENT_JOB": ""}),
      ("serve", {"MSOP_AGENT_KEY": "04" + "00" * 64}), ("serve", {"MSOP_AGENT_KEY": "xyz"}),
      ("serve", {"MSOP_AGENT_GENERATION": "-1"}), ("barrier", {"MSOP_AGENT_GENERATION": "1.5"}),
-     ("barrier", {"MSOP_AGENT_DIR": ""}), ("barrier", {"MSOP_AGENT_DIR": "/nonexistent"})],
+     ("barrier", {"MSOP_AGENT_DIR": ""}), ("barrier", {"MSOP_AGENT_DIR": "/nonexistent"}),
+     ("serve", {"MSOP_AGENT_STOP_GRACE": "1.5"}), ("serve", {"MSOP_AGENT_STOP_GRACE": "-1"})],
 )  # fmt: skip
 def test_a_missing_or_bad_variable_exits_2_with_one_line(
     pod: Pod, command: str, change: dict[str, str]
@@ -454,6 +455,87 @@ def test_the_barrier_installs_the_keeper(pod: Pod) -> None:
     assert exits(pod.barrier())[0] == 0
     script = pod.dir / "runs" / "keeper.py"
     assert script.read_bytes() == (REPO / "msop" / "integrations" / "keeper.py").read_bytes()
+
+
+# --- the training's run, stopped when a restart is accepted ---------------------------------
+
+STUCK = (  # a rank stuck on a lost peer: it says it got SIGTERM and goes on waiting
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGTERM, lambda *_: print('got SIGTERM', flush=True))\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+SAVES = (  # a rank that saves on SIGTERM, for a while, then exits 0
+    "import signal, sys, time\n"
+    "def stop(*_):\n"
+    "    print('got SIGTERM', flush=True); time.sleep(2.5); print('saved', flush=True)\n"
+    "    sys.exit(0)\n"
+    "signal.signal(signal.SIGTERM, stop)\n"
+    "print('ready', flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def training(pod: Pod, code: str) -> subprocess.Popen[bytes]:
+    """The training container's command under the keeper the barrier installed."""
+    assert exits(pod.barrier())[0] == 0
+    runs = pod.dir / "runs"
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(runs / "keeper.py"), str(runs), "mindspore", "--",
+         sys.executable, "-c", code],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
+def test_an_accepted_restart_stops_the_run_at_once_sigkill_after_the_grace(pod: Pod) -> None:
+    run = training(pod, STUCK)
+    sidecar = pod.serve()
+    assert pod.post("/restart", signed("restart", 4))[0] == 202
+    assert exits(sidecar)[0] == 75
+    # No kubelet here: only the keeper stops the run, SIGTERM first, then (the default
+    # grace, 1 s) SIGKILL.
+    out, err = run.communicate(timeout=WAIT)
+    assert run.returncode == 137 and out == b"got SIGTERM\n", err
+    assert b"msop restarts the pod in place (generation 4)" in err
+    info = json.loads((pod.dir / "runs" / "run.json").read_text())
+    assert (info["exit_code"], info["signal"], info["stopped_for"]) == (137, 9, 4)
+    again = pod.serve()  # started again by the kubelet: it shows the stopped run
+    again.send_signal(signal.SIGTERM)
+    code, shown, _ = exits(again)
+    assert code == 0
+    assert "stopped by msop for the restart in place to generation 4, ended" in shown
+    assert "killed by signal 9 (exit code 137)" in shown and "got SIGTERM" in shown
+
+
+def test_a_grace_longer_than_the_kubelets_is_waited_for_before_the_exit(pod: Pod) -> None:
+    pod.env["MSOP_AGENT_STOP_GRACE"] = "30"  # the template's terminationGracePeriodSeconds
+    run = training(pod, SAVES)
+    sidecar = pod.serve()
+    assert pod.post("/restart", signed("restart", 4))[0] == 202
+    assert exits(sidecar)[0] == 75
+    sidecar_gone = time.time()
+    # The sidecar exits (and the kubelet stops what is left) only once the run ended:
+    # the run saved in its own time, past the kubelet's 2 s.
+    info = json.loads((pod.dir / "runs" / "run.json").read_text())
+    assert info["stopped_for"] == 4 and info["ended"] <= sidecar_gone
+    out, _ = run.communicate(timeout=WAIT)
+    assert run.returncode == 0 and out == b"got SIGTERM\nsaved\n"
+
+
+def test_a_stop_request_left_from_an_earlier_run_is_not_this_runs(pod: Pod) -> None:
+    assert exits(pod.barrier())[0] == 0
+    runs = pod.dir / "runs"
+    (runs / "stop").write_text(json.dumps({"generation": 2, "grace": 0}))
+    proc = subprocess.Popen(
+        [sys.executable, "-I", str(runs / "keeper.py"), str(runs), "mindspore", "--",
+         "sh", "-c", "sleep 0.5; echo done"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    out, err = proc.communicate(timeout=WAIT)
+    assert (proc.returncode, out) == (0, b"done\n"), err
+    assert "stopped_for" not in json.loads((runs / "run.json").read_text())
 
 
 def test_sigterm_stops_it_with_0(pod: Pod) -> None:
