@@ -61,6 +61,7 @@ def _result(mode: str, pods: int, creates: int, deletes: int, released: float) -
     return {
         "mode": mode, "pods": pods, "failure_to_all_released_s": released,
         "failure_to_job_restarted_s": released + 0.2, "operator_cpu_s": 1.0,
+        "cpu_s": {"operator": 1.0, "stand-in": 3.2}, "window_s": released + 0.2,
         "pods_new_uid": creates, "pods_restarted_in_place": pods - creates if mode == "in_place"
         else 0,
         "writes": {"pod_writes": creates + deletes, "pod_creates": creates,
@@ -77,6 +78,7 @@ def test_the_report_line_and_goals() -> None:
     result["summary"] = hybrid.summary(result)
     result["line"] = line = hybrid.report_line(result)
     assert line.startswith("hybrid, 1000 pods, one node lost: in place: released in 3.5 s")
+    assert "(CPU over the 3.7 s: stand-in 3.2 s, operator 1.0 s)" in line
     assert "1000 pod creates + 999 deletes (1999 pod writes" in line
     report: dict[str, object] = {"hybrid": result}
     goals = {g["goal"]: g for g in judge_hybrid_goals(report)}
