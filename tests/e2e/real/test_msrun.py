@@ -222,11 +222,15 @@ def test_an_oom_killed_worker_restarts_the_job(
 def test_a_deleted_pod_is_replaced_alone_with_its_node_rank(
     installed: RealCluster, namespace: str, images: NodeImages, checkpoints: Path, logs: JobLogs
 ) -> None:
+    """Rank 0's pod: Worker 0 runs msrun with the Scheduler, and the other pod reaches it
+    through its Service. Its replacement gets a new IP behind the same ClusterIP; Worker 1
+    restarts in place, and the 4 ranks form one cluster again. (Worker 1's pod deleted is
+    the Scheduler/Worker job's case in test_mindspore.py, and msrun's on kwok.)"""
     cluster = installed
     launch(cluster, namespace, images, checkpoints, STEP_DELAY="0.2", EPOCHS="6")
     wait_for("training past epoch 2", lambda: past_epoch(cluster, namespace, 2, 2),
              timeout=240, interval=1, details=logs.tail)  # fmt: skip
-    victim, kept = f"{NAME}-worker-1", f"{NAME}-worker-0"
+    victim, kept = f"{NAME}-worker-0", f"{NAME}-worker-1"
     before = job_pods(cluster, namespace, NAME)
     deleted_at = time.time()
     cluster.kubectl("delete", "pod", "-n", namespace, victim, "--wait=false")
@@ -239,9 +243,9 @@ def test_a_deleted_pod_is_replaced_alone_with_its_node_rank(
     assert after[victim]["metadata"]["uid"] != before[victim]["metadata"]["uid"]
     assert after[kept]["metadata"]["uid"] == before[kept]["metadata"]["uid"]
     (main,) = [s for s in after[kept]["status"]["containerStatuses"] if s["name"] == "mindspore"]
-    assert main["restartCount"] == 1, main  # msrun, and the Scheduler with it, in place
+    assert main["restartCount"] == 1, main  # Worker 1's msrun, in place
     cluster_env = {k: v for k, v in env_of(before[victim]).items() if k.startswith("MS_")}
-    assert cluster_env["MS_NODE_RANK"] == "1", cluster_env
+    assert cluster_env["MS_NODE_RANK"] == "0", cluster_env
     assert {k: v for k, v in env_of(after[victim]).items() if k.startswith("MS_")} == cluster_env
     ranks = started(pod_records(cluster, namespace, 2))
     assert sorted(ranks) == [0, 1, 2, 3], ranks  # one cluster of 4 ranks again
