@@ -387,7 +387,7 @@ class PlanningPass:
                 self.delete_pod(pod)
         elif policy == c.CLEAN_RUNNING:
             for pod in self.pods:
-                if phase(pod) in ACTIVE_PHASES:
+                if phase(pod) in ACTIVE_PHASES and not _training_ended(pod):
                     self.delete_pod(pod)
         if delete_all or policy in (c.CLEAN_ALL, c.CLEAN_RUNNING):
             for service in self.services:
@@ -414,3 +414,12 @@ class PlanningPass:
         here): its transitions are not counted either."""
         self._plan.transitions.clear()
         return self.result(None)
+
+
+def _training_ended(pod: JSON) -> bool:
+    """A pod with msop's agent whose training container has ended: its phase is still
+    Running while the kubelet stops the sidecar, but it is a finished pod, kept (with its
+    log) as ``cleanPodPolicy: Running`` keeps a Failed or Succeeded one."""
+    if inplace.agent_of(pod) is None:
+        return False
+    return "terminated" in (inplace.main_status(pod).get("state") or {})

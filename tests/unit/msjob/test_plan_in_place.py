@@ -292,6 +292,16 @@ def test_the_backoff_limit_still_fails_the_job() -> None:
     assert names(p.delete_pods) == EVERY_POD and not p.agent_requests
 
 
+def test_a_script_error_keeps_the_failed_pod_and_its_log() -> None:
+    # Exit 1 under ExitCode: permanent, the job fails. The failed pod's phase is still
+    # Running (the kubelet is stopping its agent sidecar), but it is finished: the default
+    # cleanPodPolicy Running keeps it, with its log, as it keeps a Failed pod.
+    failed = member("Worker", 1, state="terminated", code=1)
+    p = run(cluster(status=running_status()), members(failed), [service()], in_place=ON)
+    assert must_cond(p, "Failed")["reason"] == "MSJobFailed"
+    assert names(p.delete_pods) == EVERY_POD - {"j-worker-1"}
+
+
 def test_a_restart_that_completed_is_not_seen_again() -> None:
     # Restarted once in place: every training container ran again (restartCount 1), the
     # job is Running; the last run's exit code stays in lastState.
