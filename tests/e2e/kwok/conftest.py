@@ -21,12 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from msop.msjob.nodehealth import NOT_READY_TAINT as NOT_READY
 from testbed import KubeletStandIn, LocalCluster
 from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
 from testbed.inplace import InPlaceKubelet
 from testbed.operator import OperatorProcess
 from testbed.paths import CACHE
 from tests.e2e.inplace import FEATURE, declare
+from tests.e2e.msjobs import wait_for
 from tests.e2e.sessions import (
     DEVICE,
     POOL_LABEL,
@@ -150,10 +152,20 @@ def node_lost(cluster: LocalCluster) -> Iterator[Callable[[str], Callable[[], No
         for node in lost:
             _set_ready(cluster, node, "True")
 
+    def tainted(node: str) -> bool:
+        out = cluster.kubectl("get", "node", node, "-o", "json").stdout
+        taints = json.loads(out).get("spec", {}).get("taints") or []
+        return any(t.get("key") == NOT_READY and t.get("effect") == "NoSchedule" for t in taints)
+
     def lose(node: str) -> Callable[[], None]:
         lost.append(node)
         os.kill(kwok, signal.SIGSTOP)
         _set_ready(cluster, node, "False")
+        # As on a real cluster by the time the sign counts: the node lifecycle controller
+        # has tainted the node, so that no replacement is scheduled onto it (without this,
+        # a slow controller-manager let the scheduler put it there, and it was lost too).
+        wait_for(f"the controller-manager's {NOT_READY} taint on {node}",
+                 lambda: tainted(node), timeout=30)  # fmt: skip
         return back
 
     yield lose
