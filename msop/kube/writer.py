@@ -73,5 +73,24 @@ class LiveReader(Protocol):
         ...
 
 
-class Client(Writer, LiveReader, Protocol):
-    """A :class:`Writer` that can also read live: what the MSJob reconciler is given."""
+class LiveLister(Protocol):
+    """Lists objects on the API server itself, not from a cache."""
+
+    async def list(
+        self,
+        res: Resource,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        resource_version: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+    ) -> dict[str, Any]:
+        """List one page: a List with ``items`` (never None)."""
+        ...
+
+
+class Client(Writer, LiveReader, LiveLister, Protocol):
+    """A :class:`Writer` that can also read and list live: what the MSJob reconciler is
+    given."""

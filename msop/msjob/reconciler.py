@@ -109,7 +109,7 @@ from msop.controller.events import Recorder
 from msop.controller.expectations import EXPECTATIONS_TTL, Expectations
 from msop.controller.reconcile import Request, Result, TerminalError
 from msop.informers.lister import Reader
-from msop.informers.store import BY_CONTROLLER_UID, DeflatedJSON
+from msop.informers.store import BY_CONTROLLER_UID, DeflatedJSON, by_controller_uid
 from msop.kube import jsonpatch
 from msop.kube.errors import (
     ApiError,
@@ -122,7 +122,7 @@ from msop.kube.errors import (
 from msop.kube.objects import JSON
 from msop.kube.resources import PODS, SERVICES, Resource
 from msop.kube.writer import Client
-from msop.msjob import metrics
+from msop.msjob import metrics, refile
 from msop.msjob.doubts import Doubts
 from msop.msjob.passes import Event, Observed, Options, Plan
 from msop.msjob.plan import plan
@@ -247,6 +247,9 @@ class MSJobReconciler:
         # (namespace, kind) whose last pass of creates all succeeded: the next pass there
         # starts with a batch of WARM_BATCH (see _create).
         self._warm: LRUCache[tuple[str, str], bool] = LRUCache(maxsize=4096)
+        # With shards: the jobs whose children were listed from the API server while their
+        # shard is held here (see _refile); forgotten with the job.
+        self._listed: set[Request] = set()
 
     def caused_by_own_write(self, request: Request, resource_version: str) -> bool:
         """Whether a job at ``resource_version`` is exactly what our last status write
@@ -263,6 +266,7 @@ class MSJobReconciler:
         from the cluster alone."""
         self._memory.pop(request, None)
         self._defaulted.pop(request, None)
+        self._listed.discard(request)
         self.expectations.delete_expectations((request, PODS))
         self.expectations.delete_expectations((request, SERVICES))
 
@@ -335,6 +339,12 @@ class MSJobReconciler:
         if memory.doubts is not None:
             memory.doubts.settle(self.recorder, job, observed.pods, observed.services)
         p = plan(observed, self.options)
+        if self.options.shard_of is not None and await self._refile(
+            request, job, defaulted, observed, bool(p.create_pods or p.create_services)
+        ):
+            # Its children filed under another shard reach this shard's informer as adds:
+            # the pass plans from them, not from their absence.
+            return Result(requeue_after=EXPECTATIONS_TTL)
         failure: ApiError | None = None
         if p.create_services and not p.status_first and not await self._still_there(job, p):
             p = replace(p, create_services=[], create_pods=[])
@@ -352,6 +362,59 @@ class MSJobReconciler:
             else:
                 p.create_services, p.create_pods = [], []
         return await self._apply(request, observed, p, failure)
+
+    async def _refile(
+        self, request: Request, job: JSON, defaulted: JSON, observed: Observed, creates: bool
+    ) -> bool:
+        """With shards: file the job's children that carry another shard's label under its
+        own (:mod:`.refile`); those of them not in this cache are found by a list, once per
+        job while its shard is held here, when the cache may not show them all. True if a
+        child was relabelled (the pass waits for the cache to show it)."""
+        assert self.options.shard_of is not None
+        uid = str(job["metadata"]["uid"])
+        shard = self.options.shard_of(uid)
+        moves = {PODS: refile.misfiled(observed.pods, shard),
+                 SERVICES: refile.misfiled(observed.services, shard)}  # fmt: skip
+        if request not in self._listed and refile.may_hide(
+            job, defaulted, len(observed.pods), creates
+        ):
+            cached = {PODS: observed.pods, SERVICES: observed.services}
+            for res, have in cached.items():
+                names = {o["metadata"]["name"] for o in have}
+                listed = await self.client.list(
+                    res, request.namespace,
+                    label_selector=refile.children_selector(request.name),
+                )  # fmt: skip
+                moves[res] += [
+                    o for o in refile.misfiled(listed["items"], shard)
+                    if o["metadata"]["name"] not in names and by_controller_uid(o) == [uid]
+                ]  # fmt: skip
+            self._listed.add(request)
+        if not any(moves.values()):
+            return False
+        for res, objs in moves.items():
+            if not objs:
+                continue
+            exp_key = (request, res)
+            self.expectations.expect_creations_of(exp_key, [o["metadata"]["name"] for o in objs])
+            for obj in objs:
+                name = obj["metadata"]["name"]
+                try:
+                    await self.client.patch(
+                        res, name, refile.refile_patch(obj, shard), request.namespace
+                    )
+                except ApiError as e:
+                    self.expectations.creation_observed(exp_key, name)
+                    if not (is_not_found(e) or is_invalid(e) or is_conflict(e)):
+                        raise
+        log.info(
+            "children filed under another shard moved to the job's",
+            shard=shard,
+            pods=[o["metadata"]["name"] for o in moves[PODS]],
+            services=[o["metadata"]["name"] for o in moves[SERVICES]],
+            was=sorted({refile.shard_label(o) or "" for objs in moves.values() for o in objs}),
+        )
+        return True
 
     async def _apply(
         self, request: Request, observed: Observed, p: Plan, failure: ApiError | None

@@ -55,6 +55,11 @@ class Cluster:
         """The job as the API server has it (None: deleted); the cache keeps ``job``."""
         self.cached: JSON | None = None
         """A job the cache shows instead of ``job`` (a cache that lags behind)."""
+        self.watched: set[str] | None = None
+        """With shards: the shard labels the cache shows children of (unlabelled ones
+        always); None: every child."""
+        self.lists: list[tuple[str, str]] = []
+        """The live lists made: (kind, label selector)."""
 
     def fail(self, verb: str, kind: str, *errors: ApiError | None) -> None:
         """The next calls of ``verb`` on ``kind`` raise ``errors``, one each, in order
@@ -90,6 +95,24 @@ class Cluster:
         if self.live is None:
             raise GONE_JOB
         return self.live
+
+    async def list(
+        self, res: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+        **kw: Any,
+    ) -> JSON:  # fmt: skip
+        """A live list of children by label selector (``k=v`` terms only), seen or not."""
+        self.lists.append((res.kind, label_selector or ""))
+        terms = dict(t.split("=", 1) for t in (label_selector or "").split(",") if t)
+        items = [
+            o for o in self.of_kind(res.kind, every=True)
+            if all((o["metadata"].get("labels") or {}).get(k) == v for k, v in terms.items())
+        ]  # fmt: skip
+        return {"items": json.loads(json.dumps(items))}
+
+    def visible(self, obj: JSON) -> bool:
+        """Whether the cache shows ``obj`` (see ``watched``)."""
+        label = (obj["metadata"].get("labels") or {}).get(c.LABEL_SHARD)
+        return self.watched is None or label is None or label in self.watched
 
     async def create(
         self, res: Resource, body: Mapping[str, Any], namespace: str | None = None
@@ -128,6 +151,18 @@ class Cluster:
     ) -> JSON:
         self.calls.append(("patch", res.kind, name))
         self._raise("patch", res.kind)
+        if isinstance(patch, dict) and "metadata" in patch:  # a merge patch of labels
+            obj = self.objects.get((res.kind, name))
+            if obj is None:
+                raise ApiError(404, "NotFound", f"{res.kind} {name!r} not found")
+            if patch["metadata"].get("uid") not in (None, obj["metadata"]["uid"]):
+                raise ApiError(422, "Invalid", "metadata.uid: field is immutable")
+            shown = self.visible(obj)
+            obj["metadata"]["labels"] = {**obj["metadata"].get("labels", {}),
+                                         **patch["metadata"]["labels"]}  # fmt: skip
+            if self.visible(obj) and not shown:  # as the informer of its new label adds it
+                self.expectations.creation_observed((JOB, res), name)
+            return obj
         if res.kind == "Service":  # a merge patch of the spec's selector, in place
             svc = self.objects[(res.kind, name)]
             selector = {**svc["spec"].get("selector", {}), **patch["spec"]["selector"]}
@@ -145,8 +180,12 @@ class Cluster:
         return self.job
 
     # the caches
-    def of_kind(self, kind: str) -> list[JSON]:
-        return [o for (k, _), o in sorted(self.objects.items()) if k == kind]
+    def of_kind(self, kind: str, *, every: bool = False) -> list[JSON]:
+        """The objects of ``kind`` the cache shows (``every``: also those it does not)."""
+        return [
+            o for (k, _), o in sorted(self.objects.items())
+            if k == kind and (every or self.visible(o))
+        ]  # fmt: skip
 
     def set_phase(self, kind: str, name: str, phase: str) -> None:
         self.objects[(kind, name)]["status"] = {"phase": phase}
