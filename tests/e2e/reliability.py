@@ -387,3 +387,28 @@ def etcd_compact(cluster: LocalCluster) -> int:
     rev = int(post("range", {"key": key, "limit": 1})["header"]["revision"])
     post("compaction", {"revision": rev, "physical": True})
     return rev
+
+
+def held(op: Any) -> set[int]:
+    """The shards the operator ``op`` (an ``OperatorProcess``) holds, per its
+    ``msop_shard_owned``; empty if it cannot say."""
+    try:
+        samples = scrape(op.metrics_url)
+    except OSError:
+        return set()
+    return {
+        int(dict(labels)["shard"])
+        for (name, labels), value in samples.items()
+        if name == "msop_shard_owned" and value == 1
+    }
+
+
+def job_of(ref: dict[str, Any]) -> str | None:
+    """The MSJob an audited write was about (its ``objectRef``): the job itself, or the
+    job of a pod or Service."""
+    name = str(ref.get("name") or "")
+    if ref.get("resource") == "msjobs":
+        return name
+    if ref.get("resource") in ("pods", "services"):
+        return name.rsplit("-", 2)[0]
+    return None

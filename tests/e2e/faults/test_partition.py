@@ -14,11 +14,17 @@ What must hold (client-go's renew deadline is what guarantees it there):
   the link returns);
 - A steps down rather than resumes: it exits 1 at its renew deadline; started again
   after the link returns (as its Deployment would) it follows.
+
+The same with ``--shards 4`` and two replicas of 2 shards each: B takes A's shards within
+the lease, no job is written by both at once (per job, in the audit log, the writes of
+the one before end before the next one's begin), A keeps running and takes its share back
+once the link returns.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -34,6 +40,7 @@ import pytest
 import yaml
 
 from msop.kube.client import KubeClient
+from msop.kube.resources import LEASES
 from testbed import LocalCluster, OperatorProcess
 from testbed.netns import NetNamespace
 from testbed.process import terminate
@@ -42,6 +49,8 @@ from tests.e2e.faults.checks import final_checks, operator_writes, record
 from tests.e2e.reliability import (
     audit_events,
     create_all,
+    held,
+    job_of,
     metric,
     msjob,
     operator_creates,
@@ -150,25 +159,7 @@ async def test_partitioned_leader_stops_before_the_follower_starts(
     a_kubeconfig = _through(operator_kubeconfig, api.port, tmp_path / "a.kubeconfig")
 
     def start_a() -> OperatorProcess:
-        op: OperatorProcess = start_operator(
-            *ELECTION, kubeconfig=a_kubeconfig, command_prefix=tuple(netns.prefix()),
-            wait_ready=False,
-        )  # fmt: skip
-        probes = [
-            Relay(
-                "--listen",
-                "127.0.0.1:0",
-                "--connect",
-                f"127.0.0.1:{port}",
-                "--connect-netns",
-                str(netns.path),
-            )
-            for port in (op.metrics_port, op.health_port)
-        ]
-        relays.extend(probes)
-        op.probe_ports = (probes[0].port, probes[1].port)
-        op.wait_ready()
-        return op
+        return _start_in(netns, start_operator, a_kubeconfig, relays, ELECTION)
 
     try:
         a = await asyncio.to_thread(start_a)
@@ -262,6 +253,166 @@ async def test_partitioned_leader_stops_before_the_follower_starts(
             cluster.kubectl, "delete", "lease", LEASE_ID, "-n", OPERATOR_NAMESPACE,
             "--ignore-not-found", check=False,
         )  # fmt: skip
+
+
+SHARDED = (
+    "--leader-elect",
+    "--leader-election-namespace", OPERATOR_NAMESPACE,
+    "--leader-election-id", f"{LEASE_ID}-sharded",
+    "--leader-election-lease-duration", str(LEASE_S),
+    "--leader-election-renew-deadline", str(RENEW_DEADLINE_S),
+    "--leader-election-retry-period", str(RETRY_S),
+    "--kube-api-qps", "10", "--kube-api-burst", "10",
+    "--shards", "4",
+)  # fmt: skip
+
+
+def _one_writer_at_a_time(writes: list[JSON]) -> tuple[dict[str, int], list[str]]:
+    """Per job (its children and its status), the writers in the order of their writes:
+    where the writer changes, the last write of the one before must have been done before
+    the first of the next was received. Returns how many times each job changed hands and
+    the overlaps found."""
+    by_job: dict[str, list[JSON]] = {}
+    for e in writes:
+        job = job_of(e.get("objectRef") or {})
+        if job is not None:
+            by_job.setdefault(job, []).append(e)
+    changes: dict[str, int] = {}
+    overlaps: list[str] = []
+    for job, events in by_job.items():
+        events.sort(key=lambda e: _server_time(e["requestReceivedTimestamp"]))
+        runs: list[list[JSON]] = []
+        for e in events:
+            if runs and runs[-1][0]["sourceIPs"][0] == e["sourceIPs"][0]:
+                runs[-1].append(e)
+            else:
+                runs.append([e])
+        changes[job] = len(runs) - 1
+        for before, after in itertools.pairwise(runs):
+            done = max(_server_time(e["stageTimestamp"]) for e in before)
+            start = _server_time(after[0]["requestReceivedTimestamp"])
+            if done >= start:
+                overlaps.append(
+                    f"{job}: {before[0]['sourceIPs'][0]} wrote until {done.time()}, "
+                    f"{after[0]['sourceIPs'][0]} from {start.time()}"
+                )
+    return changes, overlaps
+
+
+async def test_a_partitioned_replica_stops_writing_its_shards_before_another_takes_them(
+    cluster: LocalCluster,
+    namespace: str,
+    start_operator: Any,
+    client: KubeClient,
+    operator_kubeconfig: Path,
+    netns: NetNamespace,
+    tmp_path: Path,
+) -> None:
+    """With ``--shards 4``, replica A (2 shards) is cut off under a burst: B takes A's
+    shards within the lease, A stops writing them before B starts (per job), A does not
+    exit (a lost shard is not a lost process), and takes its share back once the link
+    returns; every job succeeds, everything made once."""
+    first_line = len(audit_events(cluster.audit_log))
+    here = f"/proc/{os.getpid()}/ns/net"
+    api = Relay(
+        "--listen", "127.0.0.1:0", "--connect", f"127.0.0.1:{cluster.api_port}",
+        "--listen-netns", str(netns.path), "--connect-netns", here, "--source", A_SOURCE,
+    )  # fmt: skip
+    relays = [api]
+    a_kubeconfig = _through(operator_kubeconfig, api.port, tmp_path / "a.kubeconfig")
+    try:
+        a = await asyncio.to_thread(_start_in, netns, start_operator, a_kubeconfig, relays, SHARDED)
+        await wait_until("A holds every shard", lambda: len(held(a)) == 4, within=30)
+        b = start_operator(*SHARDED)
+        assert a.proc is not None and b.proc is not None
+        await wait_until("2 shards each", lambda: len(held(a)) == len(held(b)) == 2, within=30)
+        a_shards = held(a)
+
+        names = [f"spart-{i:03d}" for i in range(JOBS)]
+        sched = {n for i, n in enumerate(names) if i % 4 == 0}
+        jobs = [msjob(n, scheduler=n in sched) for n in names]
+
+        async def trickle(batch: list[JSON]) -> None:
+            for i in range(0, len(batch), 4):
+                await create_all(client, namespace, batch[i : i + 4])
+                await asyncio.sleep(0.5)
+
+        await trickle(jobs[:20])
+        await create_all(client, namespace, jobs[20:60], parallel=16)
+        await wait_until("A backlogged", lambda: _depth(a) >= 3, within=30, interval=0.05)
+        cut_at = time.monotonic()
+        _rules(netns, "-I", api.port)
+        arrivals = asyncio.create_task(trickle(jobs[60:]))
+        await wait_until(
+            "B holds every shard", lambda: len(held(b)) == 4, within=LEASE_S + 10, interval=0.1
+        )
+        takeover = time.monotonic() - cut_at
+        await asyncio.sleep(1)
+        assert a.proc.poll() is None, a.log_tail()  # it lost shards, not its process
+        lost = a.log_path.read_text().count('"shard lost"')
+        assert lost == len(a_shards), a.log_tail()
+        _rules(netns, "-D", api.port)
+        healed_at = time.monotonic()
+        await wait_until(
+            "A takes its share back", lambda: len(held(a)) == len(held(b)) == 2, within=60
+        )
+        rebalanced = time.monotonic() - healed_at
+        await arrivals
+
+        user = service_account_user()
+        writes = [
+            e for e in operator_writes(cluster, A_SOURCE, user, since_line=first_line)
+            + operator_writes(cluster, "127.0.0.1", user, since_line=first_line)
+            if (e.get("objectRef") or {}).get("namespace") == namespace
+        ]  # fmt: skip
+        changes, overlaps = _one_writer_at_a_time(writes)
+        assert not overlaps, f"a job written by two replicas at once: {overlaps[:5]}"
+        assert any(changes.values())  # the hand-overs are exercised
+        figures = await final_checks(
+            cluster, client, namespace, names, sched, [(b, b.proc.pid), (a, a.proc.pid)],
+            lease_requests_per_s=(1 + 2 * 3) / RETRY_S,
+            events_unwritten=_unwritten_events(a.log_path),
+        )  # fmt: skip
+        record(
+            "partitioned shard holder",
+            shards=4,
+            lease_s=LEASE_S,
+            renew_deadline_s=RENEW_DEADLINE_S,
+            takeover_after_cut_s=round(takeover, 1),
+            rebalanced_after_heal_s=round(rebalanced, 1),
+            jobs_that_changed_hands=sum(1 for n in changes.values() if n),
+            jobs=JOBS,
+            **figures,
+        )
+        assert takeover <= LEASE_S + 2 * RETRY_S + 2, f"takeover took {takeover:.1f}s"
+    finally:
+        _rules_quietly(netns, api.port)
+        for r in relays:
+            r.stop()
+        leases = await client.list(LEASES, OPERATOR_NAMESPACE)
+        for lease in leases["items"]:
+            if lease["metadata"]["name"].startswith(f"{LEASE_ID}-sharded-"):
+                await client.delete(LEASES, lease["metadata"]["name"], OPERATOR_NAMESPACE)
+
+
+def _start_in(
+    netns: NetNamespace, start_operator: Any, kubeconfig: Path, relays: list[Relay],
+    flags: tuple[str, ...],
+) -> OperatorProcess:  # fmt: skip
+    """An operator run with ``flags`` in ``netns``, reaching the API server per
+    ``kubeconfig``; its probes are relayed to the host (added to ``relays``)."""
+    op: OperatorProcess = start_operator(
+        *flags, kubeconfig=kubeconfig, command_prefix=tuple(netns.prefix()), wait_ready=False
+    )
+    relay = ("--listen", "127.0.0.1:0", "--connect-netns", str(netns.path))
+    probes = [
+        Relay(*relay, "--connect", f"127.0.0.1:{port}")
+        for port in (op.metrics_port, op.health_port)
+    ]
+    relays.extend(probes)
+    op.probe_ports = (probes[0].port, probes[1].port)
+    op.wait_ready()
+    return op
 
 
 def _through(kubeconfig: Path, port: int, out: Path) -> Path:

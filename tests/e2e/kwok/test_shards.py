@@ -12,7 +12,9 @@ A second scenario scales the replicas 3 -> 2 (SIGTERM) -> 4 under a burst: every
 held by one replica at every sample, nothing is created twice, every job succeeds. A third
 goes from one operator without shards to two replicas with
 ``--shards 4`` under running jobs: their unlabelled pods and Services are adopted, nothing
-is created twice, every job succeeds. Figures are printed (``-s``).
+is created twice, every job succeeds. A fourth goes from ``--shards 4`` to 6 to 3 under
+running jobs: their children are moved to their jobs' new shards, nothing is created twice,
+no restart is counted, every job succeeds. Figures are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from msop.api import constants as c
 from msop.api.resources import MSJOBS
 from msop.controller.shards import shard_of
 from msop.kube.client import KubeClient
-from msop.kube.resources import PODS
+from msop.kube.resources import PODS, SERVICES
 from testbed import LocalCluster, OperatorProcess
 from tests.e2e.reliability import (
     apiserver_address,
@@ -38,9 +40,10 @@ from tests.e2e.reliability import (
     drive_to_success,
     expected_children,
     has_true,
+    held,
+    job_of,
     msjob,
     proxied_kubeconfig,
-    scrape,
     wait_until,
 )
 from tests.e2e.tcpproxy import TcpProxy
@@ -58,29 +61,6 @@ TIMING = (
 )  # fmt: skip
 SOURCES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
-
-
-def held(op: OperatorProcess) -> set[int]:
-    """The shards ``op`` holds, per its ``msop_shard_owned``; empty if it cannot say."""
-    try:
-        samples = scrape(op.metrics_url)
-    except OSError:
-        return set()
-    return {
-        int(dict(labels)["shard"])
-        for (name, labels), value in samples.items()
-        if name == "msop_shard_owned" and value == 1
-    }
-
-
-def job_of(ref: dict[str, Any]) -> str | None:
-    """The MSJob a write was about: the job itself, or the job of a pod or Service."""
-    name = str(ref.get("name") or "")
-    if ref.get("resource") == "msjobs":
-        return name
-    if ref.get("resource") in ("pods", "services"):
-        return name.rsplit("-", 2)[0]
-    return None
 
 
 def source_of(event: dict[str, Any]) -> str | None:
@@ -266,6 +246,73 @@ async def test_from_one_operator_to_four_shards_adopts_the_running_jobs(
     pods = (await client.list(PODS, namespace))["items"]
     assert all(c.LABEL_SHARD not in p["metadata"]["labels"] for p in pods)
     print(f"\n1 -> 4 shards: {len(names)} running jobs adopted by 2 replicas, all Succeeded")
+    await delete_all_and_wait_gc(cluster, client, namespace)
+
+
+async def test_from_four_shards_to_six_and_to_three_moves_the_running_jobs(
+    cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
+) -> None:
+    """--shards 4 -> 6 -> 3 with every job running: each time most jobs change shard and
+    their children carry the old one; the new holders move them (a label patch), adopt
+    them as they are, and count no restart. 6 -> 3 leaves labels 3-5, which no replica
+    watches under 3 shards."""
+    names = [f"re-{i:02d}" for i in range(24)]
+    with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
+    base = ("--leader-elect", "--leader-election-namespace", namespace, *TIMING)
+
+    async def run_with(shards: int, replicas: int) -> list[OperatorProcess]:
+        flags = (*base, "--shards", str(shards))
+        ops = [await asyncio.to_thread(start_operator, *flags) for _ in range(replicas)]
+        await wait_until(
+            f"{shards} shards held by {replicas} replicas",
+            lambda: set().union(*(held(op) for op in ops)) == set(range(shards)),
+            within=60,
+        )
+        return ops
+
+    async def settled(shards: int) -> None:
+        async def filed() -> bool:
+            jobs = {
+                j["metadata"]["name"]: j for j in (await client.list(MSJOBS, namespace))["items"]
+            }
+            if sum(1 for j in jobs.values() if has_true(j, "Running")) != len(names):
+                return False
+            pods = (await client.list(PODS, namespace))["items"]
+            services = (await client.list(SERVICES, namespace))["items"]
+            if len(pods) != len(names) + len(with_scheduler):
+                return False
+            return all(
+                o["metadata"]["labels"].get(c.LABEL_SHARD) == str(shard_of(
+                    jobs[o["metadata"]["labels"][c.LABEL_JOB_NAME]]["metadata"]["uid"], shards))
+                for o in [*pods, *services]
+            )  # fmt: skip
+
+        await wait_until(f"every job Running, its pods filed under shard mod {shards}",
+                         filed, within=90)  # fmt: skip
+
+    ops = await run_with(4, 2)
+    await create_all(client, namespace, [msjob(n, scheduler=n in with_scheduler) for n in names])
+    await settled(4)
+    jobs = (await client.list(MSJOBS, namespace))["items"]
+    uids = [j["metadata"]["uid"] for j in jobs]
+    moved = {n: sum(1 for u in uids if shard_of(u, 4) != shard_of(u, n)) for n in (6, 3)}
+    assert moved[6] and moved[3]  # the move is exercised
+    for before, (shards, replicas) in ((4, (6, 3)), (6, (3, 2))):
+        for op in ops:  # as the Deployment's Recreate strategy does
+            assert await asyncio.to_thread(op.stop) == 0
+        ops = await run_with(shards, replicas)
+        await settled(shards)
+        print(f"\n{before} -> {shards} shards: {len(names)} running jobs filed again")
+    final = await drive_to_success(client, namespace, set(names), within=120)
+    restarted = {
+        j["metadata"]["name"]: j["status"]["replicaStatuses"]
+        for j in final
+        if any(r.get("restarts") for r in j["status"]["replicaStatuses"].values())
+    }
+    assert not restarted, f"restarts charged for children moved: {restarted}"
+    assert_created_once(cluster, namespace, expected_children(names, with_scheduler))
+    for op in ops:
+        assert await asyncio.to_thread(op.stop) == 0
     await delete_all_and_wait_gc(cluster, client, namespace)
 
 
