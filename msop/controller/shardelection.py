@@ -54,10 +54,13 @@ from msop.controller.shards import (
     fair_share,
     may_take,
     member_lease_name,
+    member_shards,
+    ruling_shards,
     shard_lease_name,
     to_shed,
 )
 from msop.kube.errors import ApiError
+from msop.kube.objects import parse_time
 from msop.kube.resources import LEASES
 
 __all__ = ["ShardElection", "ShardLeaseClient", "ShardOwner", "ShardingConfig"]
@@ -148,6 +151,9 @@ class ShardElection:
         self._live: set[str] = {self._me}
         self._holders: dict[int, str] = {}
         self._unheld_since: dict[int, float] = {}
+        self._barred: str | None = None
+        """Why this replica holds no shard now: replicas with another ``--shards`` rule
+        (:func:`~.shards.ruling_shards`); None while it may hold its share."""
         self._gauges = [metrics.SHARD_OWNED.labels(str(i)) for i in range(config.shards)]
         for gauge in self._gauges:
             gauge.set(0)
@@ -180,7 +186,8 @@ class ShardElection:
 
     async def _membership(self) -> None:
         cfg = replace(
-            self.config.election, name=member_lease_name(self.config.election.name, self._me)
+            self.config.election,
+            name=member_lease_name(self.config.election.name, self._me, self.config.shards),
         )
         while True:
             elector = LeaderElector(self.client, cfg, clock=self._clock, now=self._now)
@@ -193,6 +200,8 @@ class ShardElection:
         since = self._unheld_since.get(shard)
         unheld_for = None if since is None else self._clock() - since
         grace = self.config.election.lease_duration
+        if self._barred is not None:
+            return False
         return may_take(len(self._owned), self.config.shards, len(self._live), unheld_for, grace)
 
     async def _campaign(self, shard: int) -> None:
@@ -257,10 +266,13 @@ class ShardElection:
         now, wall = self._clock(), datetime.fromtimestamp(self._now(), UTC)
         shard_prefix, member_prefix = f"{cfg.name}-shard-", f"{cfg.name}-member-"
         live, holders, seen = {self._me}, {}, {}
+        members: list[tuple[datetime, str, int]] = []
+        single: str | None = None
         for lease in listed.get("items") or []:
             name = str(lease["metadata"]["name"])
             is_member = name.startswith(member_prefix)
-            if not is_member and not name.startswith(shard_prefix):
+            is_single = name == cfg.name
+            if not is_member and not is_single and not name.startswith(shard_prefix):
                 continue
             spec = lease.get("spec") or {}
             key = (spec.get("holderIdentity"), spec.get("renewTime"))
@@ -269,6 +281,11 @@ class ShardElection:
             holder = lease_held(lease, now - seen[name].at, wall, self.config.skew)
             if holder is None:
                 continue
+            if is_single:
+                single = holder
+                continue
+            if is_member and (n := member_shards(name)) is not None:
+                members.append((parse_time(spec.get("acquireTime")) or wall, holder, n))
             live.add(holder)
             if not is_member:
                 index = name.removeprefix(shard_prefix)
@@ -280,8 +297,32 @@ class ShardElection:
                 self._unheld_since.pop(shard, None)
             else:
                 self._unheld_since.setdefault(shard, now)
+        self._bar(single, members)
+
+    def _bar(self, single: str | None, members: list[tuple[datetime, str, int]]) -> None:
+        """Hold no shard while a single leader or replicas with another N rule (see
+        :func:`~.shards.ruling_shards`)."""
+        ruling = ruling_shards(members)
+        if single is not None:
+            barred: str | None = f"the single leader {single} (--shards 1) runs"
+        elif ruling is not None and ruling != self.config.shards:
+            barred = f"replicas with --shards {ruling} run, and ran first"
+        else:
+            barred = None
+        if barred != self._barred:
+            if barred is None:
+                log.info("holding shards again: no replica with another --shards runs")
+            else:
+                log.warning(
+                    "holding no shard until they stop", why=barred, shards=self.config.shards
+                )
+            self._barred = barred
 
     def _rebalance(self) -> None:
+        if self._barred is not None:
+            for stop in self._shed.values():
+                stop.set()
+            return
         counts: dict[str, int] = {}
         for holder in self._holders.values():
             counts[holder] = counts.get(holder, 0) + 1

@@ -13,17 +13,25 @@ Pure functions; :mod:`.shardelection` holds the shards' Leases with them.
   takes it: a shard without a holder is worse than an uneven split). A replica above its
   share hands shards over (:func:`to_shed`), only as many as the replicas below their
   share can take.
+* **One N at a time.** Each replica's member Lease names its N. While replicas of
+  different N are live, only those of the N of the oldest live replica hold shards
+  (:func:`ruling_shards`); a live single leader (``--shards 1``, its own Lease) rules
+  over every sharded replica. A rolling update of ``--shards`` is then safe: the new
+  replicas wait until the old ones are gone.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 
 __all__ = [
     "fair_share",
     "may_take",
     "member_lease_name",
+    "member_shards",
+    "ruling_shards",
     "shard_lease_name",
     "shard_of",
     "to_shed",
@@ -44,11 +52,28 @@ def shard_lease_name(base: str, shard: int) -> str:
     return f"{base}-shard-{shard}"
 
 
-def member_lease_name(base: str, identity: str) -> str:
-    """The Lease that says a replica is alive, whether or not it holds a shard:
-    ``<base>-member-<12 hex digits of sha256(identity)>`` (an identity may hold
-    characters a name may not)."""
-    return f"{base}-member-{hashlib.sha256(identity.encode()).hexdigest()[:12]}"
+def member_lease_name(base: str, identity: str, shards: int) -> str:
+    """The Lease that says a replica is alive, whether or not it holds a shard, and with
+    how many shards it runs: ``<base>-member-<12 hex digits of sha256(identity)>-of-<N>``
+    (an identity may hold characters a name may not)."""
+    return f"{base}-member-{hashlib.sha256(identity.encode()).hexdigest()[:12]}-of-{shards}"
+
+
+def member_shards(name: str) -> int | None:
+    """The N a member Lease's name says (:func:`member_lease_name`); None for a name
+    without one (an msop before the N was in the name)."""
+    _, sep, n = name.rpartition("-of-")
+    return int(n) if sep and n.isdigit() and int(n) >= 1 else None
+
+
+def ruling_shards(members: Iterable[tuple[datetime, str, int]]) -> int | None:
+    """Of the live replicas, as (their member Lease's ``acquireTime``, identity, N), the
+    N of the one that has run longest (ties: the least identity); None if none. While
+    replicas with different N run (a rolling update of ``--shards``), only those with the
+    ruling N hold shards: the others wait until it is gone, so that two replicas never
+    work one job under two different splits."""
+    oldest = min(members, default=None)
+    return None if oldest is None else oldest[2]
 
 
 def fair_share(shards: int, live_replicas: int) -> int:

@@ -252,10 +252,11 @@ async def test_from_one_operator_to_four_shards_adopts_the_running_jobs(
 async def test_from_four_shards_to_six_and_to_three_moves_the_running_jobs(
     cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
 ) -> None:
-    """--shards 4 -> 6 -> 3 with every job running: each time most jobs change shard and
-    their children carry the old one; the new holders move them (a label patch), adopt
-    them as they are, and count no restart. 6 -> 3 leaves labels 3-5, which no replica
-    watches under 3 shards."""
+    """--shards 4 -> 6 (Recreate) -> 3 (rolling) with every job running: each time most
+    jobs change shard and their children carry the old one; the new holders move them (a
+    label patch), adopt them as they are, and count no restart. 6 -> 3 leaves labels 3-5,
+    which no replica watches under 3 shards; during the rolling update the new replicas
+    hold nothing while the old ones run."""
     names = [f"re-{i:02d}" for i in range(24)]
     with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
     base = ("--leader-elect", "--leader-election-namespace", namespace, *TIMING)
@@ -297,12 +298,27 @@ async def test_from_four_shards_to_six_and_to_three_moves_the_running_jobs(
     uids = [j["metadata"]["uid"] for j in jobs]
     moved = {n: sum(1 for u in uids if shard_of(u, 4) != shard_of(u, n)) for n in (6, 3)}
     assert moved[6] and moved[3]  # the move is exercised
-    for before, (shards, replicas) in ((4, (6, 3)), (6, (3, 2))):
-        for op in ops:  # as the Deployment's Recreate strategy does
-            assert await asyncio.to_thread(op.stop) == 0
-        ops = await run_with(shards, replicas)
-        await settled(shards)
-        print(f"\n{before} -> {shards} shards: {len(names)} running jobs filed again")
+    # 4 -> 6 as the Deployment's Recreate strategy does it: the old replicas stop first.
+    for op in ops:
+        assert await asyncio.to_thread(op.stop) == 0
+    ops = await run_with(6, 3)
+    await settled(6)
+    print(f"\n4 -> 6 shards (Recreate): {len(names)} running jobs filed again")
+    # 6 -> 3 as a rolling update does it: the new replicas start while the old ones run,
+    # and hold nothing until those are gone.
+    flags = (*base, "--shards", "3")
+    new = [await asyncio.to_thread(start_operator, *flags) for _ in range(2)]
+    await asyncio.sleep(3 * 1.0)  # three retry periods
+    assert [held(op) for op in new] == [set(), set()]
+    assert set().union(*(held(op) for op in ops)) == set(range(6))
+    for op in ops:
+        assert await asyncio.to_thread(op.stop) == 0
+    await wait_until("3 shards held by the new replicas",
+                     lambda: set().union(*(held(op) for op in new)) == set(range(3)),
+                     within=60)  # fmt: skip
+    ops = new
+    await settled(3)
+    print(f"6 -> 3 shards (rolling): {len(names)} running jobs filed again")
     final = await drive_to_success(client, namespace, set(names), within=120)
     restarted = {
         j["metadata"]["name"]: j["status"]["replicaStatuses"]

@@ -114,14 +114,16 @@ class Owner:
         self.drop(shard)
 
 
-def replica(name: str, leases: Leases, work: Work) -> tuple[ShardElection, Client, Owner]:
+def replica(
+    name: str, leases: Leases, work: Work, shards: int = SHARDS
+) -> tuple[ShardElection, Client, Owner]:
     client = Client(leases)
     owner = Owner(name, work)
     election = LeaderElectionConfig(
         name="msop", namespace="ns", identity=name, lease_duration=LEASE,
         renew_deadline=RENEW, retry_period=RETRY,
     )  # fmt: skip
-    return ShardElection(client, ShardingConfig(SHARDS, election), owner), client, owner
+    return ShardElection(client, ShardingConfig(shards, election), owner), client, owner
 
 
 async def until(cond: Any, within: float) -> None:
@@ -208,6 +210,52 @@ async def test_a_stopped_replica_hands_its_shards_over_at_once() -> None:
         # Released Leases need no expiry: b takes them within a few attempts.
         await until(lambda: split(owners) == [0, 6], LEASE)
     assert run.work.overlaps == []
+
+
+async def test_replicas_with_another_n_hold_nothing_until_the_first_ones_are_gone() -> None:
+    """A rolling update of --shards 4 to 6: the new replica waits; it never works while
+    a replica of the old split does (a shard index means other jobs under another N)."""
+    leases, old_work, new_work = Leases(), Work(), Work()
+    old = [replica(n, leases, old_work, shards=4) for n in ("a", "b")]
+    tasks = [asyncio.create_task(e.run()) for e, _, _ in old]
+    new, _, new_owner = replica("c", leases, new_work, shards=6)
+    new_task: asyncio.Task[None] | None = None
+    try:
+        await until(lambda: split([o for _, _, o in old]) == [2, 2], 20)
+        new_task = asyncio.create_task(new.run())
+        await asyncio.sleep(20 * RETRY)
+        assert new_owner.held == set() and new.owned() == frozenset()
+        for t in tasks:  # the old replicas stop (and release their Leases)
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        gone = time.monotonic()
+        await until(lambda: len(new_owner.held) == 6, LEASE + 20 * RETRY)
+        first = min(t for t, who, what, _ in new_work.log if what == "adopt")
+        last_old = max(t for t, _, _, _ in old_work.log)
+        assert last_old <= gone < first
+    finally:
+        every = [*tasks, *([new_task] if new_task else [])]
+        for t in every:
+            t.cancel()
+        await asyncio.gather(*every, return_exceptions=True)
+
+
+async def test_a_live_single_leader_bars_every_sharded_replica() -> None:
+    leases, work = Leases(), Work()
+    now = "2099-01-01T00:00:00.000000Z"  # renewed "now" as far as any clock can tell
+    leases.store({"metadata": {"name": "msop"}, "spec": {
+        "holderIdentity": "single", "leaseDurationSeconds": 60, "renewTime": now,
+        "acquireTime": now}})  # fmt: skip
+    election, _, owner = replica("a", leases, work, shards=4)
+    task = asyncio.create_task(election.run())
+    try:
+        await asyncio.sleep(20 * RETRY)
+        assert owner.held == set()
+        leases.items["msop"]["spec"]["holderIdentity"] = None  # it stopped: released
+        await until(lambda: len(owner.held) == 4, LEASE + 20 * RETRY)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.mark.parametrize("shards", [0, -1])

@@ -6,6 +6,7 @@ import hashlib
 import subprocess
 import sys
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
@@ -13,6 +14,8 @@ from msop.controller.shards import (
     fair_share,
     may_take,
     member_lease_name,
+    member_shards,
+    ruling_shards,
     shard_lease_name,
     shard_of,
     to_shed,
@@ -51,9 +54,20 @@ def test_shards_must_be_positive() -> None:
 
 def test_lease_names() -> None:
     assert shard_lease_name("msop.mindspore.gitee.com", 3) == "msop.mindspore.gitee.com-shard-3"
-    name = member_lease_name("msop", "host_with/odd:chars")
-    assert name.startswith("msop-member-") and len(name) == len("msop-member-") + 12
-    assert name == member_lease_name("msop", "host_with/odd:chars")
+    name = member_lease_name("msop", "host_with/odd:chars", 6)
+    assert name.startswith("msop-member-") and name.endswith("-of-6")
+    assert len(name) == len("msop-member-") + 12 + len("-of-6")
+    assert name == member_lease_name("msop", "host_with/odd:chars", 6)
+    assert member_shards(name) == 6
+    assert member_shards("msop-member-0123456789ab") is None  # an older msop's
+    assert member_shards("msop-member-0123456789ab-of-0") is None
+
+
+def test_the_oldest_live_replica_rules_the_split() -> None:
+    t = [datetime(2026, 1, 1, 0, 0, s, tzinfo=UTC) for s in range(3)]
+    assert ruling_shards([]) is None
+    assert ruling_shards([(t[1], "new", 6), (t[0], "old", 4), (t[2], "newer", 6)]) == 4
+    assert ruling_shards([(t[0], "b", 6), (t[0], "a", 4)]) == 4  # a tie: the least name
 
 
 @pytest.mark.parametrize(
