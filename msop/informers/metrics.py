@@ -3,6 +3,10 @@
 - ``informer_watch_restarts_total{resource,reason}``: a watch ended and a new one was
   started (or a relist was needed). ``reason`` is one of :data:`RESTART_REASONS`.
 - ``informer_lists_total{resource}``: full lists (initial list and relists).
+- ``informer_watch_events_total{resource}``: objects received by watches (added, modified,
+  deleted; not bookmarks), and ``informer_listed_objects_total{resource}``: objects
+  received by lists. Together: what the API server sent this replica (with shards, only
+  its shards' children).
 - ``informer_watching{resource}``: 1 while every running reflector of the resource (one
   per namespace, label selector or shard) has its watch open, so their caches follow the
   API server; 0 while one of them lists or waits to retry after a failure, and once none
@@ -16,7 +20,14 @@ from collections.abc import Callable, Iterator
 
 from msop.metrics import REGISTRY, Collector, Counter, GaugeMetricFamily
 
-__all__ = ["LISTS_TOTAL", "RESTART_REASONS", "WATCHING", "WATCH_RESTARTS_TOTAL"]
+__all__ = [
+    "LISTED_OBJECTS_TOTAL",
+    "LISTS_TOTAL",
+    "RESTART_REASONS",
+    "WATCHING",
+    "WATCH_EVENTS_TOTAL",
+    "WATCH_RESTARTS_TOTAL",
+]
 
 RESTART_REASONS = ("closed", "stalled", "expired", "error")
 """closed: the server ended the stream (its timeoutSeconds, normal); stalled: nothing
@@ -33,6 +44,20 @@ WATCH_RESTARTS_TOTAL = Counter(
 LISTS_TOTAL = Counter(
     "informer_lists",
     "Full lists (initial and relists) done by informer reflectors.",
+    ["resource"],
+    registry=REGISTRY,
+)
+
+WATCH_EVENTS_TOTAL = Counter(
+    "informer_watch_events",
+    "Objects received by informer watches (added, modified, deleted; not bookmarks).",
+    ["resource"],
+    registry=REGISTRY,
+)
+
+LISTED_OBJECTS_TOTAL = Counter(
+    "informer_listed_objects",
+    "Objects received by informer lists (initial and relists).",
     ["resource"],
     registry=REGISTRY,
 )

@@ -37,7 +37,13 @@ from typing import Any, Literal, Protocol
 
 import structlog
 
-from msop.informers.metrics import LISTS_TOTAL, WATCH_RESTARTS_TOTAL, WATCHING
+from msop.informers.metrics import (
+    LISTED_OBJECTS_TOTAL,
+    LISTS_TOTAL,
+    WATCH_EVENTS_TOTAL,
+    WATCH_RESTARTS_TOTAL,
+    WATCHING,
+)
 from msop.informers.store import (
     Obj,
 )
@@ -202,6 +208,7 @@ class Reflector:
         """resourceVersion of the last list, event or bookmark applied to the sink."""
         self.stats = ReflectorStatistics()
         self._label = str(resource)
+        self._events_received = WATCH_EVENTS_TOTAL.labels(self._label)
         self._open = False
         """Whether its watch is open (``informer_watching``)."""
         self._log = log.bind(resource=self._label, namespace=namespace)
@@ -263,6 +270,7 @@ class Reflector:
         rv = str(result.get("metadata", {}).get("resourceVersion", ""))
         self.stats.lists += 1
         LISTS_TOTAL.labels(self._label).inc()
+        LISTED_OBJECTS_TOTAL.labels(self._label).inc(len(result["items"]))
         if self.list_transform is None:
             self.sink.replace(result["items"], rv)
         else:
@@ -330,6 +338,7 @@ class Reflector:
                 self.sink.bookmark(rv)
         elif event_type in ("ADDED", "MODIFIED", "DELETED"):
             self.stats.events += 1
+            self._events_received.inc()
             self.sink.watch_event(event_type, obj)
         else:
             self._log.warning("unknown watch event type", type=event_type)
