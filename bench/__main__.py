@@ -20,10 +20,13 @@ from bench.plots import write_plots
 from bench.pyspy import write_summary
 from bench.report import (
     judge,
+    judge_curve_goals,
     judge_hybrid_goals,
     judge_scale_goals,
     judge_throttled_goals,
     render_markdown,
+    scale_curve,
+    shard_shares,
 )
 from msop import __version__
 from testbed.paths import REPO
@@ -42,7 +45,18 @@ LOAD_SCENARIOS: dict[str, tuple[int, str, int]] = {
     "defaults": (500, "", 16),
     "n2000": (2000, "", 16),
     "qps20": (200, "--kube-api-qps 20 --kube-api-burst 30", 16),
+    "n10000": (10000, "", 16),
+    "shards2": (2000, "", 16),
+    "shards4": (2000, "", 16),
 }
+
+#: Operator replicas per load scenario (above 1: ``--shards`` of as many, one each).
+REPLICAS = {"shards2": 2, "shards4": 4}
+
+#: Scenarios run only when asked for (``--include``): 10,000 jobs (60,000 pods and the
+#: raw baseline's as many) take about half an hour here; the sharded ones start several
+#: operators on the 2,000-job burst of n2000, to compare each replica with that one.
+OPT_IN = frozenset({"n10000", "shards2", "shards4"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +68,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="extra `msop run` flags for the burst operator")  # fmt: skip
     p.add_argument("--skip", action="append", default=[],
                    choices=("burst", *LOAD_SCENARIOS, "memory", "progress", "hybrid"))  # fmt: skip
+    p.add_argument("--include", action="append", default=[], choices=sorted(OPT_IN),
+                   help="also run this scenario, left out by default: n10000 (10,000 jobs, "
+                   "60,000 pods), shards2 and shards4 (n2000's burst against 2 or 4 "
+                   "replicas splitting the jobs into as many shards)")  # fmt: skip
     p.add_argument(
         "--progress-interval",
         type=float,
@@ -133,7 +151,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
         finally:
             cluster.stop()
     for label, (base_jobs, flags, raw_concurrency) in LOAD_SCENARIOS.items():
-        if label in args.skip:
+        if label in args.skip or (label in OPT_IN and label not in args.include):
             continue
         cluster = start_cluster(
             f"msop-bench-{label}-{tag}", nodes=_nodes_for(base_jobs, args.scale)
@@ -151,6 +169,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 wait_s=args.timeout,
                 label=label,
                 raw_concurrency=raw_concurrency,
+                replicas=REPLICAS.get(label, 1),
             )
             print(f"{label}: done ({time.monotonic() - t0:.0f}s)", flush=True)
         finally:
@@ -207,6 +226,9 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
     report["throttled_goals"] = judge_throttled_goals(report)
     report["scale_goals"] = judge_scale_goals(report)
     report["hybrid_goals"] = judge_hybrid_goals(report)
+    report["curve"] = scale_curve(report)
+    report["shards"] = shard_shares(report)
+    report["curve_goals"] = judge_curve_goals(report)
     try:
         report["plots"] = write_plots(report, out)
     except ImportError:

@@ -69,16 +69,54 @@ def _metric_by_label(text: str, name: str, label: str) -> dict[str, float]:
     return out
 
 
-def _operator_metrics(metrics_url: str) -> JSON:
-    """Reconciles by result and the event recorder's counters, from /metrics."""
+def _scrape(metrics_url: str) -> str:
     with urllib.request.urlopen(metrics_url, timeout=10) as resp:
-        text = resp.read().decode()
+        text: str = resp.read().decode()
+    return text
+
+
+def _operator_metrics(metrics_url: str) -> JSON:
+    """Reconciles by result, the event recorder's counters, and what the API server sent
+    (objects by resource, watched and listed), from /metrics."""
+    text = _scrape(metrics_url)
     return {
         "reconciles": _metric_by_label(text, "controller_runtime_reconcile_total", "result"),
         "events_written": _metric_by_label(text, "msop_events_written_total", "action"),
         "events_dropped": _metric_by_label(text, "msop_events_dropped_total", "reason"),
         "watch_restarts": _metric_by_label(text, "informer_watch_restarts_total", "reason"),
+        "watch_events": _metric_by_label(text, "informer_watch_events_total", "resource"),
+        "listed_objects": _metric_by_label(text, "informer_listed_objects_total", "resource"),
     }
+
+
+def _held_shards(metrics_url: str) -> set[int]:
+    """The shards an operator holds (``msop_shard_owned``); empty if it cannot say."""
+    try:
+        text = _scrape(metrics_url)
+    except OSError:
+        return set()
+    return {
+        int(s.labels["shard"])
+        for s in read_samples(text)
+        if s.name == "msop_shard_owned" and s.value == 1
+    }
+
+
+def _sum_by_key(parts: list[dict[str, float]]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + v
+    return out
+
+
+def sharded_args(replicas: int) -> tuple[str, ...]:
+    """The flags of one of ``replicas`` operators splitting the jobs into as many shards
+    (none for one)."""
+    if replicas <= 1:
+        return ()
+    return ("--leader-elect", "--leader-election-namespace", OPERATOR_NS,
+            "--shards", str(replicas))  # fmt: skip
 
 
 def _terminated_watchers(cluster: LocalCluster) -> dict[str, float]:
@@ -131,17 +169,32 @@ async def run_operator_burst(
     wait_s: float,
     profile: str | None = None,
     label: str = "burst",
+    replicas: int = 1,
 ) -> JSON:
+    """The burst against ``replicas`` operators (above 1: as many shards, one each)."""
     create_namespace(cluster, OPERATOR_NS)
-    op = start_operator(
-        cluster.kubeconfig,
-        log_dir / f"operator-{label}.log",
-        ("--namespace", OPERATOR_NS, *operator_args),
-        profile_to=log_dir / PROFILE_FILES[profile] if profile else None,
-        profiler=profile or "cprofile",
-    )
-    assert op.proc is not None
-    pid = op.proc.pid
+    logs = [log_dir / f"operator-{label}{'' if i == 0 else f'-{i}'}.log" for i in range(replicas)]
+    ops = [
+        start_operator(
+            cluster.kubeconfig,
+            logs[i],
+            ("--namespace", OPERATOR_NS, *operator_args, *sharded_args(replicas)),
+            profile_to=log_dir / PROFILE_FILES[profile] if profile and i == 0 else None,
+            profiler=profile or "cprofile",
+        )
+        for i in range(replicas)
+    ]
+    if replicas > 1:
+        await wait_until(
+            "every shard held, one each",
+            lambda: [len(_held_shards(o.metrics_url)) for o in ops] == [1] * replicas,
+            120,
+        )
+    pids = []
+    for o in ops:
+        assert o.proc is not None
+        pids.append(o.proc.pid)
+    op = ops[0]
     client = await bench_client(cluster.kubeconfig, concurrency)
     pods, services, conds = FirstSeen(), FirstSeen(), ConditionTimes()
     names = [f"job-{i:05d}" for i in range(jobs)]
@@ -154,8 +207,9 @@ async def run_operator_burst(
                 tg.create_task(watch_forever(client, MSJOBS, OPERATOR_NS, conds)),
             ]
             await asyncio.sleep(1)  # the watches are open
-            idle = sample(pid)
-            cpu0 = idle.cpu_seconds
+            idles = [sample(p) for p in pids]
+            idle = idles[0]
+            cpu0 = sum(x.cpu_seconds for x in idles)
 
             async def create(name: str) -> None:
                 await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
@@ -186,19 +240,37 @@ async def run_operator_burst(
                 "every job Succeeded", lambda: len(conds.first["Succeeded"]) >= jobs, wait_s
             )
             await asyncio.sleep(3)  # let trailing reconciles (and their writes) finish
-            end = sample(pid)
-            cpu1 = end.cpu_seconds
+            ends = [sample(p) for p in pids]
+            end = ends[0]
+            cpu1 = sum(x.cpu_seconds for x in ends)
             rss = end.rss_bytes
-            metrics = await asyncio.to_thread(_operator_metrics, op.metrics_url)
+            each = [await asyncio.to_thread(_operator_metrics, o.metrics_url) for o in ops]
+            metrics = {k: _sum_by_key([m[k] for m in each]) for k in each[0]}
             terminated1 = await asyncio.to_thread(_terminated_watchers, cluster)
             for w in watchers:
                 w.cancel()
     finally:
         await client.close()
-        shutdown = _stop_and_time(op, log_dir / f"operator-{label}.log")
+        for other, path in zip(ops[1:], logs[1:], strict=True):
+            _stop_and_time(other, path)
+        shutdown = _stop_and_time(op, logs[0])
     latencies = _latencies(pods, services, created)
     cpu = cpu1 - cpu0
+    per_replica = [
+        {
+            "cpu_s": e.cpu_seconds - i.cpu_seconds,
+            "rss_mib_peak": e.peak_rss_bytes / 2**20,
+            "rss_mib_idle": i.rss_bytes / 2**20,
+            "pod_objects_received": m["watch_events"].get("pods", 0.0)
+            + m["listed_objects"].get("pods", 0.0),
+            "objects_received": sum(m["watch_events"].values()) + sum(m["listed_objects"].values()),
+            "reconciles": sum(m["reconciles"].values()),
+        }
+        for i, e, m in zip(idles, ends, each, strict=True)
+    ]
     return {
+        "replicas": replicas,
+        "per_replica": per_replica,
         "jobs": jobs,
         "pods": jobs * PODS_PER_JOB,
         "services": jobs,
@@ -216,7 +288,7 @@ async def run_operator_burst(
         "operator_cpu_s_per_1000_lifecycles": 1000 * cpu / jobs,
         "operator_rss_mib_after": rss / 2**20,
         "operator_rss_mib_idle": idle.rss_bytes / 2**20,
-        "operator_rss_mib_peak": end.peak_rss_bytes / 2**20,
+        "operator_rss_mib_peak": max(e.peak_rss_bytes for e in ends) / 2**20,
         "events_written": metrics["events_written"],
         "events_dropped_by_reason": metrics["events_dropped"],
         "events_dropped": sum(metrics["events_dropped"].values()),
@@ -354,11 +426,12 @@ async def run(
     profile: str | None = None,
     label: str = "burst",
     raw_concurrency: int | None = None,
+    replicas: int = 1,
 ) -> JSON:
-    """One burst scenario on ``cluster``: the operator, then the raw baseline at
-    ``raw_concurrency`` requests in flight (default ``concurrency``)."""
+    """One burst scenario on ``cluster``: the operator (``replicas`` of it, sharded), then
+    the raw baseline at ``raw_concurrency`` requests in flight (default ``concurrency``)."""
     operator = await run_operator_burst(
-        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile, label
+        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile, label, replicas
     )
     raw = await run_raw(cluster, jobs, raw_concurrency or concurrency, wait_s)
     raw["concurrency"] = raw_concurrency or concurrency

@@ -177,6 +177,86 @@ HYBRID_GOALS = (
 )  # fmt: skip
 
 
+#: The load scenarios of one operator at its defaults, smallest first: the scale curve.
+CURVE = ("n100", "defaults", "n2000", "n10000")
+
+
+def scale_curve(results: JSON) -> JSON:
+    """Cost per job against N, from the load scenarios of one operator at its defaults
+    that ran (``rows``), and CPU per job at the largest N over CPU per job at 500
+    (``cpu_flatness``, None without both)."""
+    load = results.get("load") or {}
+    rows = []
+    for label in CURVE:
+        sc = load.get(label)
+        if not sc:
+            continue
+        op = sc["operator"]
+        rows.append({
+            "scenario": label, "jobs": op["jobs"], "ratio": sc["ratio_operator_to_raw"],
+            "cpu_ms_per_job": op["operator_cpu_ms_per_lifecycle"],
+            "rss_mib_peak": op["operator_rss_mib_peak"], "events_dropped": op["events_dropped"],
+            "reconciles_per_job": op["reconciles_per_job"],
+        })  # fmt: skip
+    base = next((r for r in rows if r["scenario"] == "defaults"), None)
+    top = rows[-1] if rows else None
+    flat = None
+    if base and top and top["jobs"] > base["jobs"] and base["cpu_ms_per_job"]:
+        flat = top["cpu_ms_per_job"] / base["cpu_ms_per_job"]
+    return {"rows": rows, "cpu_flatness": flat, "cpu_flatness_jobs": top and top["jobs"]}
+
+
+def shard_shares(results: JSON) -> JSON:
+    """Each sharded scenario next to one replica on the same burst (n2000): per replica,
+    what the API server sent it of pods, its peak RSS and CPU, as shares of the single
+    replica's; ``max_*``: the busiest replica's."""
+    load = results.get("load") or {}
+    one = ((load.get("n2000") or {}).get("operator") or {}).get("per_replica") or []
+    out: JSON = {}
+    for label, sc in load.items():
+        op = sc["operator"]
+        if op.get("replicas", 1) <= 1:
+            continue
+        rows = op.get("per_replica") or []
+        entry: JSON = {"replicas": op["replicas"], "ratio": sc["ratio_operator_to_raw"],
+                       "per_replica": rows}  # fmt: skip
+        if one and rows:
+            base = one[0]
+            entry["max_pod_objects_share"] = max(r["pod_objects_received"] for r in rows) / max(
+                1.0, base["pod_objects_received"]
+            )
+            entry["max_rss_mib_peak"] = max(r["rss_mib_peak"] for r in rows)
+            entry["max_rss_share"] = entry["max_rss_mib_peak"] / max(1.0, base["rss_mib_peak"])
+            entry["max_cpu_share"] = max(r["cpu_s"] for r in rows) / max(1e-9, base["cpu_s"])
+            entry["single_replica"] = base
+        out[label] = entry
+    return out
+
+
+#: The goals of 10,000 jobs on one operator and of shards (reported, not asserted).
+CURVE_GOALS = (
+    Goal("all pods / raw creates, N=10,000", ("load", "n10000", "ratio_operator_to_raw"), 1.0,
+         "x", "not measured before"),
+    Goal("RSS peak, N=10,000", ("load", "n10000", "operator", "operator_rss_mib_peak"), 400,
+         "MiB", "not measured before"),
+    Goal("events dropped, N=10,000", ("load", "n10000", "operator", "events_dropped"), 0, "",
+         "not measured before"),
+    Goal("CPU per job at the largest N / at N=500", ("curve", "cpu_flatness"), 1.2, "x",
+         "flat from 100 to 2,000 (make bench)"),
+    Goal("pods sent to the busiest of 2 shard replicas / to one replica", ("shards", "shards2",
+         "max_pod_objects_share"), 0.6, "x", "1.0 (every replica watched every pod)"),
+    Goal("pods sent to the busiest of 4 shard replicas / to one replica", ("shards", "shards4",
+         "max_pod_objects_share"), 0.35, "x", "1.0 (every replica watched every pod)"),
+    Goal("all pods / raw creates, 2,000 jobs on 4 shard replicas", ("shards", "shards4",
+         "ratio"), 1.3, "x", "not measured before"),
+)  # fmt: skip
+
+
+def judge_curve_goals(results: JSON) -> list[JSON]:
+    """One row per goal of :data:`CURVE_GOALS` that its scenario measured."""
+    return [r for r in judge_goals(results, CURVE_GOALS) if r["value"] is not None]
+
+
 def judge_goals(results: JSON, goals: tuple[Goal, ...]) -> list[JSON]:
     """One row per goal: value, limit, previous, met (None: not judged)."""
     rows = []
@@ -372,6 +452,41 @@ def _goals_table(title: str, goals: list[JSON]) -> list[str]:
     ]
 
 
+def _render_curve(report: JSON) -> list[str]:
+    curve = report.get("curve") or {}
+    shards = report.get("shards") or {}
+    lines: list[str] = []
+    if len(curve.get("rows") or []) > 1:
+        lines += ["", "## Cost per job against N (one operator, default flags)", ""]
+        lines += _table(
+            ["scenario", "jobs", "all pods / raw", "CPU ms/job", "reconciles/job",
+             "RSS peak MiB", "events dropped"],
+            [[r["scenario"], r["jobs"], f"{_fmt(r['ratio'])}x", r["cpu_ms_per_job"],
+              r["reconciles_per_job"], r["rss_mib_peak"], r["events_dropped"]]
+             for r in curve["rows"]],
+        )  # fmt: skip
+    if shards:
+        lines += ["", "## Shards: each replica against one operator on the same burst", "",
+                  "Pods received: objects the API server sent the replica's pod informers "
+                  "(watch events and listed objects, `informer_watch_events_total` and "
+                  "`informer_listed_objects_total`).", ""]  # fmt: skip
+        rows = []
+        for label, sh in shards.items():
+            for i, r in enumerate(sh["per_replica"]):
+                rows.append([label, i, f"{_fmt(sh['ratio'])}x", r["pod_objects_received"],
+                             r["rss_mib_peak"], r["cpu_s"], r["reconciles"]])  # fmt: skip
+            one = sh.get("single_replica")
+            if one:
+                rows.append([f"{label}: one replica (n2000)", "-", "-",
+                             one["pod_objects_received"], one["rss_mib_peak"], one["cpu_s"],
+                             one["reconciles"]])  # fmt: skip
+        lines += _table(["scenario", "replica", "all pods / raw", "pods received",
+                         "RSS peak MiB", "CPU s", "reconciles"], rows)  # fmt: skip
+    lines += _goals_table("10,000 jobs and shards (reported, not asserted)",
+                          report.get("curve_goals") or [])  # fmt: skip
+    return lines
+
+
 def _render_hybrid(report: JSON) -> list[str]:
     hy = report.get("hybrid")
     if not hy:
@@ -435,6 +550,7 @@ def render_markdown(report: JSON) -> str:
         "Goals under a client-side limit (this run next to the previous figures)",
         report.get("throttled_goals") or [],
     )
+    lines += _render_curve(report)
     load = report.get("load") or {}
     if load:
         lines += ["", "## Load scenarios", ""]

@@ -11,6 +11,7 @@ expectations, as the informers would. Errors are injected per verb and kind
 from __future__ import annotations
 
 import asyncio
+import builtins
 import json
 from collections.abc import Mapping
 from datetime import UTC, datetime
@@ -180,7 +181,7 @@ class Cluster:
         return self.job
 
     # the caches
-    def of_kind(self, kind: str, *, every: bool = False) -> list[JSON]:
+    def of_kind(self, kind: str, *, every: bool = False) -> builtins.list[JSON]:
         """The objects of ``kind`` the cache shows (``every``: also those it does not)."""
         return [
             o for (k, _), o in sorted(self.objects.items())
@@ -200,7 +201,7 @@ class Reader:
             return None
         return self.cluster.cached or self.cluster.job or None
 
-    def by_index(self, index_name: str, value: str) -> list[Any]:
+    def by_index(self, index_name: str, value: str) -> builtins.list[Any]:
         assert index_name == BY_CONTROLLER_UID and value == "u-1"
         return self.cluster.of_kind(self.kind)
 

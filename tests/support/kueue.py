@@ -120,6 +120,10 @@ class WorkloadApi:
         self.calls.append(("get", res.kind, name))
         return {"metadata": {"name": name}, "value": 1000}
 
+    async def list(self, res: Resource, namespace: str | None = None, **kw: Any) -> JSON:
+        self.calls.append(("list", res.kind, kw.get("label_selector")))
+        return {"items": []}
+
     async def patch(
         self, res: Resource, name: str, patch: Any, namespace: str | None = None, **kw: Any
     ) -> JSON:

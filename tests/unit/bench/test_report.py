@@ -8,7 +8,16 @@ from pathlib import Path
 import pytest
 
 from bench.audit import WRITE_VERBS, count_requests
-from bench.report import JSON, judge, judge_scale_goals, judge_throttled_goals, render_markdown
+from bench.report import (
+    JSON,
+    judge,
+    judge_curve_goals,
+    judge_scale_goals,
+    judge_throttled_goals,
+    render_markdown,
+    scale_curve,
+    shard_shares,
+)
 from bench.stats import cdf, percentile, ratio, summarize
 
 
@@ -266,3 +275,63 @@ def test_the_watches_the_api_server_gave_up_on_are_reported() -> None:
         and "by reason (`informer_watch_restarts_total`): closed 11." in said
     )
     assert _watch_sentence({}).count("none") == 2  # a report from before these were measured
+
+
+def _load(jobs: int, cpu_ms: float, ratio_: float, replicas: list[JSON] | None = None) -> JSON:
+    per = replicas or [
+        {
+            "cpu_s": cpu_ms * jobs / 1000,
+            "rss_mib_peak": 100.0,
+            "pod_objects_received": 6.0 * jobs * 4,
+            "reconciles": 6 * jobs,
+        }
+    ]
+    return {
+        "operator": {
+            "jobs": jobs, "operator_args": [], "all_objects_exist_s": 10.0, "events_dropped": 0,
+            "operator_cpu_ms_per_lifecycle": cpu_ms, "operator_rss_mib_peak": 120.0,
+            "reconciles_per_job": 6.0, "replicas": len(per), "per_replica": per,
+            "shutdown": {"sigterm_to_exit_s": 1.0, "exit_code": 0},
+        },
+        "raw": {"all_objects_exist_s": 10.0, "concurrency": 16},
+        "ratio_operator_to_raw": ratio_,
+        "api": {"writes_per_job": 10.0, "event_writes_per_job": 4.0},
+    }  # fmt: skip
+
+
+def test_the_scale_curve_and_the_shards_against_one_replica() -> None:
+    one = _load(2000, 15.0, 1.0)["operator"]["per_replica"][0]
+    half = {**one, "pod_objects_received": one["pod_objects_received"] * 0.55,
+            "rss_mib_peak": 70.0}  # fmt: skip
+    quarter = {**one, "pod_objects_received": one["pod_objects_received"] * 0.3}
+    report: JSON = {"load": {
+        "defaults": _load(500, 14.0, 1.1), "n2000": _load(2000, 15.0, 1.0),
+        "n10000": _load(10000, 17.5, 0.98),
+        "shards2": _load(2000, 16.0, 1.05, [half, half]),
+        "shards4": _load(2000, 16.0, 1.2, [quarter] * 4),
+    }}  # fmt: skip
+    curve = scale_curve(report)
+    assert [r["jobs"] for r in curve["rows"]] == [500, 2000, 10000]
+    assert curve["cpu_flatness"] == pytest.approx(17.5 / 14.0)
+    shards = shard_shares(report)
+    assert set(shards) == {"shards2", "shards4"}
+    assert shards["shards2"]["max_pod_objects_share"] == pytest.approx(0.55)
+    assert shards["shards2"]["max_rss_share"] == pytest.approx(0.7)
+    report.update(curve=curve, shards=shards)
+    report["curve_goals"] = judge_curve_goals(report)
+    verdicts = {r["goal"]: r["met"] for r in report["curve_goals"]}
+    assert verdicts["all pods / raw creates, N=10,000"] is True
+    assert verdicts["CPU per job at the largest N / at N=500"] is False  # 1.25 > 1.2
+    assert verdicts["pods sent to the busiest of 2 shard replicas / to one replica"] is True
+    assert verdicts["pods sent to the busiest of 4 shard replicas / to one replica"] is True
+    md = render_markdown(report)
+    assert "## Cost per job against N" in md and "## Shards: each replica" in md
+    assert "shards4: one replica (n2000)" in md
+
+
+def test_without_the_big_scenarios_no_curve_goal_is_judged() -> None:
+    report: JSON = {"load": {"defaults": _load(500, 14.0, 1.1)}}
+    report["curve"] = scale_curve(report)
+    report["shards"] = shard_shares(report)
+    assert report["curve"]["cpu_flatness"] is None and report["shards"] == {}
+    assert judge_curve_goals(report) == []
