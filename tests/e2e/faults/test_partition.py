@@ -76,6 +76,20 @@ A_SOURCE = "127.0.0.2"
 JOBS = 80
 
 
+def _jobs(prefix: str) -> tuple[list[str], set[str], list[JSON]]:
+    """The scenario's jobs: names, those with a Scheduler, manifests."""
+    names = [f"{prefix}-{i:03d}" for i in range(JOBS)]
+    sched = {n for i, n in enumerate(names) if i % 4 == 0}
+    return names, sched, [msjob(n, scheduler=n in sched) for n in names]
+
+
+async def _trickle(client: KubeClient, namespace: str, batch: list[JSON]) -> None:
+    """Jobs arriving 4 at a time, every half second."""
+    for i in range(0, len(batch), 4):
+        await create_all(client, namespace, batch[i : i + 4])
+        await asyncio.sleep(0.5)
+
+
 class Relay:
     """``python -m testbed.netns forward`` as a child process."""
 
@@ -150,11 +164,7 @@ async def test_partitioned_leader_stops_before_the_follower_starts(
 ) -> None:
     # Only this test's lines of the session's audit log count.
     first_line = len(audit_events(cluster.audit_log))
-    here = f"/proc/{os.getpid()}/ns/net"
-    api = Relay(
-        "--listen", "127.0.0.1:0", "--connect", f"127.0.0.1:{cluster.api_port}",
-        "--listen-netns", str(netns.path), "--connect-netns", here, "--source", A_SOURCE,
-    )  # fmt: skip
+    api = _api_relay(cluster, netns)
     relays = [api]
     a_kubeconfig = _through(operator_kubeconfig, api.port, tmp_path / "a.kubeconfig")
 
@@ -169,14 +179,10 @@ async def test_partitioned_leader_stops_before_the_follower_starts(
         await asyncio.sleep(2 * RETRY_S)
         assert not _is_leader(b)
 
-        names = [f"part-{i:03d}" for i in range(JOBS)]
-        sched = {n for i, n in enumerate(names) if i % 4 == 0}
-        jobs = [msjob(n, scheduler=n in sched) for n in names]
+        names, sched, jobs = _jobs("part")
 
         async def trickle(batch: list[JSON]) -> None:
-            for i in range(0, len(batch), 4):
-                await create_all(client, namespace, batch[i : i + 4])
-                await asyncio.sleep(0.5)
+            await _trickle(client, namespace, batch)
 
         await trickle(jobs[:20])
         await wait_until(
@@ -313,11 +319,7 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
     exit (a lost shard is not a lost process), and takes its share back once the link
     returns; every job succeeds, everything made once."""
     first_line = len(audit_events(cluster.audit_log))
-    here = f"/proc/{os.getpid()}/ns/net"
-    api = Relay(
-        "--listen", "127.0.0.1:0", "--connect", f"127.0.0.1:{cluster.api_port}",
-        "--listen-netns", str(netns.path), "--connect-netns", here, "--source", A_SOURCE,
-    )  # fmt: skip
+    api = _api_relay(cluster, netns)
     relays = [api]
     a_kubeconfig = _through(operator_kubeconfig, api.port, tmp_path / "a.kubeconfig")
     try:
@@ -328,14 +330,10 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
         await wait_until("2 shards each", lambda: len(held(a)) == len(held(b)) == 2, within=30)
         a_shards = held(a)
 
-        names = [f"spart-{i:03d}" for i in range(JOBS)]
-        sched = {n for i, n in enumerate(names) if i % 4 == 0}
-        jobs = [msjob(n, scheduler=n in sched) for n in names]
+        names, sched, jobs = _jobs("spart")
 
         async def trickle(batch: list[JSON]) -> None:
-            for i in range(0, len(batch), 4):
-                await create_all(client, namespace, batch[i : i + 4])
-                await asyncio.sleep(0.5)
+            await _trickle(client, namespace, batch)
 
         await trickle(jobs[:20])
         await create_all(client, namespace, jobs[20:60], parallel=16)
@@ -393,6 +391,15 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
         for lease in leases["items"]:
             if lease["metadata"]["name"].startswith(f"{LEASE_ID}-sharded-"):
                 await client.delete(LEASES, lease["metadata"]["name"], OPERATOR_NAMESPACE)
+
+
+def _api_relay(cluster: LocalCluster, netns: NetNamespace) -> Relay:
+    """The API server, reached from inside ``netns`` and connecting from A's address."""
+    here = f"/proc/{os.getpid()}/ns/net"
+    return Relay(
+        "--listen", "127.0.0.1:0", "--connect", f"127.0.0.1:{cluster.api_port}",
+        "--listen-netns", str(netns.path), "--connect-netns", here, "--source", A_SOURCE,
+    )  # fmt: skip
 
 
 def _start_in(
