@@ -109,7 +109,7 @@ class Request:
     code: int
 
 
-def _epoch(stamp: object) -> float | None:
+def epoch(stamp: object) -> float | None:
     try:
         return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
     except ValueError:
@@ -121,7 +121,7 @@ def requests_of(lines: Iterable[str], user_agent_prefix: str) -> list[Request]:
     order, each with the time the API server received it."""
     out: list[Request] = []
     for event in completed_events(lines, user_agent_prefix):
-        t = _epoch(event.get("requestReceivedTimestamp"))
+        t = epoch(event.get("requestReceivedTimestamp"))
         if t is None:
             continue
         ref = event.get("objectRef") or {}

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.audit import WRITE_VERBS, requests_of
+from bench.audit import WRITE_VERBS, completed_events, epoch, requests_of
 from bench.burst import OPERATOR_USER_AGENT_PREFIX, bench_client, bounded
 from bench.environment import sample, start_operator
 from bench.observe import wait_until, watch_forever
@@ -146,8 +146,14 @@ class Job:
 def writes(audit_log: Path, since: float, until: float, keep: Path | None = None) -> JSON:
     """The operator's writes between ``since`` and ``until`` (epoch seconds); with
     ``keep``, the operator's lines of the audit log are copied there."""
+    lines: list[str] = []
+    deletes: list[str] = []
     with audit_log.open(encoding="utf-8", errors="replace") as f:
-        lines = [line for line in f if OPERATOR_USER_AGENT_PREFIX in line]
+        for line in f:
+            if OPERATOR_USER_AGENT_PREFIX in line:
+                lines.append(line)
+            if '"delete"' in line and '"pods"' in line:
+                deletes.append(line)
     if keep is not None:
         keep.parent.mkdir(parents=True, exist_ok=True)
         keep.write_text("".join(lines))
@@ -170,7 +176,26 @@ def writes(audit_log: Path, since: float, until: float, keep: Path | None = None
         "pod_creates": sum(r.verb == "create" for r in pods),
         "pod_deletes": sum(r.verb == "delete" for r in pods),
         "created": sorted(r.name for r in pods if r.verb == "create")[:5],
+        "pod_deletes_by_client": pod_deleters(deletes, since, until),
     }
+
+
+def pod_deleters(lines: list[str], since: float, until: float) -> dict[str, int]:
+    """Every client's pod deletes between ``since`` and ``until``, by user (and the first
+    word of its user agent): who deleted what the operator had made."""
+    by: dict[str, int] = {}
+    for event in completed_events(lines, ""):
+        t = epoch(event.get("requestReceivedTimestamp"))
+        ref = event.get("objectRef") or {}
+        if t is None or not since <= t <= until or event.get("verb") != "delete":
+            continue
+        if ref.get("resource") != "pods":
+            continue
+        user = (event.get("user") or {}).get("username", "?")
+        agent = str(event.get("userAgent", "?")).split(" ", 1)[0]
+        key = f"{user} ({agent})"
+        by[key] = by.get(key, 0) + 1
+    return dict(sorted(by.items(), key=lambda kv: -kv[1]))
 
 
 def cpu_of(pids: dict[str, int]) -> dict[str, float]:

@@ -511,6 +511,11 @@ def _render_hybrid(report: JSON) -> list[str]:
          "restarted in place", "operator CPU s"],
         rows,
     )  # fmt: skip
+    for mode in ("in_place", "recreation"):
+        who = ((hy.get(mode) or {}).get("writes") or {}).get("pod_deletes_by_client")
+        if who:
+            said = ", ".join(f"{k}: {v}" for k, v in who.items())
+            lines += ["", f"Pod deletes {mode.replace('_', ' ')}, by client: {said}."]
     lines += _goals_table("Hybrid restart goals (reported, not asserted)",
                           report.get("hybrid_goals") or [])  # fmt: skip
     return lines

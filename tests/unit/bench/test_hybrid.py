@@ -55,6 +55,8 @@ def test_writes_counts_the_operators_writes_in_the_window(tmp_path: Path) -> Non
     assert w["pod_writes"] == 1 and w["pod_creates"] == 1 and w["pod_deletes"] == 0
     assert w["created"] == ["hybrid-worker-3"]
     assert w["total"] == 2 and w["excluding_events"] == 1
+    # Every client's pod deletes in the window, by who sent them (no user here: "?").
+    assert w["pod_deletes_by_client"] == {"? (msop-bench/1)": 1}
 
 
 def _result(mode: str, pods: int, creates: int, deletes: int, released: float) -> dict[str, object]:
