@@ -396,17 +396,25 @@ class MSJobReconciler:
             if not objs:
                 continue
             exp_key = (request, res)
-            self.expectations.expect_creations_of(exp_key, [o["metadata"]["name"] for o in objs])
-            for obj in objs:
-                name = obj["metadata"]["name"]
-                try:
-                    await self.client.patch(
-                        res, name, refile.refile_patch(obj, shard), request.namespace
-                    )
-                except ApiError as e:
-                    self.expectations.creation_observed(exp_key, name)
-                    if not (is_not_found(e) or is_invalid(e) or is_conflict(e)):
-                        raise
+            moved = [o["metadata"]["name"] for o in objs]
+            self.expectations.expect_creations_of(exp_key, moved)
+            results = await asyncio.gather(
+                *(self.client.patch(res, o["metadata"]["name"], refile.refile_patch(o, shard),
+                                    request.namespace) for o in objs),
+                return_exceptions=True,
+            )  # fmt: skip
+            failed: BaseException | None = None
+            for name, result in zip(moved, results, strict=True):
+                if not isinstance(result, BaseException):
+                    continue
+                self.expectations.creation_observed(exp_key, name)
+                gone = isinstance(result, ApiError) and (
+                    is_not_found(result) or is_invalid(result) or is_conflict(result)
+                )  # deleted, or made again (another UID) since it was read
+                if not gone and failed is None:
+                    failed = result
+            if failed is not None:
+                raise failed
         log.info(
             "children filed under another shard moved to the job's",
             shard=shard,
