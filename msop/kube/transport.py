@@ -17,6 +17,9 @@ in-cluster); the session is ours, so that each request costs only what it must:
   lost its Lease exiting), bytes still queued in the kernel are discarded, not delivered
   by the kernel's retransmissions once a partitioned link comes back. A plain close
   would keep sending them for up to a minute after the process has moved on or exited.
+  A TLS connection closes its socket at most :data:`SSL_SHUTDOWN_TIMEOUT` after it is
+  closed (asyncio would wait 30 s for the peer's close_notify, which a partitioned peer
+  never sends, with the request's bytes still queued).
 - **Requests wait out a restarting API server** (:class:`ReadyGate`). When a connection
   is refused or dropped, the transport's gate closes: requests then wait while one probe
   asks ``GET /readyz`` (which every authenticated user may read) until it answers 200,
@@ -39,6 +42,7 @@ import socket
 import ssl
 import struct
 import time
+import warnings
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlencode, urlsplit, urlunsplit
@@ -51,6 +55,14 @@ from msop.kube.contact import Contact
 #: Watch events carrying large objects can exceed aiohttp's default line buffer; etcd
 #: accepts requests up to 1.5 MiB, so 2 MiB holds any object the API server can store.
 READ_BUFSIZE = 2**21
+
+#: Seconds a TLS connection that is closed waits for the API server's close_notify before
+#: its socket is closed anyway (with a reset). asyncio's default is 30 s: a request given
+#: up while the link is cut (a shard's reconciles cancelled when its Lease is lost, the
+#: process going on) kept its socket, and the kernel delivered the request once the link
+#: came back, seconds after another replica had taken the job. A partitioned peer never
+#: answers; a reachable one answers well within this.
+SSL_SHUTDOWN_TIMEOUT = 0.1
 
 
 def env_proxy(url: str, environ: Mapping[str, str] | None = None) -> str | None:
@@ -260,11 +272,17 @@ class Transport:
         if proxy_authorization and "Proxy-Authorization" not in proxy_headers:
             proxy_headers["Proxy-Authorization"] = proxy_authorization
         self.proxy_headers: Mapping[str, str] | None = proxy_headers or None
-        connector = aiohttp.TCPConnector(
-            limit=max_connections or 0,
-            ssl=ssl_context(configuration),
-            socket_factory=reset_on_close_socket,
-        )
+        with warnings.catch_warnings():
+            # aiohttp marks the parameter deprecated (to go in 4.0); without it a TLS
+            # connection closed mid-request waits up to 30 s on the peer's close_notify
+            # before its socket closes (see SSL_SHUTDOWN_TIMEOUT).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            connector = aiohttp.TCPConnector(
+                limit=max_connections or 0,
+                ssl=ssl_context(configuration),
+                socket_factory=reset_on_close_socket,
+                ssl_shutdown_timeout=SSL_SHUTDOWN_TIMEOUT,
+            )
         # The API server sets no cookies: a dummy jar spares every response a cookie parse.
         self.session = aiohttp.ClientSession(
             connector=connector,

@@ -258,17 +258,21 @@ class MSJobReconciler:
         memory = self._memory.get(request)
         return memory is not None and memory.written == resource_version and not memory.awaited
 
-    def forget(self, request: Request) -> None:
+    def forget(self, request: Request) -> int:
         """Drop what this process remembers of the job: its memory (the status write it
         waits for), its defaulted copy and its expectations. For a job that is gone, and
         for the jobs of a shard handed over (``--shards``): a write cancelled by the hand-
         over may never show, and the next time this replica holds the job it must plan
-        from the cluster alone."""
-        self._memory.pop(request, None)
+        from the cluster alone. Returns how many Events held for writes still in doubt
+        go unwritten with it (the next holder sees the writes stored, or not, and does
+        not announce them)."""
+        memory = self._memory.pop(request, None)
+        held = memory.doubts.unannounced() if memory is not None and memory.doubts else 0
         self._defaulted.pop(request, None)
         self._listed.discard(request)
         self.expectations.delete_expectations((request, PODS))
         self.expectations.delete_expectations((request, SERVICES))
+        return held
 
     def _remember(self, request: Request) -> JobMemory:
         """The job's memory, made on demand."""

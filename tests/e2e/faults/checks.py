@@ -133,7 +133,14 @@ def created_once(
     audit = audit_events(cluster.audit_log)
     creates = operator_creates(cluster.audit_log, ns, ("pods", "services"))
     twice = {k: n for k, n in creates.items() if n > (2 if k in recreated else 1)}
-    assert not twice, f"created more than once (audit log): {twice}"
+    assert not twice, f"created more than once (audit log): {twice}\n" + "\n".join(
+        f"{e.get('requestReceivedTimestamp')} {e.get('verb')} {_ref(e)} "
+        f"{(e.get('responseStatus') or {}).get('code')} from {e.get('sourceIPs')} "
+        f"{(e.get('user') or {}).get('username')} {str(e.get('userAgent', '')).split(' ')[0]}"
+        for e in audit
+        if (e.get("objectRef") or {}).get("namespace") == ns and _ref(e) in twice
+        and e.get("verb") in ("create", "delete", "patch", "update")
+    )  # fmt: skip
     said = announced(events)
     twice = {k: n for k, n in said.items() if n > (2 if k in recreated else 1)}
     assert not twice, f"announced as created more than once (Events): {twice}"

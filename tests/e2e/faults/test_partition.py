@@ -273,6 +273,11 @@ SHARDED = (
 )  # fmt: skip
 
 
+def _ref_name(event: JSON) -> str:
+    ref = event.get("objectRef") or {}
+    return f"{ref.get('resource')}/{ref.get('name')}"
+
+
 def _one_writer_at_a_time(writes: list[JSON]) -> tuple[dict[str, int], list[str]]:
     """Per job (its children and its status), the writers in the order of their writes:
     where the writer changes, the last write of the one before must have been done before
@@ -340,6 +345,7 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
         await wait_until("A backlogged", lambda: _depth(a) >= 3, within=30, interval=0.05)
         cut_at = time.monotonic()
         _rules(netns, "-I", api.port)
+        cut_wall = time.time()
         arrivals = asyncio.create_task(trickle(jobs[60:]))
         await wait_until(
             "B holds every shard", lambda: len(held(b)) == 4, within=LEASE_S + 10, interval=0.1
@@ -350,7 +356,7 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
         lost = a.log_path.read_text().count('"shard lost"')
         assert lost == len(a_shards), a.log_tail()
         _rules(netns, "-D", api.port)
-        healed_at = time.monotonic()
+        healed_at, healed_wall = time.monotonic(), time.time()
         await wait_until(
             "A takes its share back", lambda: len(held(a)) == len(held(b)) == 2, within=60
         )
@@ -365,10 +371,26 @@ async def test_a_partitioned_replica_stops_writing_its_shards_before_another_tak
         ]  # fmt: skip
         changes, overlaps = _one_writer_at_a_time(writes)
         assert not overlaps, f"a job written by two replicas at once: {overlaps[:5]}"
+        # From its renew deadline after the cut until a retry period after the link is
+        # back, A holds no shard: no write of A to a job or its children may reach the API
+        # server then, not even one it had sent into the partition and given up (its
+        # socket is reset, not left to deliver it on heal). Events may trail a hand-over
+        # (docs/concepts/shards.md).
+        dropped_wall = cut_wall + RENEW_DEADLINE_S
+        stray = [
+            f"{e['requestReceivedTimestamp']} {e['verb']} {_ref_name(e)} {e['sourceIPs']}"
+            for e in writes
+            if A_SOURCE in e["sourceIPs"] and job_of(e.get("objectRef") or {}) is not None
+            and dropped_wall <= _server_time(e["requestReceivedTimestamp"]).timestamp()
+            <= healed_wall + RETRY_S
+        ]  # fmt: skip
+        assert not stray, f"A wrote while it held no shard: {stray[:5]}"
         assert any(changes.values())  # the hand-overs are exercised
         figures = await final_checks(
             cluster, client, namespace, names, sched, [(b, b.proc.pid), (a, a.proc.pid)],
-            lease_requests_per_s=(1 + 2 * 3) / RETRY_S,
+            # Per retry period: a list of the Leases, a get and an update of its member
+            # Lease and of each of its 2 shards' Leases, a get of each of the 2 others'.
+            lease_requests_per_s=(1 + 2 * (1 + 2) + 2) / RETRY_S,
             events_unwritten=_unwritten_events(a.log_path),
         )  # fmt: skip
         record(

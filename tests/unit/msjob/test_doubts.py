@@ -124,6 +124,18 @@ def test_events_held_for_writes_in_doubt_are_counted_at_stop(
     assert "events not written" not in capsys.readouterr().out
 
 
+def test_a_job_let_go_says_how_many_events_of_writes_in_doubt_go_with_it() -> None:
+    """Its shard handed over or lost (--shards): the next holder sees the pod stored and
+    announces nothing, so forgetting the job counts the Event it held."""
+    h = Harness(_job(workers=1))
+    h.cluster.lose_answer("create", "Pod", RESET)
+    with pytest.raises(ApiError):
+        h.reconcile()
+    assert h.reconciler.forget(Request("ns", "j")) == 1
+    assert h.reconciler.unannounced() == 0
+    assert h.reconciler.forget(Request("ns", "j")) == 0  # nothing left
+
+
 def _running_written_without_an_answer() -> tuple[Harness, JSON]:
     """A job whose worker runs and whose status write (Running) was stored but not
     answered; returns the harness and the job as it was before that write."""

@@ -9,6 +9,7 @@ import functools
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
@@ -105,8 +106,14 @@ class World:
         self.shards = JobShards(
             SHARDS, [self.jobs],
             [(PODS, self.pods, "base"), (SERVICES, self.services, "base")],
-            self.make, self.enqueued.append, self.forgotten.append,
+            self.make, self.enqueued.append, self.forget,
         )  # fmt: skip
+
+    def forget(self, request: Request) -> int:
+        """The reconciler's: drops the job's memory, says how many Events of writes in
+        doubt go with it (2 here)."""
+        self.forgotten.append(request)
+        return 2
 
     def make(self, res: Resource, selector: str) -> list[SharedInformer]:
         self.made.append((res, selector))
@@ -135,11 +142,15 @@ async def test_adopting_a_shard_watches_its_children_and_enqueues_its_jobs_only(
         queued = [Request("ns", "mine"), Request("ns", "other"), Request("ns", "gone")]
         assert list(w.shards.counts(queued)) == [(w.mine, 1, 1)]
 
-        await w.shards.release(w.mine)
+        with structlog.testing.capture_logs() as logged:
+            await w.shards.release(w.mine)
         assert w.shards.ready() == set()
         # What the reconciler remembers of the shard's jobs goes: a write cancelled by the
-        # hand-over may never show, and the next hold starts from the cluster alone.
+        # hand-over may never show, and the next hold starts from the cluster alone. The
+        # Events of its writes in doubt go too, and are said to go, as at a stop.
         assert w.forgotten == [Request("ns", "mine")]
+        said = [e for e in logged if e["event"].startswith("events not written")]
+        assert [(e["shard"], e["count"]) for e in said] == [(w.mine, 2)]
         assert len(w.pods.members) == 1  # the shard's cache left the union
         names = sorted(
             p["metadata"]["name"] for p in w.pods.by_index(BY_CONTROLLER_UID, w.uid_mine)
