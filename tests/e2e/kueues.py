@@ -14,8 +14,18 @@ JSON = dict[str, Any]
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
-def create(cluster: LocalCluster, obj: JSON) -> None:
-    cluster.kubectl("apply", "-f", "-", input=json.dumps(obj))
+def create(cluster: LocalCluster, obj: JSON, within: float = 30) -> None:
+    """Apply ``obj``; a refusal (Kueue's webhooks, called by the API server, time out under
+    the tier's load now and then) is tried again for ``within`` seconds, then raised with
+    what kubectl said."""
+    deadline = time.monotonic() + within
+    while True:
+        proc = cluster.kubectl("apply", "-f", "-", input=json.dumps(obj), check=False)
+        if proc.returncode == 0:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kubectl apply of {obj['kind']} failed: {proc.stderr.strip()}")
+        time.sleep(1)
 
 
 def flavor(name: str, node_labels: JSON | None = None, toleration: JSON | None = None) -> JSON:
