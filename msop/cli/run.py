@@ -17,7 +17,7 @@ from msop.api.resources import MSJOBS
 from msop.controller.leaderelection import LeaderElectionConfig, LeaderElectionLost
 from msop.controller.leaseguard import LeaseGuard
 from msop.controller.manager import Manager, SecureServing
-from msop.controller.shardelection import ShardingConfig
+from msop.controller.shardelection import ShardingConfig, ShardsLetGo
 from msop.informers.factory import InformerFactory
 from msop.informers.reflector import ReflectorOptions
 from msop.kube.client import KubeClient
@@ -209,6 +209,9 @@ async def run_operator(args: argparse.Namespace) -> int:
             )
         except ValueError as e:
             raise StartupError(str(e)) from None
+        if election is not None:
+            # From --shards N back to one: the sharded replicas let go first.
+            manager.add_guard(ShardsLetGo(client, election), once_leading=True)
         if args.legacy_operator_lease:
             namespace, name = args.legacy_operator_lease.split("/")
             manager.add_guard(LeaseGuard(client, namespace, name, what="ms-operator"))

@@ -12,9 +12,10 @@
    until every cache has synced; from then on ``/readyz`` answers ok;
 3. start the runnables added with ``needs_leader_election=False`` (e.g. event recorders),
    and wait until every guard (:meth:`Manager.add_guard`) is clear;
-4. with leader election configured, campaign for the Lease and wait to lead; then start the
-   runnables added with ``needs_leader_election=True`` (controllers). Without leader
-   election they start at once;
+4. with leader election configured, campaign for the Lease and wait to lead; then run the
+   guards added ``once_leading`` until each is clear, and start the runnables added with
+   ``needs_leader_election=True`` (controllers). Without leader election they start at once
+   (after those guards);
 5. run until stopped.
 
 Stopping:
@@ -174,6 +175,7 @@ class Manager:
         """``/readyz`` checks (``informers-synced`` passes once every cache has synced)."""
         self._entries: list[_Entry] = []
         self._guards: list[Guard] = []
+        self._leading_guards: list[Guard] = []
         self._recorders: dict[str, EventRecorder] = {}
         self._stop = asyncio.Event()
         self._synced = asyncio.Event()
@@ -196,11 +198,21 @@ class Manager:
         name = getattr(runnable, "name", None) or type(runnable).__name__
         self._entries.append(_Entry(runnable, needs_leader_election, str(name)))
 
-    def add_guard(self, guard: Guard) -> None:
+    def add_guard(self, guard: Guard, *, once_leading: bool = False) -> None:
         """Run ``guard`` with the manager (not only while leader) and start no leader
         runnable, nor campaign for the Lease, before it is clear; ``/readyz`` fails its
         check (``guard.name``) until then. A guard's ``run()`` failing stops the manager,
-        as any runnable's does. Raises RuntimeError once ``run()`` has started."""
+        as any runnable's does. Raises RuntimeError once ``run()`` has started.
+
+        ``once_leading``: run ``guard`` only once this manager leads (at once without
+        leader election), and start the leader runnables when it is clear; it does not
+        hold ``/readyz`` (a process that waits there is ready: a rolling update may go on
+        and stop what it waits for)."""
+        if self._started:
+            raise RuntimeError("add guards before Manager.run()")
+        if once_leading:
+            self._leading_guards.append(guard)
+            return
         self.add(guard, needs_leader_election=False)
         self._guards.append(guard)
         self.readyz.add(guard.name, guard.clear)
@@ -270,20 +282,22 @@ class Manager:
             # The list pages are freed: give their heap back (glibc keeps it otherwise).
             malloc.trim()
             plain = self._start(e for e in self._entries if not e.needs_leader_election)
-            if not await self._guards_clear([informers, *plain]):
+            if not await self._guards_clear(self._guards, [informers, *plain]):
                 return
+            electing: list[asyncio.Task[None]] = []
             if self.elector is not None:
                 elector = asyncio.create_task(self.elector.run(), name="leader-election")
+                electing = [elector]
                 if not await self._until(
                     self.elector.wait_until_leader(), [informers, elector, *plain]
                 ):
                     return
+            plain += self._start(_Entry(g, False, g.name) for g in self._leading_guards)
+            if not await self._guards_clear(self._leading_guards, [informers, *electing, *plain]):
+                return
             leader = self._start(e for e in self._entries if e.needs_leader_election)
             self._leading.set()
-            watched = [informers, *plain, *leader]
-            if elector is not None:
-                watched.append(elector)
-            await self._until(None, watched)
+            await self._until(None, [informers, *electing, *plain, *leader])
         except LeaderElectionLost:
             lost = True
             log.error("leader election lost; stopping without grace")
@@ -298,9 +312,9 @@ class Manager:
                 loop.remove_signal_handler(sig)
             log.info("manager stopped")
 
-    async def _guards_clear(self, watched: list[asyncio.Task[None]]) -> bool:
-        """Wait until every guard is clear (True) or ``stop()`` (False)."""
-        for guard in self._guards:
+    async def _guards_clear(self, guards: list[Guard], watched: list[asyncio.Task[None]]) -> bool:
+        """Wait until every one of ``guards`` is clear (True) or ``stop()`` (False)."""
+        for guard in guards:
             if not await self._until(guard.wait_until_clear(), watched):
                 return False
         return True

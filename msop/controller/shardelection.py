@@ -59,11 +59,11 @@ from msop.controller.shards import (
     shard_lease_name,
     to_shed,
 )
-from msop.kube.errors import ApiError
+from msop.kube.errors import ApiError, is_forbidden
 from msop.kube.objects import parse_time
 from msop.kube.resources import LEASES
 
-__all__ = ["ShardElection", "ShardLeaseClient", "ShardOwner", "ShardingConfig"]
+__all__ = ["ShardElection", "ShardLeaseClient", "ShardOwner", "ShardingConfig", "ShardsLetGo"]
 
 log = structlog.get_logger("msop.controller.shardelection")
 
@@ -336,3 +336,97 @@ class ShardElection:
             event = self._shed.get(shard)
             if event is not None:
                 event.set()
+
+
+class ShardsLetGo:
+    """The single leader's guard (``--shards 1`` with leader election): its controllers
+    start only once no shard's Lease (``<name>-shard-<i>``, any ``i``) is held.
+
+    Going from ``--shards N`` back to one replica, the single leader takes its Lease
+    ``<name>`` while the sharded replicas still run; they see it held and hand their
+    shards over (each owner lets go, then its Lease is released: :class:`ShardElection`),
+    or, dead or cut off, stop renewing. So the guard runs once this process leads
+    (:meth:`~msop.controller.manager.Manager.add_guard` with ``once_leading``) and lists
+    the Leases every ``period`` seconds until none is held, as :func:`~.leaseguard.lease_held`
+    counts (renewed within its duration on this process's own clock). It does not hold
+    ``/readyz``: a rolling update must go on and stop the old replicas.
+
+    Shard Leases left behind long ago (released, or renewed too long ago for any clock
+    skew) count as clear at once. A 403 on the list (no ``list`` on Leases) is warned
+    about once and counts as clear; other API errors are logged and retried."""
+
+    name = "sharded-replicas"
+
+    def __init__(
+        self,
+        client: ShardLeaseClient,
+        config: LeaderElectionConfig,
+        *,
+        skew: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        self.client = client
+        self.config = config
+        self.skew = skew
+        self._clock = clock
+        self._now = now
+        self._seen: dict[str, _Seen] = {}
+        self._clear = asyncio.Event()
+
+    def clear(self) -> bool:
+        """True once no shard's Lease was seen held."""
+        return self._clear.is_set()
+
+    async def wait_until_clear(self) -> None:
+        await self._clear.wait()
+
+    async def held(self) -> dict[str, str]:
+        """List the Leases once: each shard Lease held now, by its holder."""
+        listed = await self.client.list(LEASES, self.config.namespace)
+        now, wall = self._clock(), datetime.fromtimestamp(self._now(), UTC)
+        prefix = f"{self.config.name}-shard-"
+        seen: dict[str, _Seen] = {}
+        held: dict[str, str] = {}
+        for lease in listed.get("items") or []:
+            name = str(lease["metadata"]["name"])
+            if not name.startswith(prefix):
+                continue
+            spec = lease.get("spec") or {}
+            key = (spec.get("holderIdentity"), spec.get("renewTime"))
+            old = self._seen.get(name)
+            seen[name] = old if old is not None and old.key == key else _Seen(key, now)
+            holder = lease_held(lease, now - seen[name].at, wall, self.skew)
+            if holder is not None:
+                held[name] = holder
+        self._seen = seen
+        return held
+
+    async def run(self) -> None:
+        """List until no shard is held, then return."""
+        waited: dict[str, str] | None = None
+        while True:
+            try:
+                held = await self.held()
+            except (ApiError, OSError, TimeoutError) as e:
+                if isinstance(e, ApiError) and is_forbidden(e):
+                    log.warning(
+                        "not allowed to list Leases: sharded replicas cannot be seen; "
+                        "starting", error=e.message,
+                    )  # fmt: skip
+                    break
+                log.warning("cannot list the shards' Leases; retrying", error=str(e))
+                await asyncio.sleep(self.config.retry_period)
+                continue
+            if not held:
+                break
+            if waited is None or set(held.values()) != set(waited.values()):
+                log.warning(
+                    "sharded replicas (--shards above 1) hold shards: starting once they "
+                    "have let go", shards=sorted(held), replicas=sorted(set(held.values())),
+                )  # fmt: skip
+            waited = held
+            await asyncio.sleep(self.config.retry_period)
+        if waited:
+            log.info("the sharded replicas let go of every shard; starting")
+        self._clear.set()

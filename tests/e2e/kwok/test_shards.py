@@ -20,6 +20,7 @@ no restart is counted, every job succeeds. Figures are printed (``-s``).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import urllib.parse
 from pathlib import Path
@@ -60,7 +61,20 @@ TIMING = (
     "--leader-election-retry-period", "1",
 )  # fmt: skip
 SOURCES = ("127.0.0.2", "127.0.0.3", "127.0.0.4")
+#: The log line of the MSJob controller's start.
+CONTROLLER_STARTED = {"event": "starting runnable", "runnable": "msjob"}
 WRITES = {"create", "update", "patch", "delete", "deletecollection"}
+
+
+def logged(op: OperatorProcess, **fields: str) -> list[str]:
+    """The timestamps (ISO 8601, UTC: they sort as times) of ``op``'s log lines with
+    ``fields``."""
+    lines = op.log_path.read_text(errors="replace").splitlines()
+    return [
+        str(record.get("timestamp"))
+        for record in (json.loads(line) for line in lines if line.startswith("{"))
+        if all(record.get(k) == v for k, v in fields.items())
+    ]
 
 
 def source_of(event: dict[str, Any]) -> str | None:
@@ -252,11 +266,13 @@ async def test_from_one_operator_to_four_shards_adopts_the_running_jobs(
 async def test_from_four_shards_to_six_and_to_three_moves_the_running_jobs(
     cluster: LocalCluster, namespace: str, start_operator: Any, client: KubeClient
 ) -> None:
-    """--shards 4 -> 6 (Recreate) -> 3 (rolling) with every job running: each time most
-    jobs change shard and their children carry the old one; the new holders move them (a
-    label patch), adopt them as they are, and count no restart. 6 -> 3 leaves labels 3-5,
-    which no replica watches under 3 shards; during the rolling update the new replicas
-    hold nothing while the old ones run."""
+    """--shards 4 -> 6 (Recreate) -> 3 (rolling) -> 1 (rolling) with every job running:
+    each time most jobs change shard and their children carry the old one; the new holders
+    move them (a label patch), adopt them as they are, and count no restart. 6 -> 3 leaves
+    labels 3-5, which no replica watches under 3 shards; during the rolling update the new
+    replicas hold nothing while the old ones run. The single leader starts its controllers
+    only after the sharded replicas handed every shard over, and manages the labelled
+    children as they are."""
     names = [f"re-{i:02d}" for i in range(24)]
     with_scheduler = {n for i, n in enumerate(names) if i % 4 == 0}
     base = ("--leader-elect", "--leader-election-namespace", namespace, *TIMING)
@@ -319,6 +335,24 @@ async def test_from_four_shards_to_six_and_to_three_moves_the_running_jobs(
     ops = new
     await settled(3)
     print(f"6 -> 3 shards (rolling): {len(names)} running jobs filed again")
+    # 3 -> 1 as a rolling update does it: the single leader starts (and is ready: the
+    # start waits for /readyz) while the sharded replicas run; they hand every shard
+    # over before its controllers start, and take none back while it leads.
+    single = await asyncio.to_thread(start_operator, *base)
+    await wait_until("the sharded replicas let go",
+                     lambda: not set().union(*(held(op) for op in ops)), within=30)  # fmt: skip
+    await wait_until("the single leader's controller started",
+                     lambda: bool(logged(single, **CONTROLLER_STARTED)), within=30)  # fmt: skip
+    started = min(logged(single, **CONTROLLER_STARTED))
+    handed = [t for op in ops for t in logged(op, event="shard handed over")]
+    assert len(handed) >= 3 and max(handed) <= started
+    await asyncio.sleep(3 * 1.0)  # three retry periods
+    assert not set().union(*(held(op) for op in ops))
+    for op in ops:
+        assert await asyncio.to_thread(op.stop) == 0
+    ops = [single]
+    print(f"3 -> 1 (rolling): the single leader's controller started at {started}, the last "
+          f"shard was handed over at {max(handed)}")  # fmt: skip
     final = await drive_to_success(client, namespace, set(names), within=120)
     restarted = {
         j["metadata"]["name"]: j["status"]["replicaStatuses"]

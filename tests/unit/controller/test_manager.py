@@ -294,3 +294,62 @@ def test_an_event_recorder_is_made_whole_by_its_first_call() -> None:
     with pytest.raises(ValueError):  # not rewired after it is made
         m.event_recorder("made-whole", busy=lambda: False)
     assert recorder.busy is busy
+
+
+class Gate:
+    """A guard the test clears."""
+
+    name = "gate"
+
+    def __init__(self) -> None:
+        self.opened = asyncio.Event()
+        self.started = asyncio.Event()
+
+    def clear(self) -> bool:
+        return self.opened.is_set()
+
+    async def wait_until_clear(self) -> None:
+        await self.opened.wait()
+
+    async def run(self) -> None:
+        self.started.set()
+        await self.opened.wait()
+
+
+async def test_a_guard_once_leading_holds_the_leader_runnables_but_not_readiness() -> None:
+    m = manager()
+    gate, leader, plain = Gate(), Sleeper("leader"), Sleeper("plain")
+    m.add_guard(gate, once_leading=True)
+    m.add(leader)
+    m.add(plain, needs_leader_election=False)
+    task = asyncio.create_task(m.run())
+    await gate.started.wait()
+    await plain.started.wait()
+    await asyncio.sleep(0.05)
+    assert not leader.started.is_set() and not m.is_leader()
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://127.0.0.1:{m.health_port}/readyz?verbose") as r,
+    ):
+        assert r.status == 200  # ready while it waits: a rolling update goes on
+        assert "gate" not in await r.text()
+    gate.opened.set()
+    await asyncio.wait_for(m.wait_until_leader(), 5)
+    await leader.started.wait()
+    m.stop()
+    await task
+    assert leader.finished_cleanly and plain.finished_cleanly
+    with pytest.raises(RuntimeError):
+        m.add_guard(Gate(), once_leading=True)
+
+
+async def test_stopping_while_a_guard_once_leading_waits_returns_cleanly() -> None:
+    m = manager()
+    gate, leader = Gate(), Sleeper("leader")
+    m.add_guard(gate, once_leading=True)
+    m.add(leader)
+    task = asyncio.create_task(m.run())
+    await gate.started.wait()
+    m.stop()
+    await asyncio.wait_for(task, 5)
+    assert not leader.started.is_set()

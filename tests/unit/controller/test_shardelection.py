@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from msop.controller.leaderelection import LeaderElectionConfig
-from msop.controller.shardelection import ShardElection, ShardingConfig
+from msop.controller.leaderelection import LeaderElectionConfig, LeaderElector
+from msop.controller.shardelection import ShardElection, ShardingConfig, ShardsLetGo
 from msop.kube.errors import ApiError, ApiTimeout
 from msop.kube.resources import Resource
 
@@ -263,3 +263,80 @@ def test_shards_must_be_positive(shards: int) -> None:
     election = LeaderElectionConfig(name="msop", namespace="ns", identity="a")
     with pytest.raises(ValueError):
         ShardingConfig(shards, election)
+
+
+def single_leader(leases: Leases) -> tuple[LeaderElector, ShardsLetGo, Client]:
+    client = Client(leases)
+    config = LeaderElectionConfig(
+        name="msop", namespace="ns", identity="single", lease_duration=LEASE,
+        renew_deadline=RENEW, retry_period=RETRY,
+    )  # fmt: skip
+    return LeaderElector(client, config), ShardsLetGo(client, config), client
+
+
+async def test_the_single_leader_starts_once_the_sharded_replicas_let_go() -> None:
+    """--shards 3 back to one replica, rolling: the single leader takes its Lease while the
+    sharded replicas run; they hand every shard over; only then is its guard clear."""
+    async with running("a", "b") as run:
+        await until(lambda: split(run.owners) == [3, 3], 20)
+        elector, guard, _ = single_leader(run.leases)
+        electing = asyncio.create_task(elector.run())
+        guarding = asyncio.create_task(guard.run())
+        try:
+            await until(guard.clear, LEASE + 40 * RETRY)
+            cleared = time.monotonic()
+            assert elector.is_leader() and guarding.done()
+            assert all(not o.held for o in run.owners)
+            assert max(t for t, _, what, _ in run.work.log if what == "drop") <= cleared
+            # Still running, the sharded replicas take nothing back while it leads.
+            await asyncio.sleep(10 * RETRY)
+            assert all(not o.held for o in run.owners)
+        finally:
+            electing.cancel()
+            await asyncio.gather(electing, guarding, return_exceptions=True)
+    assert run.work.overlaps == []
+
+
+async def test_the_single_leader_waits_out_the_leases_of_a_cut_off_replica() -> None:
+    """A sharded replica that cannot reach the API server neither sees the single leader
+    nor releases its shards: they count as held until unrenewed for the Lease duration."""
+    async with running("a") as run:
+        await until(lambda: len(run.owners[0].held) == SHARDS, 20)
+        run.replicas[0][1].partitioned = True
+        cut = time.monotonic()
+        elector, guard, _ = single_leader(run.leases)
+        electing = asyncio.create_task(elector.run())
+        guarding = asyncio.create_task(guard.run())
+        try:
+            await until(guard.clear, 2 * LEASE + 20 * RETRY)
+            assert time.monotonic() - cut >= LEASE
+            assert not run.owners[0].held  # it gave them up at its renew deadline
+        finally:
+            electing.cancel()
+            await asyncio.gather(electing, guarding, return_exceptions=True)
+
+
+async def test_leases_left_behind_long_ago_do_not_hold_the_single_leader() -> None:
+    leases = Leases()
+    leases.store({"metadata": {"name": "msop-shard-0"}, "spec": {"holderIdentity": ""}})
+    leases.store({"metadata": {"name": "msop-shard-1"}, "spec": {
+        "holderIdentity": "gone", "leaseDurationSeconds": 15,
+        "renewTime": "2020-01-01T00:00:00.000000Z"}})  # fmt: skip
+    leases.store({"metadata": {"name": "msop-member-x-of-2"}, "spec": {
+        "holderIdentity": "x", "leaseDurationSeconds": 60,
+        "renewTime": "2099-01-01T00:00:00.000000Z"}})  # fmt: skip
+    _, guard, _ = single_leader(leases)
+    await asyncio.wait_for(guard.run(), 1.0)
+    assert guard.clear()
+
+
+async def test_a_guard_that_may_not_list_leases_lets_the_leader_start() -> None:
+    leases = Leases()
+    _, guard, client = single_leader(leases)
+
+    async def forbidden(res: Resource, namespace: str | None = None) -> dict[str, Any]:
+        raise ApiError(403, "Forbidden", "leases is forbidden")
+
+    client.list = forbidden  # type: ignore[method-assign]
+    await asyncio.wait_for(guard.run(), 1.0)
+    assert guard.clear()
