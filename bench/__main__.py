@@ -82,10 +82,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--progress-steady-only", action="store_true",
                    help="progress scenario: skip the unreachable reporters' phases")  # fmt: skip
     p.add_argument("--profile", nargs="?", const="cprofile", choices=("cprofile", "py-spy"),
-                   help="profile the burst operator: cprofile (the default; main thread, "
-                   "logs/operator-burst.prof) or py-spy (sampled, every thread, "
-                   "logs/operator-burst.pyspy.txt and a summary in "
-                   "logs/operator-burst.pyspy-top.txt); its CPU figures then include the "
+                   help="profile the operator of each burst and load scenario (the first "
+                   "replica): cprofile (the default; main thread, "
+                   "logs/operator-<scenario>.prof) or py-spy (sampled, every thread, "
+                   "logs/operator-<scenario>.pyspy.txt and a summary in "
+                   "logs/operator-<scenario>.pyspy-top.txt); its CPU figures then include the "
                    "profiler's overhead")  # fmt: skip
     p.add_argument("--timeout", type=float, default=600, help="seconds per wait")
     p.add_argument("--out", type=Path, default=None, help="results directory")
@@ -111,6 +112,18 @@ def _nodes_for(base_jobs: int, scale: float) -> int:
     least the burst's 4."""
     pods = 2 * 6 * _count(base_jobs, scale)
     return max(4, -(-pods // 2000) + 1)
+
+
+async def _summarize_profile(
+    profiler: str | None, logs: Path, label: str, report: dict[str, Any]
+) -> None:
+    """With py-spy: summarize scenario ``label``'s profile next to it (``-top.txt``)."""
+    if profiler != "py-spy":
+        return
+    raw = logs / burst.profile_file(label, profiler)
+    top = raw.with_name(raw.name.replace(".pyspy.txt", ".pyspy-top.txt"))
+    if not await asyncio.to_thread(write_summary, raw, top):
+        report["notes"].append(f"py-spy wrote no profile of {label} (is ptrace permitted?)")
 
 
 async def _main(args: argparse.Namespace, started: datetime) -> Path:
@@ -143,11 +156,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 profile=args.profile,
             )
             print(f"burst: done ({time.monotonic() - t0:.0f}s)", flush=True)
-            if args.profile == "py-spy":
-                raw = logs / burst.PROFILE_FILES["py-spy"]
-                top = logs / "operator-burst.pyspy-top.txt"
-                if not await asyncio.to_thread(write_summary, raw, top):
-                    report["notes"].append("py-spy wrote no profile (is ptrace permitted?)")
+            await _summarize_profile(args.profile, logs, "burst", report)
         finally:
             cluster.stop()
     for label, (base_jobs, flags, raw_concurrency) in LOAD_SCENARIOS.items():
@@ -170,8 +179,10 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 label=label,
                 raw_concurrency=raw_concurrency,
                 replicas=REPLICAS.get(label, 1),
+                profile=args.profile,
             )
             print(f"{label}: done ({time.monotonic() - t0:.0f}s)", flush=True)
+            await _summarize_profile(args.profile, logs, label, report)
         finally:
             cluster.stop()
     if "memory" not in args.skip:

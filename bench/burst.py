@@ -76,8 +76,9 @@ def _scrape(metrics_url: str) -> str:
 
 
 def _operator_metrics(metrics_url: str) -> JSON:
-    """Reconciles by result, the event recorder's counters, and what the API server sent
-    (objects by resource, watched and listed), from /metrics."""
+    """Reconciles by result, the event recorder's counters, what the API server sent
+    (objects by resource, watched and listed) and the progress polls by result, from
+    /metrics."""
     text = _scrape(metrics_url)
     return {
         "reconciles": _metric_by_label(text, "controller_runtime_reconcile_total", "result"),
@@ -86,6 +87,7 @@ def _operator_metrics(metrics_url: str) -> JSON:
         "watch_restarts": _metric_by_label(text, "informer_watch_restarts_total", "reason"),
         "watch_events": _metric_by_label(text, "informer_watch_events_total", "resource"),
         "listed_objects": _metric_by_label(text, "informer_listed_objects_total", "resource"),
+        "progress_polls": _metric_by_label(text, "msop_progress_polls_total", "result"),
     }
 
 
@@ -156,8 +158,13 @@ def _latencies(seen: FirstSeen, svcs: FirstSeen, started: dict[str, float]) -> l
     return out
 
 
-#: Where ``--profile <profiler>`` writes the burst operator's profile, under logs/.
-PROFILE_FILES = {"cprofile": "operator-burst.prof", "py-spy": "operator-burst.pyspy.txt"}
+#: What ``--profile <profiler>`` writes, under logs/, for the first operator of a scenario.
+PROFILE_SUFFIXES = {"cprofile": ".prof", "py-spy": ".pyspy.txt"}
+
+
+def profile_file(label: str, profiler: str) -> str:
+    """The profile of scenario ``label``'s (first) operator: e.g. ``operator-burst.prof``."""
+    return f"operator-{label}{PROFILE_SUFFIXES[profiler]}"
 
 
 async def run_operator_burst(
@@ -179,7 +186,7 @@ async def run_operator_burst(
             cluster.kubeconfig,
             logs[i],
             ("--namespace", OPERATOR_NS, *operator_args, *sharded_args(replicas)),
-            profile_to=log_dir / PROFILE_FILES[profile] if profile and i == 0 else None,
+            profile_to=log_dir / profile_file(label, profile) if profile and i == 0 else None,
             profiler=profile or "cprofile",
         )
         for i in range(replicas)
@@ -294,6 +301,8 @@ async def run_operator_burst(
         "events_dropped": sum(metrics["events_dropped"].values()),
         "reconciles": metrics["reconciles"],
         "reconciles_per_job": sum(metrics["reconciles"].values()) / jobs,
+        "progress_polls": metrics["progress_polls"],
+        "progress_polls_per_job": sum(metrics["progress_polls"].values()) / jobs,
         "watch_restarts_by_reason": metrics["watch_restarts"],
         "apiserver_terminated_watchers": {
             r: n - terminated0.get(r, 0.0) for r, n in terminated1.items()
