@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -60,7 +60,7 @@ from msop.controller.shards import (
     to_shed,
 )
 from msop.kube.errors import ApiError, is_forbidden
-from msop.kube.objects import parse_time
+from msop.kube.objects import JSON, parse_time
 from msop.kube.resources import LEASES
 
 __all__ = ["ShardElection", "ShardLeaseClient", "ShardOwner", "ShardingConfig", "ShardsLetGo"]
@@ -124,6 +124,33 @@ class _Seen:
         self.at = at
 
 
+class _Holders:
+    """Who holds Leases listed again and again: each counts as held while its holder and
+    ``renewTime`` changed within its duration on this process's clock
+    (:func:`~.leaseguard.lease_held`)."""
+
+    def __init__(self, skew: float) -> None:
+        self.skew = skew
+        self._seen: dict[str, _Seen] = {}
+
+    def held(self, leases: Iterable[JSON], now: float, wall: datetime) -> dict[str, str]:
+        """The Leases of this listing held now, by name, with their holders; a Lease not
+        in ``leases`` is forgotten."""
+        seen: dict[str, _Seen] = {}
+        held: dict[str, str] = {}
+        for lease in leases:
+            name = str(lease["metadata"]["name"])
+            spec = lease.get("spec") or {}
+            key = (spec.get("holderIdentity"), spec.get("renewTime"))
+            old = self._seen.get(name)
+            seen[name] = old if old is not None and old.key == key else _Seen(key, now)
+            holder = lease_held(lease, now - seen[name].at, wall, self.skew)
+            if holder is not None:
+                held[name] = holder
+        self._seen = seen
+        return held
+
+
 class ShardElection:
     """See the module docstring. ``clock``: monotonic seconds; ``now``: wall-clock
     seconds (written into the Leases)."""
@@ -147,7 +174,7 @@ class ShardElection:
         self._me = config.election.identity
         self._owned: set[int] = set()
         self._shed: dict[int, asyncio.Event] = {}
-        self._seen: dict[str, _Seen] = {}
+        self._seen = _Holders(config.skew)
         self._live: set[str] = {self._me}
         self._holders: dict[int, str] = {}
         self._unheld_since: dict[int, float] = {}
@@ -265,33 +292,31 @@ class ShardElection:
             return
         now, wall = self._clock(), datetime.fromtimestamp(self._now(), UTC)
         shard_prefix, member_prefix = f"{cfg.name}-shard-", f"{cfg.name}-member-"
-        live, holders, seen = {self._me}, {}, {}
+        ours = {
+            str(lease["metadata"]["name"]): lease
+            for lease in listed.get("items") or []
+            if lease["metadata"]["name"] == cfg.name
+            or str(lease["metadata"]["name"]).startswith((shard_prefix, member_prefix))
+        }
+        live, holders = {self._me}, {}
         members: list[tuple[datetime, str, int]] = []
         single: str | None = None
-        for lease in listed.get("items") or []:
-            name = str(lease["metadata"]["name"])
-            is_member = name.startswith(member_prefix)
-            is_single = name == cfg.name
-            if not is_member and not is_single and not name.startswith(shard_prefix):
-                continue
-            spec = lease.get("spec") or {}
-            key = (spec.get("holderIdentity"), spec.get("renewTime"))
-            old = self._seen.get(name)
-            seen[name] = old if old is not None and old.key == key else _Seen(key, now)
-            holder = lease_held(lease, now - seen[name].at, wall, self.config.skew)
-            if holder is None:
-                continue
-            if is_single:
+        for name, holder in self._seen.held(ours.values(), now, wall).items():
+            if name == cfg.name:
                 single = holder
                 continue
-            if is_member and (n := member_shards(name)) is not None:
-                members.append((parse_time(spec.get("acquireTime")) or wall, holder, n))
+            if name.startswith(member_prefix) and (n := member_shards(name)) is not None:
+                acquired = parse_time((ours[name].get("spec") or {}).get("acquireTime"))
+                members.append((acquired or wall, holder, n))
             live.add(holder)
-            if not is_member:
-                index = name.removeprefix(shard_prefix)
-                if index.isdigit() and int(index) < self.config.shards:
-                    holders[int(index)] = holder
-        self._seen, self._live, self._holders = seen, live, holders
+            index = name.removeprefix(shard_prefix)
+            if (
+                name.startswith(shard_prefix)
+                and index.isdigit()
+                and int(index) < self.config.shards
+            ):
+                holders[int(index)] = holder
+        self._live, self._holders = live, holders
         for shard in range(self.config.shards):
             if shard in holders or shard in self._owned:
                 self._unheld_since.pop(shard, None)
@@ -368,10 +393,9 @@ class ShardsLetGo:
     ) -> None:
         self.client = client
         self.config = config
-        self.skew = skew
         self._clock = clock
         self._now = now
-        self._seen: dict[str, _Seen] = {}
+        self._seen = _Holders(skew)
         self._clear = asyncio.Event()
 
     def clear(self) -> bool:
@@ -384,23 +408,12 @@ class ShardsLetGo:
     async def held(self) -> dict[str, str]:
         """List the Leases once: each shard Lease held now, by its holder."""
         listed = await self.client.list(LEASES, self.config.namespace)
-        now, wall = self._clock(), datetime.fromtimestamp(self._now(), UTC)
         prefix = f"{self.config.name}-shard-"
-        seen: dict[str, _Seen] = {}
-        held: dict[str, str] = {}
-        for lease in listed.get("items") or []:
-            name = str(lease["metadata"]["name"])
-            if not name.startswith(prefix):
-                continue
-            spec = lease.get("spec") or {}
-            key = (spec.get("holderIdentity"), spec.get("renewTime"))
-            old = self._seen.get(name)
-            seen[name] = old if old is not None and old.key == key else _Seen(key, now)
-            holder = lease_held(lease, now - seen[name].at, wall, self.skew)
-            if holder is not None:
-                held[name] = holder
-        self._seen = seen
-        return held
+        shards = [
+            lease for lease in listed.get("items") or []
+            if str(lease["metadata"]["name"]).startswith(prefix)
+        ]  # fmt: skip
+        return self._seen.held(shards, self._clock(), datetime.fromtimestamp(self._now(), UTC))
 
     async def run(self) -> None:
         """List until no shard is held, then return."""
