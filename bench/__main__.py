@@ -48,15 +48,18 @@ LOAD_SCENARIOS: dict[str, tuple[int, str, int]] = {
     "n10000": (10000, "", 16),
     "shards2": (2000, "", 16),
     "shards4": (2000, "", 16),
+    "failover2": (2000, "", 16),
 }
 
 #: Operator replicas per load scenario (above 1: ``--shards`` of as many, one each).
-REPLICAS = {"shards2": 2, "shards4": 4}
+REPLICAS = {"shards2": 2, "shards4": 4, "failover2": 2}
+#: Scenarios whose last replica is SIGKILLed once the MSJobs are created (the failover).
+KILL_ONE = frozenset({"failover2"})
 
 #: Scenarios run only when asked for (``--include``): 10,000 jobs (60,000 pods and the
 #: raw baseline's as many) take about half an hour here; the sharded ones start several
 #: operators on the 2,000-job burst of n2000, to compare each replica with that one.
-OPT_IN = frozenset({"n10000", "shards2", "shards4"})
+OPT_IN = frozenset({"n10000", "shards2", "shards4", "failover2"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,7 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--include", action="append", default=[], choices=sorted(OPT_IN),
                    help="also run this scenario, left out by default: n10000 (10,000 jobs, "
                    "60,000 pods), shards2 and shards4 (n2000's burst against 2 or 4 "
-                   "replicas splitting the jobs into as many shards)")  # fmt: skip
+                   "replicas splitting the jobs into as many shards), failover2 (shards2 "
+                   "with one replica SIGKILLed once the MSJobs are created)")  # fmt: skip
     p.add_argument(
         "--progress-interval",
         type=float,
@@ -180,6 +184,7 @@ async def _main(args: argparse.Namespace, started: datetime) -> Path:
                 raw_concurrency=raw_concurrency,
                 replicas=REPLICAS.get(label, 1),
                 profile=args.profile,
+                kill_one=label in KILL_ONE,
             )
             print(f"{label}: done ({time.monotonic() - t0:.0f}s)", flush=True)
             await _summarize_profile(args.profile, logs, label, report)

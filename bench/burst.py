@@ -19,6 +19,7 @@ from bench.observe import ConditionTimes, FirstSeen, wait_until, watch_forever
 from bench.stats import ratio, summarize
 from msop.api.resources import MSJOBS
 from msop.cli.flags import parse_args
+from msop.controller.shards import shard_of
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.kube.flowcontrol import client_limit
 from testbed import LocalCluster
@@ -177,8 +178,12 @@ async def run_operator_burst(
     profile: str | None = None,
     label: str = "burst",
     replicas: int = 1,
+    kill_one: bool = False,
 ) -> JSON:
-    """The burst against ``replicas`` operators (above 1: as many shards, one each)."""
+    """The burst against ``replicas`` operators (above 1: as many shards, one each).
+
+    ``kill_one``: SIGKILL the last replica once the MSJobs are created, mid-burst, and
+    time the failover (:func:`_fail_over`); the CPU and metrics are the survivors'."""
     create_namespace(cluster, OPERATOR_NS)
     logs = [log_dir / f"operator-{label}{'' if i == 0 else f'-{i}'}.log" for i in range(replicas)]
     ops = [
@@ -206,6 +211,9 @@ async def run_operator_burst(
     pods, services, conds = FirstSeen(), FirstSeen(), ConditionTimes()
     names = [f"job-{i:05d}" for i in range(jobs)]
     created: dict[str, float] = {}
+    uids: dict[str, str] = {}
+    alive = ops[:-1] if kill_one else ops
+    failover: asyncio.Task[JSON] | None = None
     try:
         async with asyncio.TaskGroup() as tg:
             watchers = [
@@ -216,16 +224,17 @@ async def run_operator_burst(
             await asyncio.sleep(1)  # the watches are open
             idles = [sample(p) for p in pids]
             idle = idles[0]
-            cpu0 = sum(x.cpu_seconds for x in idles)
 
             async def create(name: str) -> None:
-                await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
+                made = await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
                 created[name] = time.monotonic()
+                uids[name] = made["metadata"]["uid"]
 
             terminated0 = await asyncio.to_thread(_terminated_watchers, cluster)
             t0 = time.monotonic()
             await bounded(concurrency, names, create)
             t_created = time.monotonic()
+            failover = tg.create_task(_fail_over(ops)) if kill_one else None
             t_exist = await wait_until(
                 "every job's pods and Service",
                 lambda: len(pods.times) >= jobs * PODS_PER_JOB and len(services.times) >= jobs,
@@ -247,11 +256,11 @@ async def run_operator_burst(
                 "every job Succeeded", lambda: len(conds.first["Succeeded"]) >= jobs, wait_s
             )
             await asyncio.sleep(3)  # let trailing reconciles (and their writes) finish
-            ends = [sample(p) for p in pids]
+            ends = [sample(p) for p in pids[: len(alive)]]
             end = ends[0]
             cpu1 = sum(x.cpu_seconds for x in ends)
             rss = end.rss_bytes
-            each = [await asyncio.to_thread(_operator_metrics, o.metrics_url) for o in ops]
+            each = [await asyncio.to_thread(_operator_metrics, o.metrics_url) for o in alive]
             metrics = {k: _sum_by_key([m[k] for m in each]) for k in each[0]}
             terminated1 = await asyncio.to_thread(_terminated_watchers, cluster)
             for w in watchers:
@@ -262,7 +271,7 @@ async def run_operator_burst(
             _stop_and_time(other, path)
         shutdown = _stop_and_time(op, logs[0])
     latencies = _latencies(pods, services, created)
-    cpu = cpu1 - cpu0
+    cpu = cpu1 - sum(x.cpu_seconds for x in idles[: len(alive)])
     per_replica = [
         {
             "cpu_s": e.cpu_seconds - i.cpu_seconds,
@@ -273,7 +282,7 @@ async def run_operator_burst(
             "objects_received": sum(m["watch_events"].values()) + sum(m["listed_objects"].values()),
             "reconciles": sum(m["reconciles"].values()),
         }
-        for i, e, m in zip(idles, ends, each, strict=True)
+        for i, e, m in zip(idles[: len(alive)], ends, each, strict=True)
     ]
     return {
         "replicas": replicas,
@@ -308,6 +317,45 @@ async def run_operator_burst(
             r: n - terminated0.get(r, 0.0) for r, n in terminated1.items()
         },
         "shutdown": shutdown,
+        "failover": (
+            None if failover is None else _failover_report(failover.result(), pods, uids, replicas)
+        ),
+    }
+
+
+#: The replicas' Lease duration: msop's default (``--leader-election-lease-duration``).
+LEASE_DURATION_S = 15.0
+
+
+async def _fail_over(ops: list[Any], wait_s: float = 300.0) -> JSON:
+    """SIGKILL the last of ``ops``; return its shards, the kill's moment and when the
+    others held every shard (scraped every 0.5 s)."""
+    victim, survivors = ops[-1], ops[:-1]
+    shards = _held_shards(victim.metrics_url)
+    victim.kill()
+    t_kill = time.monotonic()
+    every = set(range(len(ops)))
+    while set().union(*(_held_shards(o.metrics_url) for o in survivors)) != every:
+        if time.monotonic() - t_kill > wait_s:
+            raise TimeoutError(f"the survivors hold no shard of the killed replica after {wait_s}s")
+        await asyncio.sleep(0.5)
+    return {"killed_shards": sorted(shards), "t_kill": t_kill, "t_taken": time.monotonic()}
+
+
+def _failover_report(kill: JSON, pods: FirstSeen, uids: dict[str, str], shards: int) -> JSON:
+    """From the kill: when the dead replica's shards were taken, and when the last pod of
+    their jobs and of the others' jobs first existed."""
+    last = pods.per_job_last_seen()
+    dead = [j for j, uid in uids.items() if shard_of(uid, shards) in kill["killed_shards"]]
+    others = [j for j in uids if j not in set(dead)]
+    t_kill = kill["t_kill"]
+    return {
+        "killed_shards": kill["killed_shards"],
+        "lease_duration_s": LEASE_DURATION_S,
+        "shards_taken_after_kill_s": kill["t_taken"] - t_kill,
+        "dead_shards_jobs": len(dead),
+        "dead_shards_all_pods_after_kill_s": max(last[j][1] for j in dead) - t_kill,
+        "other_shards_all_pods_after_kill_s": max(last[j][1] for j in others) - t_kill,
     }
 
 
@@ -436,11 +484,21 @@ async def run(
     label: str = "burst",
     raw_concurrency: int | None = None,
     replicas: int = 1,
+    kill_one: bool = False,
 ) -> JSON:
     """One burst scenario on ``cluster``: the operator (``replicas`` of it, sharded), then
     the raw baseline at ``raw_concurrency`` requests in flight (default ``concurrency``)."""
     operator = await run_operator_burst(
-        cluster, jobs, concurrency, operator_args, log_dir, wait_s, profile, label, replicas
+        cluster,
+        jobs,
+        concurrency,
+        operator_args,
+        log_dir,
+        wait_s,
+        profile,
+        label,
+        replicas,
+        kill_one,
     )
     raw = await run_raw(cluster, jobs, raw_concurrency or concurrency, wait_s)
     raw["concurrency"] = raw_concurrency or concurrency

@@ -197,6 +197,7 @@ def scale_curve(results: JSON) -> JSON:
             "cpu_ms_per_job": op["operator_cpu_ms_per_lifecycle"],
             "rss_mib_peak": op["operator_rss_mib_peak"], "events_dropped": op["events_dropped"],
             "reconciles_per_job": op["reconciles_per_job"],
+            "progress_polls_per_job": op.get("progress_polls_per_job"),
         })  # fmt: skip
     base = next((r for r in rows if r["scenario"] == "defaults"), None)
     top = rows[-1] if rows else None
@@ -249,6 +250,9 @@ CURVE_GOALS = (
          "max_pod_objects_share"), 0.35, "x", "1.0 (every replica watched every pod)"),
     Goal("all pods / raw creates, 2,000 jobs on 4 shard replicas", ("shards", "shards4",
          "ratio"), 1.3, "x", "not measured before"),
+    Goal("a SIGKILLed replica's shards held again, 2,000 jobs (Lease 15 s + 5 s)", ("load",
+         "failover2", "operator", "failover", "shards_taken_after_kill_s"), 20, "s",
+         "120 jobs: within the Lease + a pass (kwok tier)"),
 )  # fmt: skip
 
 
@@ -460,9 +464,10 @@ def _render_curve(report: JSON) -> list[str]:
         lines += ["", "## Cost per job against N (one operator, default flags)", ""]
         lines += _table(
             ["scenario", "jobs", "all pods / raw", "CPU ms/job", "reconciles/job",
-             "RSS peak MiB", "events dropped"],
+             "progress polls/job", "RSS peak MiB", "events dropped"],
             [[r["scenario"], r["jobs"], f"{_fmt(r['ratio'])}x", r["cpu_ms_per_job"],
-              r["reconciles_per_job"], r["rss_mib_peak"], r["events_dropped"]]
+              r["reconciles_per_job"], r.get("progress_polls_per_job"), r["rss_mib_peak"],
+              r["events_dropped"]]
              for r in curve["rows"]],
         )  # fmt: skip
     if shards:
@@ -482,9 +487,24 @@ def _render_curve(report: JSON) -> list[str]:
                              one["reconciles"]])  # fmt: skip
         lines += _table(["scenario", "replica", "all pods / raw", "pods received",
                          "RSS peak MiB", "CPU s", "reconciles"], rows)  # fmt: skip
+    lines += _render_failover(report)
     lines += _goals_table("10,000 jobs and shards (reported, not asserted)",
                           report.get("curve_goals") or [])  # fmt: skip
     return lines
+
+
+def _render_failover(report: JSON) -> list[str]:
+    """The failover scenario's figures, from the SIGKILL of one replica mid-burst."""
+    fo = (((report.get("load") or {}).get("failover2") or {}).get("operator") or {}).get("failover")
+    if not fo:
+        return []
+    return ["", f"failover2: replica of shard(s) {fo['killed_shards']} SIGKILLed once the "
+            f"MSJobs were created; its shards held by the survivor "
+            f"{_fmt(fo['shards_taken_after_kill_s'])} s later (Lease duration "
+            f"{_fmt(fo['lease_duration_s'])} s); the last pod of its "
+            f"{fo['dead_shards_jobs']} jobs {_fmt(fo['dead_shards_all_pods_after_kill_s'])} s "
+            f"after the kill, of the other jobs "
+            f"{_fmt(fo['other_shards_all_pods_after_kill_s'])} s."]  # fmt: skip
 
 
 def _render_hybrid(report: JSON) -> list[str]:

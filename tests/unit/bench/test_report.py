@@ -329,6 +329,31 @@ def test_the_scale_curve_and_the_shards_against_one_replica() -> None:
     assert "shards4: one replica (n2000)" in md
 
 
+def test_the_failover_of_a_killed_replica_is_judged_against_the_lease() -> None:
+    one = _load(2000, 15.0, 1.0)["operator"]["per_replica"][0]
+    report: JSON = {"load": {"n2000": _load(2000, 15.0, 1.0),
+                             "failover2": _load(2000, 16.0, 1.1, [one])}}  # fmt: skip
+    report["load"]["failover2"]["operator"]["replicas"] = 2  # one killed: its figures are lost
+    report["load"]["failover2"]["operator"]["failover"] = {
+        "killed_shards": [1], "lease_duration_s": 15.0, "shards_taken_after_kill_s": 17.2,
+        "dead_shards_jobs": 1003, "dead_shards_all_pods_after_kill_s": 95.0,
+        "other_shards_all_pods_after_kill_s": 80.0,
+    }  # fmt: skip
+    report["shards"] = shard_shares(report)
+    report["curve_goals"] = judge_curve_goals(report)
+    verdicts = {r["goal"]: (r["value"], r["met"]) for r in report["curve_goals"]}
+    assert verdicts["a SIGKILLed replica's shards held again, 2,000 jobs (Lease 15 s + 5 s)"] == (
+        17.2,
+        True,
+    )
+    md = render_markdown(report)
+    assert "its shards held by the survivor 17.20 s later (Lease duration 15.00 s)" in md
+    assert "the last pod of its 1003 jobs 95.00 s after the kill" in md
+    report["load"]["failover2"]["operator"]["failover"]["shards_taken_after_kill_s"] = 21.0
+    judged = {r["goal"][:12]: r["met"] for r in judge_curve_goals(report)}
+    assert judged["a SIGKILLed "] is False
+
+
 def test_without_the_big_scenarios_no_curve_goal_is_judged() -> None:
     report: JSON = {"load": {"defaults": _load(500, 14.0, 1.1)}}
     report["curve"] = scale_curve(report)
