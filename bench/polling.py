@@ -16,9 +16,9 @@ and RSS, its ``/metrics``):
 1. ``steady``: all reporters answer; the window opens where ``startup`` ends and lasts
    ``steady_intervals`` poll intervals.
 2. ``refused_transition`` and ``refused``: the reporters of half the jobs close their
-   sockets (connection refused). The poller retries them after 5, 10, 20 s, then once
-   per interval; ``refused_transition`` covers that back-off, ``refused`` the steady
-   state after it.
+   sockets (connection refused). The poller retries them after 5, 10, 20 s..., then
+   once per 4 intervals (``UNANSWERED_MAX_INTERVALS``); ``refused_transition`` covers
+   that back-off, ``refused`` the steady state after it (8 intervals: two polls each).
 3. ``silent``: the same half listen again but never answer (a hung reporter, or a
    black-holed node): each of their polls runs into the poller's timeout.
 
@@ -55,7 +55,7 @@ from msop.api.naming import object_name
 from msop.api.resources import MSJOBS
 from msop.kube import PODS
 from msop.kube.flowcontrol import client_limit
-from msop.msjob.poller import FIRST_POLL_DELAY
+from msop.msjob.poller import UNANSWERED_MAX_INTERVALS, retry_after
 from testbed import LocalCluster
 from testbed.cluster import create_namespace
 from testbed.exposition import read_samples
@@ -315,13 +315,15 @@ def analyse_window(
 
 
 def settle_seconds(interval: float) -> float:
-    """From the moment reporters stop answering until the poller asks them once per
-    interval: their next poll (within an interval plus jitter), then the retries after
-    5, 10, 20 s... as long as those are shorter than the interval; a few seconds more."""
-    backoff, wait = 0.0, FIRST_POLL_DELAY
-    while wait < interval:
-        backoff += wait
-        wait *= 2
+    """From the moment reporters stop answering until the poller asks them at its
+    steadiest (``UNANSWERED_MAX_INTERVALS`` apart): their next poll (within an interval
+    plus jitter), then the retries after 5, 10, 20 s... as long as those are shorter; a
+    few seconds more."""
+    longest = UNANSWERED_MAX_INTERVALS * interval
+    backoff, failures = 0.0, 1
+    while (wait := retry_after(failures, longest)) < longest:
+        backoff += (1 + JITTER) * wait
+        failures += 1
     return (1 + JITTER) * interval + backoff + POLL_TIMEOUT_S + 3
 
 
@@ -432,7 +434,7 @@ async def run(
     wait_s: float,
     concurrency: int = 50,
     steady_intervals: int = 4,
-    down_intervals: int = 3,
+    down_intervals: int = int(UNANSWERED_MAX_INTERVALS) * 2,
     unreachable: bool = True,
 ) -> JSON:
     fd_limit = raise_fd_limit(2 * jobs + 1024)

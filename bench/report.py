@@ -47,9 +47,10 @@ PROGRESS_TARGETS = (
     _progress("msop_job_progress_ratio series per job", "progress_series_per_job", 1.0,
               exact=True),
     _progress("CPU, half refusing / all answering", "cpu_refused_over_steady", 1.0, "x"),
-    _progress("polls per refusing job-interval", "refused_polls_per_job_interval", 1.02),
+    # A target that does not answer is asked once per 4 intervals at its steadiest.
+    _progress("polls per refusing job-interval", "refused_polls_per_job_interval", 1.02 / 4),
     _progress("CPU, half silent / all answering", "cpu_silent_over_steady", 1.0, "x"),
-    _progress("polls per silent job-interval", "silent_polls_per_job_interval", 1.02),
+    _progress("polls per silent job-interval", "silent_polls_per_job_interval", 1.02 / 4),
     _progress("longest poll gap of an answering job while half are silent / pace",
               "silent_answering_longest_gap_over_pace", 1.0, "x"),
 )  # fmt: skip

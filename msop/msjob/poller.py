@@ -16,8 +16,13 @@ Why pull. The operator asks; pods never call it. So:
   (default 30 s), with up to ``concurrency`` requests in flight and a ``timeout`` each;
   every target has at most one request in flight, so 1,000 jobs cost 1,000 small GETs per
   interval and a bounded number of tasks and sockets, never a backlog. A target that
-  does not answer is asked again after 5, 10, 20 s, then once per interval; such
-  targets hold at most half the slots, so silent pods never starve answering ones.
+  does not answer is asked again after 5, 10, 20, 40... s, up to
+  :data:`UNANSWERED_MAX_INTERVALS` intervals apart (:func:`retry_after`; one that answers
+  without a report yet, up to an interval apart): most Worker 0
+  pods run no reporter at all (a script that does not use :mod:`msop.integrations`), and
+  asking each of them every interval for its whole run would cost more than every
+  reporting job together. Such targets hold at most half the slots, so silent pods never
+  starve answering ones.
 - **Progress never outruns its budget or delays the real work.** Reports are taken at
   most ``max_reports_per_second`` over all jobs (``msop run``: half of the status
   writes' budget when ``--kube-api-qps`` sets one, else no cap beyond the interval):
@@ -75,6 +80,19 @@ _OWNER = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
 
 #: Seconds from a target's appearance to its first poll (the script is still starting).
 FIRST_POLL_DELAY = 5.0
+
+#: A target that has not answered is asked again at most this many intervals apart: a
+#: reporter that starts late is found within that time. At 5,000 jobs without reporters on
+#: kwok (``python -m bench --scale 0.5 ... --include n10000``) asking them once per
+#: interval took a fifth of the operator's CPU.
+UNANSWERED_MAX_INTERVALS = 4.0
+
+
+def retry_after(failures: int, longest: float) -> float:
+    """Seconds until a target asked ``failures`` (>= 1) times in a row without a report is
+    asked again: 5, 10, 20... doubling up to ``longest``."""
+    return min(longest, FIRST_POLL_DELAY * 2.0 ** min(failures - 1, 32))
+
 
 #: How long the final report of a deleted Worker 0 is kept for its job's next pass.
 FINAL_KEPT_SECONDS = 600.0
@@ -358,11 +376,12 @@ class ProgressPoller:
         return self._schedule(target, "invalid")
 
     def _schedule(self, target: Target, result: str, *, ok: bool = False) -> str:
-        """Set when ``target`` is asked next: an interval after an answer (with 10 %
-        jitter, so that jobs started together do not stay in step), sooner while it has
-        not answered yet. With more targets than ``max_reports_per_second`` allows at that
-        interval, the interval stretches: reports (and so status writes) never outrun the
-        budget they are given."""
+        """Set when ``target`` is asked next: an interval after a report (with 10 %
+        jitter, so that jobs started together do not stay in step); after anything else
+        sooner at first, then backing off (:func:`retry_after`) up to an interval, or up to
+        :data:`UNANSWERED_MAX_INTERVALS` for a target that did not answer at all. With more
+        targets than ``max_reports_per_second`` allows at that interval, the interval
+        stretches: reports (and so status writes) never outrun the budget they are given."""
         pace = self.interval
         if self.max_rate:
             pace = max(pace, len(self._targets) / self.max_rate)
@@ -371,7 +390,10 @@ class ProgressPoller:
             wait = pace
         else:
             target.failures += 1
-            wait = min(pace, FIRST_POLL_DELAY * 2 ** (target.failures - 1))
+            unanswered = result == "unreachable"
+            wait = retry_after(
+                target.failures, pace * (UNANSWERED_MAX_INTERVALS if unanswered else 1)
+            )
         target.due = self.clock() + wait * (0.9 + 0.2 * self.rand())
         return result
 

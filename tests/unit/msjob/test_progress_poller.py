@@ -20,6 +20,7 @@ from msop.msjob.poller import (
     FIRST_POLL_DELAY,
     ProgressPoller,
     Target,
+    retry_after,
     target_url,
 )
 from msop.msjob.setup import OWNER
@@ -160,16 +161,35 @@ async def test_no_report_is_counted_by_result_and_stores_nothing(
 
 async def test_asked_every_interval_and_sooner_while_it_has_not_answered_yet() -> None:
     clock = FakeClock(1000.0)
-    refused = [ConnectionRefusedError() for _ in range(5)]
-    p, _ = poller(Answers(*refused, (200, report())), clock)
+    empty = [(204, b"") for _ in range(5)]
+    p, _ = poller(Answers(*empty, (200, report()), (200, report(seq=2))), clock)
     p.observe(worker())
     target = only_target(p)
     assert target.due == clock.now + FIRST_POLL_DELAY
     waits = []
-    for _ in range(6):
+    for _ in range(7):
         await p.poll(target)
         waits.append(target.due - clock.now)
-    assert waits == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0]
+    # Its reporter answers without a report yet: at most an interval apart.
+    assert waits == [5.0, 10.0, 20.0, 30.0, 30.0, 30.0, 30.0]
+
+
+async def test_a_worker_0_that_never_answers_is_asked_less_and_less_often() -> None:
+    """Most Worker 0 pods run no reporter: refused (or timed out) polls back off up to
+    four intervals; a reporter that starts late is found within that time, and is then
+    asked every interval."""
+    clock = FakeClock(1000.0)
+    refused: list[Any] = [ConnectionRefusedError() for _ in range(8)]
+    p, announced_ = poller(Answers(*refused, TimeoutError(), (200, report())), clock)
+    p.observe(worker())
+    target = only_target(p)
+    waits = []
+    for _ in range(10):
+        await p.poll(target)
+        waits.append(target.due - clock.now)
+    assert waits == [5.0, 10.0, 20.0, 40.0, 80.0, 120.0, 120.0, 120.0, 120.0, 30.0]
+    assert announced_ == [str(JOB)] and p.get(JOB) is not None
+    assert retry_after(10_000, 120.0) == 120.0  # a week of failures: no overflow
 
 
 async def test_a_target_goes_with_its_pod_and_takes_its_report_with_it() -> None:
@@ -258,12 +278,13 @@ async def test_the_interval_stretches_when_reports_would_outrun_their_budget() -
         assert await p.poll(target) == "report"
         assert target.due - clock.now == 40.0  # rand 0.5: no jitter
     target = next(iter(p._targets.values()))
-    p._fetch = Answers(*[ConnectionRefusedError() for _ in range(5)])
+    p._fetch = Answers(*[(204, b"") for _ in range(5)], *[TimeoutError() for _ in range(2)])
     waits = []
-    for _ in range(5):
+    for _ in range(7):
         await p.poll(target)
         waits.append(target.due - clock.now)
-    assert waits == [5.0, 10.0, 20.0, 40.0, 40.0]  # retries too keep to the stretched pace
+    # Retries too keep to the stretched pace, and to four of it for one that does not answer.
+    assert waits == [5.0, 10.0, 20.0, 40.0, 40.0, 160.0, 160.0]
     p.max_rate = 1.0
     p._fetch = Answers((200, report(uid=target.uid, name=target.pod, seq=2)))
     await p.poll(target)
