@@ -76,6 +76,10 @@ def _scrape(metrics_url: str) -> str:
     return text
 
 
+def namespace_exists(cluster: LocalCluster, name: str) -> bool:
+    return cluster.kubectl("get", "namespace", name, check=False).returncode == 0
+
+
 def _operator_metrics(metrics_url: str) -> JSON:
     """Reconciles by result, the event recorder's counters, what the API server sent
     (objects by resource, watched and listed) and the progress polls by result, from
@@ -363,7 +367,8 @@ async def run_raw(cluster: LocalCluster, jobs: int, concurrency: int, wait_s: fl
     """Create the same Services and pods directly: per job, the Service first (its
     ClusterIP goes into the pods' environment), then its pods; at most ``concurrency``
     requests in flight in total."""
-    create_namespace(cluster, RAW_NS)
+    if not namespace_exists(cluster, RAW_NS):
+        create_namespace(cluster, RAW_NS)
     client = await bench_client(cluster.kubeconfig, concurrency)
     pods, services = FirstSeen(), FirstSeen()
     sem = asyncio.Semaphore(concurrency)
@@ -487,7 +492,10 @@ async def run(
     kill_one: bool = False,
 ) -> JSON:
     """One burst scenario on ``cluster``: the operator (``replicas`` of it, sharded), then
-    the raw baseline at ``raw_concurrency`` requests in flight (default ``concurrency``)."""
+    the raw baseline at ``raw_concurrency`` requests in flight (default ``concurrency``).
+    Both namespaces are made first: once tens of thousands of pods exist, the
+    controller-manager may take minutes to fill a new namespace."""
+    create_namespace(cluster, RAW_NS)
     operator = await run_operator_burst(
         cluster,
         jobs,
