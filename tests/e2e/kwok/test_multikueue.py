@@ -382,11 +382,17 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
 
         # A preemption on w2 ends the first's run there: the manager queues it again (not
         # failed, though its backoffLimit is 0), and once w2 has room it runs there again.
+        # Kueue does that one of two ways: the manager's Workload loses its quota long enough
+        # for MultiKueue to delete the copy and dispatch a new one; or it gets quota again
+        # before MultiKueue looks, and the preempted copy is admitted again on w2. Either way
+        # the pods that ran before are gone and new ones run.
         create(w2, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
                     "metadata": {"name": "urgent"}, "value": 1000})  # fmt: skip
         urgent = msjob("urgent", namespace, dispatched=False)
         urgent["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = "urgent"
         first_uid = (get(w2, namespace, "msjob", "first") or {})["metadata"]["uid"]
+        ran_before = {p["metadata"]["uid"] for p in job_pods(w2, namespace, "first").values()}
+        assert len(ran_before) == 3, ran_before
         create(w2, urgent)
         wait_condition(w2, namespace, "urgent", "Running", timeout=90)
         wait_for(
@@ -401,13 +407,41 @@ def test_jobs_submitted_to_the_manager_run_on_the_worker_with_free_quota(
 
         def first_runs_again() -> bool:
             copy = get(w2, namespace, "msjob", "first")
+            pods = {p["metadata"]["uid"] for p in job_pods(w2, namespace, "first").values()}
             return (
                 copy is not None
-                and copy["metadata"]["uid"] != first_uid
                 and is_true(copy, "Running")
+                and len(pods) == 3
+                and not pods & ran_before
             )
 
-        wait_for("first dispatched to w2 again and running", first_runs_again, 120)
+        def where_first_is() -> str:
+            """Each cluster's Workloads and copy of the first: what a timed-out wait says."""
+            lines = []
+            for name, c in (("manager", manager), *workers.items()):
+                for wl in items(c, namespace, "workloads"):
+                    if wl["metadata"]["labels"].get(JOB_NAME) != "first":
+                        continue
+                    st = wl.get("status") or {}
+                    lines.append(json.dumps({
+                        "cluster": name, "workload": wl["metadata"]["name"],
+                        "deleting": wl["metadata"].get("deletionTimestamp"),
+                        "conditions": [(c["type"], c["status"], c.get("reason"))
+                                       for c in st.get("conditions") or []],
+                        "checks": st.get("admissionChecks"), "requeue": st.get("requeueState"),
+                    }))  # fmt: skip
+                job = get(c, namespace, "msjob", "first")
+                if job is not None:
+                    lines.append(json.dumps({
+                        "cluster": name, "msjob": job["metadata"]["uid"],
+                        "deleting": job["metadata"].get("deletionTimestamp"),
+                        "conditions": [(c["type"], c["status"], c.get("reason"))
+                                       for c in (job.get("status") or {}).get("conditions") or []],
+                    }))  # fmt: skip
+            return "\n".join([f"old copy's uid: {first_uid}", *lines])
+
+        wait_for("first dispatched to w2 again and running", first_runs_again, 120,
+                 details=where_first_is)  # fmt: skip
         wait_condition(manager, namespace, "first", "Running", timeout=60)
 
         # The first succeeds on w2, and on the manager; MultiKueue then removes the copy.
