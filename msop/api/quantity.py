@@ -11,6 +11,7 @@ parsed: an operator with no jobs never needs it.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import TYPE_CHECKING
 
@@ -25,8 +26,13 @@ _QUANTITY = re.compile(
 )
 
 
+@functools.lru_cache(maxsize=1024, typed=True)
 def parse(value: int | float | str) -> Fraction:
-    """The exact value of a quantity; raises ValueError for anything else."""
+    """The exact value of a quantity; raises ValueError for anything else.
+
+    Cached (by value and type, so ``True`` is never taken for ``1``): every pass over a
+    job reads its templates' requests again, and a cluster's jobs use few distinct
+    quantities."""
     from fractions import Fraction
 
     if isinstance(value, bool):

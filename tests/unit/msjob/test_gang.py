@@ -41,6 +41,15 @@ def test_what_is_not_a_quantity_is_refused(bad: Any) -> None:
         quantity.parse(bad)
 
 
+def test_a_cached_quantity_is_not_taken_for_another_type() -> None:
+    assert quantity.parse(1) == 1 and quantity.parse("1") == 1
+    with pytest.raises(ValueError):
+        quantity.parse(True)  # equal to 1, and hashed the same, but not a quantity
+    with pytest.raises(ValueError):
+        quantity.parse("4GB")  # refusals are not cached as anything
+    assert quantity.parse(1.0) == 1
+
+
 @pytest.mark.parametrize(
     ("value", "binary", "text"),
     [
