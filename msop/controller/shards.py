@@ -2,12 +2,17 @@
 
 Pure functions; :mod:`.shardelection` holds the shards' Leases with them.
 
-* **The hash.** An object belongs to shard ``sha256(uid) mod N``: the first 8 bytes of the
-  SHA-256 digest of its ``metadata.uid`` (UTF-8), read as a big-endian unsigned integer.
-  The same in every process and Python version (Python's ``hash()`` of a string is
-  salted per process and would split the objects differently in every replica). A UID
-  never changes, so an object stays in its shard for its whole life; changing N moves
-  most objects to another shard (the shards' holders change hands, not the objects).
+* **The hash.** An object's hash is the 64-bit FNV-1a of its ``metadata.uid`` (UTF-8),
+  and shard ``i`` of N is the range ``[ceil(i * 2**64 / N), ceil((i + 1) * 2**64 / N))``
+  of hashes (:func:`shard_of`, :func:`shard_range`). That is the hash and the ranges of the
+  API server's sharded list and watch (KEP-5866, alpha in Kubernetes 1.36,
+  ``shardSelector=shardRange(object.metadata.uid, '0x...', '0x...')``:
+  :func:`shard_range_selector`), so a server that offers it can send a replica exactly
+  the objects of its shards. The same in every process and Python version (Python's
+  ``hash()`` of a string is salted per process and would split the objects differently in
+  every replica). A UID never changes, so an object stays in its shard for its whole
+  life; changing N moves most objects to another shard (the shards' holders change hands,
+  not the objects).
 * **Fair share.** With ``R`` live replicas a replica takes at most ``ceil(N / R)`` shards
   (:func:`fair_share`), unless a shard has been held by nobody for a while (then anyone
   takes it: a shard without a holder is worse than an uneven split). A replica above its
@@ -22,6 +27,7 @@ Pure functions; :mod:`.shardelection` holds the shards' Leases with them.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime
@@ -34,17 +40,50 @@ __all__ = [
     "ruling_shards",
     "shard_lease_name",
     "shard_of",
+    "shard_range",
+    "shard_range_selector",
     "to_shed",
+    "uid_hash",
 ]
 
 
+_FNV_OFFSET = 0xCBF29CE484222325
+_FNV_PRIME = 0x100000001B3
+_SPACE = 1 << 64
+_MASK = _SPACE - 1
+
+
+@functools.lru_cache(maxsize=8192)
+def uid_hash(uid: str) -> int:
+    """The 64-bit FNV-1a hash of ``uid`` (UTF-8), as the API server's sharded list and
+    watch computes it. Cached: a job's events, enqueues and reconciles ask for it again
+    and again, close together."""
+    h = _FNV_OFFSET
+    for byte in uid.encode():
+        h = ((h ^ byte) * _FNV_PRIME) & _MASK
+    return h
+
+
 def shard_of(uid: str, shards: int) -> int:
-    """The shard (``0 .. shards-1``) of the object with this UID; ValueError for
-    ``shards < 1``."""
+    """The shard (``0 .. shards-1``) of the object with this UID: the range of
+    :func:`shard_range` its :func:`uid_hash` falls in. ValueError for ``shards < 1``."""
     if shards < 1:
         raise ValueError("shards must be >= 1")
-    digest = hashlib.sha256(uid.encode()).digest()
-    return int.from_bytes(digest[:8], "big") % shards
+    return (uid_hash(uid) * shards) >> 64
+
+
+def shard_range(shard: int, shards: int) -> tuple[int, int]:
+    """The hashes of shard ``shard`` of ``shards``: ``[start, end)``, the last ending at
+    2**64. The ranges of 0 .. shards-1 cover every hash once."""
+    if not 0 <= shard < shards:
+        raise ValueError(f"no shard {shard} of {shards}")
+    return -(-shard * _SPACE // shards), -(-(shard + 1) * _SPACE // shards)
+
+
+def shard_range_selector(shard: int, shards: int) -> str:
+    """The API server's ``shardSelector`` (KEP-5866) for the objects of one shard."""
+    start, end = shard_range(shard, shards)
+    return f"shardRange(object.metadata.uid, '{start:#018x}', '{end:#018x}')"
 
 
 def shard_lease_name(base: str, shard: int) -> str:

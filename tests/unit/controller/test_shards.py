@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import hashlib
+import itertools
+import re
 import subprocess
 import sys
 import uuid
@@ -18,25 +19,52 @@ from msop.controller.shards import (
     ruling_shards,
     shard_lease_name,
     shard_of,
+    shard_range,
+    shard_range_selector,
     to_shed,
+    uid_hash,
 )
 
 
-def test_the_hash_is_sha256_of_the_uid_and_the_same_in_every_process() -> None:
+def test_the_hash_is_fnv1a_of_the_uid_and_the_same_in_every_process() -> None:
+    # Go's hash/fnv New64a (the API server's sharded list and watch) gives these.
+    assert [f"{uid_hash(s):016x}" for s in ("", "a", "foobar")] == [
+        "cbf29ce484222325", "af63dc4c8601ec8c", "85944171f73967e8",
+    ]  # fmt: skip
     uid = "6f1c2a4e-3b5d-4e7f-9a0b-1c2d3e4f5a6b"
-    # sha256(uid)[:8] as a big-endian integer, mod N; written down once: a change of the
-    # hash would move every running job to another shard.
-    assert [shard_of(uid, n) for n in (1, 2, 6, 7)] == [0, 0, 0, 6]
-    prefix = hashlib.sha256(uid.encode()).digest()[:8]
-    assert shard_of(uid, 1000) == int.from_bytes(prefix, "big") % 1000
-    code = f"from msop.controller.shards import shard_of; print(shard_of({uid!r}, 7))"
+    assert uid_hash(uid) == 0x114BB8DC97E2A37F
+    # Written down once: a change of the hash would move every running job to another shard.
+    assert [shard_of(uid, n) for n in (1, 2, 6, 7, 16, 1000)] == [0, 0, 0, 0, 1, 67]
+    code = f"from msop.controller.shards import shard_of; print(shard_of({uid!r}, 1000))"
     # A fresh interpreter with another hash seed computes the same shard (hash() would not).
     for seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True,
             env={"PYTHONHASHSEED": seed, "PATH": ""}, timeout=60,
         )  # fmt: skip
-        assert out.stdout.strip() == "6"
+        assert out.stdout.strip() == "67"
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 6, 7, 1000])
+def test_the_shards_are_the_api_servers_hash_ranges(n: int) -> None:
+    ranges = [shard_range(i, n) for i in range(n)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == 2**64
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
+    for i in range(300):
+        uid = str(uuid.UUID(int=i * 104729 + 7, version=4))
+        start, end = ranges[shard_of(uid, n)]
+        assert start <= uid_hash(uid) < end
+    # The selector as the API server parses it: 16 hex digits, or 2**64 as 17.
+    assert shard_range_selector(0, 4) == (
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x4000000000000000')"
+    )
+    last = shard_range_selector(n - 1, n)
+    assert last.endswith(", '0x10000000000000000')")
+    assert re.fullmatch(
+        r"shardRange\(object\.metadata\.uid, '0x[0-9a-f]{16}', '0x[0-9a-f]{16,17}'\)", last
+    )
+    with pytest.raises(ValueError):
+        shard_range(n, n)
 
 
 def test_the_hash_spreads_uids_evenly() -> None:
