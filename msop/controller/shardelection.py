@@ -372,8 +372,9 @@ class ShardsLetGo:
     shards over (each owner lets go, then its Lease is released: :class:`ShardElection`),
     or, dead or cut off, stop renewing. So the guard runs once this process leads
     (:meth:`~msop.controller.manager.Manager.add_guard` with ``once_leading``) and lists
-    the Leases each retry period (``config.retry_period``) until none is held, as :func:`~.leaseguard.lease_held`
-    counts (renewed within its duration on this process's own clock). It does not hold
+    the Leases each retry period (``config.retry_period``) until none is held, as
+    :func:`~.leaseguard.lease_held` counts (renewed within its duration on this process's
+    own clock). It does not hold
     ``/readyz``: a rolling update must go on and stop the old replicas.
 
     Shard Leases left behind long ago (released, or renewed too long ago for any clock
