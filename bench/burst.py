@@ -4,6 +4,7 @@ raw-create limit, the operator's API requests (audit log) and its CPU per lifecy
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import time
 import urllib.request
@@ -21,7 +22,9 @@ from msop.api.resources import MSJOBS
 from msop.cli.flags import parse_args
 from msop.controller.shards import shard_of
 from msop.kube import PODS, SERVICES, KubeClient
+from msop.kube.errors import ApiError, ApiUnavailable, is_already_exists
 from msop.kube.flowcontrol import client_limit
+from msop.kube.resources import Resource
 from testbed import LocalCluster
 from testbed.cluster import create_namespace
 from testbed.exposition import read_samples
@@ -44,6 +47,53 @@ async def bench_client(kubeconfig: str, concurrency: int) -> KubeClient:
         user_agent=BENCH_USER_AGENT,
         max_connections=concurrency + 16,
     )
+
+
+#: Tries of one bench write the API server timed out or refused for now (504, 429, 5xx,
+#: no answer), 0.5 s, 1 s, 2 s ... (at most 5 s) apart: past tens of thousands of pods
+#: the two-core API server answers a few creates 504, and one lost a 70-minute run.
+WRITE_TRIES = 8
+
+
+def _passes(e: ApiError) -> bool:
+    return isinstance(e, ApiUnavailable) or e.status == 429 or e.status >= 500
+
+
+async def create_surely(client: KubeClient, res: Resource, obj: JSON, ns: str) -> JSON:
+    """Create ``obj``, trying again while the API server's answer is a failure that
+    passes; a create that was stored although its answer was lost is found (409
+    AlreadyExists on a retry: the stored object is read and returned)."""
+    for attempt in range(WRITE_TRIES):
+        try:
+            created: JSON = await client.create(res, obj, ns)
+            return created
+        except ApiError as e:
+            if attempt and is_already_exists(e):
+                found: JSON = await client.get(res, obj["metadata"]["name"], ns)
+                return found
+            if not _passes(e) or attempt == WRITE_TRIES - 1:
+                raise
+        await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
+    raise AssertionError("unreachable")
+
+
+async def patch_surely(
+    client: KubeClient,
+    res: Resource,
+    name: str,
+    body: JSON,
+    ns: str,
+    subresource: str | None = None,
+) -> None:
+    """A merge patch (the same each time), tried again as :func:`create_surely` does."""
+    for attempt in range(WRITE_TRIES):
+        try:
+            await client.patch(res, name, body, ns, subresource=subresource)
+            return
+        except ApiError as e:
+            if not _passes(e) or attempt == WRITE_TRIES - 1:
+                raise
+        await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
 
 
 async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]) -> None:
@@ -230,7 +280,9 @@ async def run_operator_burst(
             idle = idles[0]
 
             async def create(name: str) -> None:
-                made = await client.create(MSJOBS, workload.msjob(name, OPERATOR_NS))
+                made = await create_surely(
+                    client, MSJOBS, workload.msjob(name, OPERATOR_NS), OPERATOR_NS
+                )
                 created[name] = time.monotonic()
                 uids[name] = made["metadata"]["uid"]
 
@@ -251,7 +303,7 @@ async def run_operator_burst(
             body = succeeded_status({"spec": workload.template_spec()}, stamp)
 
             async def complete(name: str) -> None:
-                await client.patch(PODS, name, body, OPERATOR_NS, subresource="status")
+                await patch_surely(client, PODS, name, body, OPERATOR_NS, subresource="status")
 
             t_complete = time.monotonic()
             await bounded(concurrency, sorted(pods.times), complete)
@@ -379,14 +431,14 @@ async def run_raw(cluster: LocalCluster, jobs: int, concurrency: int, wait_s: fl
         job = workload.msjob(name, RAW_NS)
         async with sem:
             started[name] = time.monotonic()
-            svc = await client.create(
-                SERVICES, workload.orphaned(workload.service_for(job), RAW_NS)
+            svc = await create_surely(
+                client, SERVICES, workload.orphaned(workload.service_for(job), RAW_NS), RAW_NS
             )
         ip = svc["spec"]["clusterIP"]
 
         async def create_pod(pod: JSON) -> None:
             async with sem:
-                await client.create(PODS, workload.orphaned(pod, RAW_NS))
+                await create_surely(client, PODS, workload.orphaned(pod, RAW_NS), RAW_NS)
 
         async with asyncio.TaskGroup() as tg:
             for pod in workload.pods_for(job, ip):
@@ -508,6 +560,9 @@ async def run(
         replicas,
         kill_one,
     )
+    # Kept at once: a failure of the raw baseline, after the operator's long run, must
+    # not lose the operator's figures.
+    (log_dir / f"operator-{label}.json").write_text(json.dumps(operator, default=str))
     raw = await run_raw(cluster, jobs, raw_concurrency or concurrency, wait_s)
     raw["concurrency"] = raw_concurrency or concurrency
     suffix = "" if label == "burst" else f"-{label}"
