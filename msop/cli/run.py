@@ -27,6 +27,7 @@ from msop.kube.resources import PODGROUPS, WORKLOADS
 from msop.metrics import register_process_metrics
 from msop.msjob.settings import Settings, WorkerLost
 from msop.msjob.setup import setup
+from msop.msjob.sharding import server_splits
 
 if TYPE_CHECKING:
     from msop.msjob.inplace.client import AgentClient
@@ -194,7 +195,13 @@ async def run_operator(args: argparse.Namespace) -> int:
         sharding = None
         if election is not None and args.shards > 1:
             # The replicas share the work: no single leader; each shard has its Lease.
-            sharding, election = ShardingConfig(shards=args.shards, election=election), None
+            split = await server_splits(client, args.namespaces[0] if args.namespaces else None)
+            log.info(
+                "jobs split into shards", shards=args.shards,
+                watch="the API server's shardSelector" if split else "every job, cached",
+            )  # fmt: skip
+            sharding = ShardingConfig(shards=args.shards, election=election, server_split=split)
+            election = None
         try:
             manager = Manager(
                 client,

@@ -108,6 +108,9 @@ class ShardingConfig:
     skew: float = 60.0
     """Seconds of wall-clock skew tolerated when reading another replica's ``renewTime``
     (:func:`~.leaseguard.lease_held`)."""
+    server_split: bool = False
+    """Whether the API server splits the jobs' list and watch by shard (its
+    ``shardSelector``): a replica then caches only the jobs of the shards it holds."""
 
     def __post_init__(self) -> None:
         if self.shards < 1:

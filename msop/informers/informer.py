@@ -83,6 +83,7 @@ class InformerStatistics:
     namespace: str | None
     label_selector: str | None
     field_selector: str | None
+    shard_selector: str | None
     synced: bool
     objects: int
     handlers: int
@@ -99,8 +100,9 @@ class InformerStatistics:
 class SharedInformer:
     """A list+watch cache of one resource with event handlers. See the module docstring.
 
-    ``namespace=None`` watches all namespaces. ``label_selector`` / ``field_selector``
-    scope the cache server-side. ``transform=None`` keeps objects unchanged;
+    ``namespace=None`` watches all namespaces. ``label_selector`` / ``field_selector`` /
+    ``shard_selector`` (the API server's ``shardSelector``, where it offers one) scope
+    the cache server-side. ``transform=None`` keeps objects unchanged;
     the default is :data:`~msop.informers.store.default_transform`. There is no
     periodic resync: the only controller re-reads on events and requeues itself when a
     deadline is due (controller-runtime's 10-hour resync has no job here).
@@ -119,6 +121,7 @@ class SharedInformer:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        shard_selector: str | None = None,
         transform: Transform | None = default_transform,
         indexers: Mapping[str, IndexFunc] | None = None,
         options: ReflectorOptions | None = None,
@@ -128,6 +131,7 @@ class SharedInformer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
+        self.shard_selector = shard_selector
         self.transform = transform
         self.compact = compact
         self.store = EncodedStore(indexers) if compact else Store(indexers)
@@ -139,6 +143,7 @@ class SharedInformer:
             namespace=namespace,
             label_selector=label_selector,
             field_selector=field_selector,
+            shard_selector=shard_selector,
             options=options,
             list_transform=self._encode if compact else transform,
         )
@@ -297,6 +302,7 @@ class SharedInformer:
             namespace=self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            shard_selector=self.shard_selector,
             synced=self.has_synced(),
             objects=len(self.store),
             handlers=len(self._handlers),

@@ -188,6 +188,7 @@ class Reflector:
         namespace: str | None = None,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        shard_selector: str | None = None,
         options: ReflectorOptions | None = None,
         list_transform: Callable[[Obj], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -203,6 +204,7 @@ class Reflector:
         self.namespace = namespace
         self.label_selector = label_selector
         self.field_selector = field_selector
+        self.shard_selector = shard_selector
         self.options = options or ReflectorOptions()
         self.last_sync_resource_version = ""
         """resourceVersion of the last list, event or bookmark applied to the sink."""
@@ -264,6 +266,7 @@ class Reflector:
             self.namespace,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            shard_selector=self.shard_selector,
             limit=self.options.page_size,
             transform=self.list_transform,
         )
@@ -290,6 +293,7 @@ class Reflector:
             resource_version=self.last_sync_resource_version,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
+            shard_selector=self.shard_selector,
             timeout_seconds=watch_timeout(o.watch_timeout_min, random.random()),
             allow_bookmarks=True,
             read_timeout=o.stall_timeout,

@@ -14,6 +14,9 @@ starts, so they go through one :class:`InformerUnion`:
 * :meth:`InformerUnion.get` and :meth:`InformerUnion.by_index` read every member (a
   :class:`~msop.informers.lister.Reader`); an object found in two members is returned
   once, from the first.
+* :meth:`InformerUnion.add_indexers` adds indexes to every member, present and future;
+  :attr:`InformerUnion.store` reads the members' keys and indexes as one store
+  (:class:`UnionStore`), for the code that reads an informer's store.
 
 It does not run its members: their owner does.
 """
@@ -21,6 +24,7 @@ It does not run its members: their owner does.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from msop.informers.informer import (
@@ -31,9 +35,10 @@ from msop.informers.informer import (
     UpdateHandler,
 )
 from msop.informers.lister import Lister
+from msop.informers.store import IndexFunc
 from msop.kube.objects import JSON
 
-__all__ = ["InformerUnion", "UnionRegistration"]
+__all__ = ["InformerUnion", "UnionRegistration", "UnionStore"]
 
 
 @dataclass(eq=False)
@@ -50,9 +55,15 @@ class UnionRegistration:
 class InformerUnion:
     """See the module docstring."""
 
+    namespace: str | None = None
+    """As an informer's: the union may hold objects of every namespace."""
+
     def __init__(self, members: list[SharedInformer] | None = None) -> None:
         self._members: list[SharedInformer] = []
         self._registrations: list[UnionRegistration] = []
+        self._indexers: dict[str, IndexFunc] = {}
+        self.store = UnionStore(self)
+        """The members' caches, read as one."""
         for member in members or []:
             self.attach(member)
 
@@ -66,6 +77,7 @@ class InformerUnion:
         then its events. ValueError if it is a member already."""
         if any(m is informer for m in self._members):
             raise ValueError("informer is in the union already")
+        _index(informer, self._indexers)
         self._members.append(informer)
         for reg in self._registrations:
             reg.on_members[id(informer)] = informer.add_event_handler(
@@ -81,6 +93,16 @@ class InformerUnion:
             handle = reg.on_members.pop(id(informer), None)
             if handle is not None:
                 informer.remove_event_handler(handle)
+
+    def add_indexers(self, indexers: Mapping[str, IndexFunc]) -> None:
+        """Add indexes to every member, now and when it joins (a member that has an index
+        of that name already keeps its own). ValueError if the union has one."""
+        for name in indexers:
+            if name in self._indexers:
+                raise ValueError(f"index {name!r} already exists")
+        self._indexers.update(indexers)
+        for member in self._members:
+            _index(member, indexers)
 
     # -- EventSource ---------------------------------------------------------------------
 
@@ -130,3 +152,36 @@ class InformerUnion:
                     seen.add(key)
                     out.append(obj)
         return out
+
+
+def _index(informer: SharedInformer, indexers: Mapping[str, IndexFunc]) -> None:
+    have = set(informer.store.index_names())
+    missing = {name: f for name, f in indexers.items() if name not in have}
+    if missing:
+        informer.add_indexers(missing)
+
+
+class UnionStore:
+    """The read side of a store (keys, and index lookups by key) across a union's
+    members, each key once."""
+
+    def __init__(self, union: InformerUnion) -> None:
+        self._union = union
+
+    def keys(self) -> builtins.list[str]:
+        """Every member's keys, each once."""
+        found = (m.store.keys() for m in self._union.members)
+        return list(dict.fromkeys(k for keys in found for k in keys))
+
+    def __len__(self) -> int:
+        return len(self.keys())
+
+    def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
+        """The keys of ``value`` in index ``index_name`` of every member, each once."""
+        found = (m.store.index_keys(index_name, value) for m in self._union.members)
+        return list(dict.fromkeys(k for keys in found for k in keys))
+
+    def index_values(self, index_name: str) -> builtins.list[str]:
+        """The values of index ``index_name`` in any member, each once."""
+        found = (m.store.index_values(index_name) for m in self._union.members)
+        return list(dict.fromkeys(v for values in found for v in values))

@@ -477,17 +477,16 @@ class KubeClient:
         resource_version: str | None = None,
         limit: int | None = None,
         continue_: str | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         """List one page: a List dict with ``items`` and ``metadata.resourceVersion``.
 
         ``namespace=None`` lists all namespaces of a namespaced resource. A stale
-        ``continue_`` token raises ApiError with ``is_gone``.
+        ``continue_`` token raises ApiError with ``is_gone``. ``shard_selector``: the
+        API server's ``shardSelector`` (alpha, ``ShardedListAndWatch``); a server
+        without it ignores it, and its answer has no ``metadata.shardInfo``.
         """
-        query: dict[str, str] = {}
-        if label_selector:
-            query["labelSelector"] = label_selector
-        if field_selector:
-            query["fieldSelector"] = field_selector
+        query = _selectors(label_selector, field_selector, shard_selector)
         if resource_version is not None:
             query["resourceVersion"] = resource_version
         if limit is not None:
@@ -510,6 +509,7 @@ class KubeClient:
         field_selector: str | None = None,
         limit: int = 500,
         transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        shard_selector: str | None = None,
     ) -> dict[str, Any]:
         """List every object with pages of ``limit``, as one List dict.
 
@@ -531,6 +531,7 @@ class KubeClient:
             label_selector=label_selector,
             field_selector=field_selector,
             limit=limit,
+            shard_selector=shard_selector,
         )
         items = first["items"] = items_of(first)
         token = first.get("metadata", {}).get("continue")
@@ -543,12 +544,17 @@ class KubeClient:
                     field_selector=field_selector,
                     limit=limit,
                     continue_=token,
+                    shard_selector=shard_selector,
                 )
             except ApiError as e:
                 if e.status != 410 or isinstance(e, ApiUnavailable):
                     raise
                 whole = await self.list(
-                    res, namespace, label_selector=label_selector, field_selector=field_selector
+                    res,
+                    namespace,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                    shard_selector=shard_selector,
                 )
                 whole["items"] = items_of(whole)
                 return whole
@@ -676,6 +682,7 @@ class KubeClient:
         timeout_seconds: int | None = None,
         allow_bookmarks: bool = True,
         read_timeout: float | None = None,
+        shard_selector: str | None = None,
     ) -> AsyncGenerator[dict[str, Any], None]:
         """Stream watch events ``{"type": ..., "object": {...}}`` line by line.
 
@@ -689,12 +696,9 @@ class KubeClient:
         ``contextlib.aclosing`` when you stop early; that closes the connection.
         """
         query: dict[str, str] = {"watch": "true", "resourceVersion": resource_version}
+        query.update(_selectors(label_selector, field_selector, shard_selector))
         if allow_bookmarks:
             query["allowWatchBookmarks"] = "true"
-        if label_selector:
-            query["labelSelector"] = label_selector
-        if field_selector:
-            query["fieldSelector"] = field_selector
         if timeout_seconds is not None:
             query["timeoutSeconds"] = str(timeout_seconds)
         path = res.path(namespace)
@@ -733,3 +737,9 @@ class KubeClient:
         finally:
             # Dropping (not releasing) the connection: the body was not fully read.
             _drop(resp)
+
+
+def _selectors(label: str | None, field: str | None, shard: str | None) -> dict[str, str]:
+    """A list's or watch's selectors as query parameters (the empty ones left out)."""
+    query = {"labelSelector": label, "fieldSelector": field, "shardSelector": shard}
+    return {k: v for k, v in query.items() if v}

@@ -65,7 +65,7 @@ from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
 from msop.msjob.settings import Settings
-from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate, unsharded_selector
+from msop.msjob.sharding import JobsCache, JobShards, OwnedOnly, ShardGate, unsharded_selector
 
 log = structlog.get_logger("msop.msjob.setup")
 
@@ -118,6 +118,17 @@ def _observe(informer: EventSource, expectations: Expectations[ChildKey], res: R
             expectations.deletion_observed((job, res), obj["metadata"]["name"])
 
     informer.add_event_handler(on_add=on_add, on_delete=on_delete)
+
+
+def _job_caches(
+    split: InformerUnion | None, make: Callable[[], list[SharedInformer]]
+) -> tuple[list[JobsCache], Reader]:
+    """The jobs' caches and their reader: the union ``split`` of the held shards'
+    informers, or one informer per watched namespace (``make``)."""
+    if split is not None:
+        return [split], split
+    found = make()
+    return list(found), _reader(found)
 
 
 def _reader(informers: list[SharedInformer]) -> Reader:
@@ -283,10 +294,13 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     # managedFields and kubectl's last-applied copy go (half a job's JSON, parsed on
     # every read otherwise); strings are not interned: the cache holds them encoded.
     lean = make_transform(intern=False)
-    jobs = informers(MSJOBS, None, lean)
+    sharding = settings.sharding if settings.sharding and settings.sharding.shards > 1 else None
+    # Where the API server splits the MSJobs by shard, a replica caches only its shards'
+    # (sharding.py): their informers join this union as the shards are taken.
+    split = InformerUnion() if sharding is not None and sharding.server_split else None
+    jobs, job_reader = _job_caches(split, lambda: informers(MSJOBS, None, lean))
     # Only the fields the planner reads are cached (see projection.py): the bench measured
     # ~25 KB per full pod in the cache.
-    sharding = settings.sharding if settings.sharding and settings.sharding.shards > 1 else None
     pods = _child_caches(informers, PODS, pod_projection, sharded=sharding is not None)
     services = _child_caches(informers, SERVICES, service_projection, sharded=bool(sharding))
     nodes = _node_cache(factory, settings)
@@ -322,7 +336,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     workers = settings.max_concurrent_reconciles
     reconciler = MSJobReconciler(
         manager.client,
-        jobs=_reader(jobs),
+        jobs=job_reader,
         pods=pods.reader,
         services=services.reader,
         scheduling=scheduling,
@@ -348,7 +362,9 @@ def setup(manager: Manager, settings: Settings) -> Controller:
     if sharding is not None:
         assert isinstance(pods.reader, InformerUnion)
         assert isinstance(services.reader, InformerUnion)
-        shards = _shards(manager, sharding, namespaces, jobs, pods.reader, services.reader, queue)
+        shards = _shards(
+            manager, sharding, namespaces, jobs, pods.reader, services.reader, queue, split, lean
+        )
         shards.forget = reconciler.forget
         gated = ShardGate(reconciler, shards)
     controller = Controller(CONTROLLER_NAME, gated, max_concurrent_reconciles=workers, queue=queue)
@@ -380,7 +396,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
 
 
 def _replan_after_outages(
-    manager: Manager, settings: Settings, jobs: list[SharedInformer], queue: WorkQueue[Request]
+    manager: Manager, settings: Settings, jobs: list[JobsCache], queue: WorkQueue[Request]
 ) -> None:
     """After a long outage MultiKueue's copies are held (kueue.py): plan every job again
     as soon as the API server answers, not at its next event (a relist that finds the
@@ -392,7 +408,7 @@ def _replan_after_outages(
 
 
 def _watch_jobs(
-    jobs: list[SharedInformer],
+    jobs: list[JobsCache],
     watch: Callable[[EventSource, EventHandler], None],
     reconciler: MSJobReconciler,
     shards: JobShards | None,
@@ -462,13 +478,16 @@ def _shards(
     manager: Manager,
     sharding: ShardingConfig,
     namespaces: list[str | None],
-    jobs: list[SharedInformer],
+    jobs: list[JobsCache],
     pods: InformerUnion,
     services: InformerUnion,
     queue: WorkQueue[Request],
+    split: InformerUnion | None,
+    lean: Transform,
 ) -> JobShards:
     """The shards' owner and election, added to ``manager`` (neither needs the leader:
-    the shards' Leases are the election)."""
+    the shards' Leases are the election). ``split``: the jobs' union, where the API
+    server splits the MSJobs by shard."""
 
     def make(res: Resource, selector: str) -> list[SharedInformer]:
         projection = pod_projection if res == PODS else service_projection
@@ -486,8 +505,21 @@ def _shards(
             for ns in namespaces
         ])  # fmt: skip
 
+    def make_jobs(selector: str) -> list[SharedInformer]:
+        options = manager.informers.options
+        return [
+            SharedInformer(
+                manager.client, MSJOBS, namespace=ns, shard_selector=selector,
+                transform=lean, options=options, compact=True,
+            )
+            for ns in namespaces
+        ]  # fmt: skip
+
     children = [(PODS, pods, CHILD_SELECTOR), (SERVICES, services, CHILD_SELECTOR)]
-    shards = JobShards(sharding.shards, jobs, children, make, queue.add)
+    shards = JobShards(
+        sharding.shards, jobs, children, make, queue.add,
+        split_jobs=(split, make_jobs) if split is not None else None,
+    )  # fmt: skip
     metrics.SHARD_JOBS.add(lambda: shards.counts(queue.queued()))
     manager.add(shards, needs_leader_election=False)
     manager.add(ShardElection(manager.client, sharding, shards), needs_leader_election=False)
@@ -495,7 +527,7 @@ def _shards(
 
 
 def _plan_all_after(
-    timeout: float, jobs: list[SharedInformer], queue: WorkQueue[Request], outage: Outage
+    timeout: float, jobs: list[JobsCache], queue: WorkQueue[Request], outage: Outage
 ) -> None:
     """An outage of at least ``timeout`` seconds ended: every cached job is planned again."""
     if outage.seconds < timeout:

@@ -6,13 +6,19 @@ pods and Services carry that shard in the label ``msop.mindspore.gitee.com/shard
 their creation (:class:`~msop.msjob.passes.PlanningPass`), so that a replica watches only
 the children of the shards it holds:
 
-* every replica caches every MSJob (small, encoded): it needs a job's UID to know its
-  shard, and the jobs of a shard it takes must be there at once;
+* where the API server splits lists and watches by shard (KEP-5866's ``shardSelector``,
+  alpha in Kubernetes 1.36 behind the ``ShardedListAndWatch`` gate; :func:`server_splits`
+  asks it once at start), a replica caches only the MSJobs of the shards it holds: one
+  MSJob informer per held shard and watched namespace, selecting the shard's hash range
+  (:func:`~msop.controller.shards.shard_range_selector`), joined to the jobs' union with
+  the children's. Elsewhere every replica caches every MSJob (small, encoded): it needs a
+  job's UID to know its shard, and the jobs of a shard it takes must be there at once;
 * :meth:`JobShards.adopt` starts, for the shard, one pod and one Service informer per
   watched namespace, selecting ``operator-name=msjob-controller,
-  msop.mindspore.gitee.com/shard=<i>``; once they synced it joins them to the controller's
-  unions (:class:`~msop.informers.union.InformerUnion`), marks the shard ready and enqueues
-  its jobs; :meth:`JobShards.release` stops them;
+  msop.mindspore.gitee.com/shard=<i>`` (and the shard's MSJob informers where the server
+  splits them); once they synced it joins them to the controller's unions
+  (:class:`~msop.informers.union.InformerUnion`), marks the shard ready and enqueues its
+  jobs; :meth:`JobShards.release` stops them;
 * children made by an msop without shards (no shard label: an upgrade, or a move from
   ``--shards 1``) stay in one more informer per resource, selecting ``!shard``, that every
   replica keeps in its unions. They are read and managed (adopted) like the labelled ones
@@ -36,13 +42,16 @@ from collections.abc import Callable, Iterable, Iterator
 import structlog
 
 from msop.api import constants as c
+from msop.api.resources import MSJOBS
 from msop.controller.handler import EventHandler, Obj, RequestQueue
 from msop.controller.reconcile import Reconciler, Request, Result, StopAware
-from msop.controller.shards import shard_of
+from msop.controller.shards import shard_of, shard_range_selector
 from msop.controller.workqueue import PRIORITY_NORMAL
 from msop.informers.informer import SharedInformer
 from msop.informers.lister import Lister
 from msop.informers.union import InformerUnion
+from msop.kube.client import KubeClient
+from msop.kube.errors import ApiError
 from msop.kube.resources import Resource
 from msop.msjob.metrics import SHARD_RECONCILES, StateIndex
 
@@ -51,6 +60,7 @@ __all__ = [
     "JobShards",
     "OwnedOnly",
     "ShardGate",
+    "server_splits",
     "shard_selector",
     "unsharded_selector",
 ]
@@ -75,27 +85,53 @@ InformerMaker = Callable[[Resource, str], list[SharedInformer]]
 """Builds (does not start) the informers of one resource and selector, one per watched
 namespace."""
 
+JobsMaker = Callable[[str], list[SharedInformer]]
+"""Builds (does not start) the MSJob informers of one ``shardSelector``, one per watched
+namespace."""
+
+JobsCache = SharedInformer | InformerUnion
+"""The jobs' cache: an informer per watched namespace, or the union of the held shards'
+informers (the server splits the MSJobs)."""
+
+
+async def server_splits(client: KubeClient, namespace: str | None) -> bool:
+    """Whether the API server splits MSJob lists and watches by shard: a list with a
+    ``shardSelector`` of every hash is answered with ``metadata.shardInfo`` only by a
+    server that applied it (one without the gate ignores the parameter). An error says
+    no: the split by labels works everywhere."""
+    try:
+        listed = await client.list(
+            MSJOBS, namespace, limit=1, shard_selector=shard_range_selector(0, 1)
+        )
+    except ApiError as e:
+        log.warning("cannot ask whether the API server splits watches", error=str(e))
+        return False
+    return bool((listed.get("metadata") or {}).get("shardInfo"))
+
 
 class JobShards:
     """The :class:`~msop.controller.shardelection.ShardOwner` of the MSJob controller, and
     a runnable that runs the shards' informers (see the module docstring).
 
-    ``children``: (resource, union, base selector) per child resource; ``enqueue``: adds a
-    job's key to the controller's queue; ``forget``: drops what the reconciler remembers
-    of a job, for the jobs of a shard handed over (its memory would be stale the next
-    time this replica holds them), and says how many Events of writes in doubt go with
-    it."""
+    ``jobs``: the jobs' caches; ``children``: (resource, union, base selector) per child
+    resource; ``enqueue``: adds a job's key to the controller's queue; ``forget``: drops
+    what the reconciler remembers of a job, for the jobs of a shard handed over (its
+    memory would be stale the next time this replica holds them), and says how many
+    Events of writes in doubt go with it. ``split_jobs``: where the server splits the
+    MSJobs, the jobs' union (the one cache in ``jobs``) and how to make a shard's
+    informers."""
 
     name = "job-shards"
 
     def __init__(
         self,
         shards: int,
-        jobs: list[SharedInformer],
+        jobs: list[JobsCache],
         children: list[tuple[Resource, InformerUnion, str]],
         make: InformerMaker,
         enqueue: Callable[[Request], None],
         forget: Callable[[Request], int] = lambda _: 0,
+        split_jobs: tuple[InformerUnion, JobsMaker] | None = None,
     ) -> None:
         self.shards = shards
         self.jobs = jobs
@@ -103,6 +139,7 @@ class JobShards:
         self.make = make
         self.enqueue = enqueue
         self.forget = forget
+        self.split_jobs = split_jobs
         self._ready: set[int] = set()
         self._inflight: dict[int, set[asyncio.Task[Result]]] = {}
         self._informers: dict[int, list[tuple[InformerUnion, SharedInformer]]] = {}
@@ -127,7 +164,11 @@ class JobShards:
         for inf in self.jobs:
             if inf.namespace not in (None, request.namespace):
                 continue
-            job = Lister(inf).get(request.name, request.namespace)
+            job = (
+                inf.get(request.name, request.namespace)
+                if isinstance(inf, InformerUnion)
+                else Lister(inf).get(request.name, request.namespace)
+            )
             if job is not None:
                 return shard_of(str(job["metadata"]["uid"]), self.shards)
         return None
@@ -183,10 +224,17 @@ class JobShards:
         made: list[tuple[InformerUnion, SharedInformer]] = []
         tasks: list[asyncio.Task[None]] = []
         self._informers[shard], self._tasks[shard] = made, tasks
-        for res, union, base in self.children:
-            for inf in self.make(res, shard_selector(base, shard)):
-                made.append((union, inf))
-                tasks.append(self._tg.create_task(inf.run(), name=f"shard-{shard} {res}"))
+        wanted = [
+            (union, inf)
+            for res, union, base in self.children
+            for inf in self.make(res, shard_selector(base, shard))
+        ]
+        if self.split_jobs is not None:
+            jobs, make_jobs = self.split_jobs
+            wanted += [(jobs, inf) for inf in make_jobs(shard_range_selector(shard, self.shards))]
+        for union, inf in wanted:
+            made.append((union, inf))
+            tasks.append(self._tg.create_task(inf.run(), name=f"shard-{shard} {inf.resource}"))
         for _, inf in made:
             await inf.wait_for_sync()
         # One loop turn from here: ready, the children's events, the jobs enqueued.
@@ -202,9 +250,11 @@ class JobShards:
         inflight = self._inflight.get(shard)
         if inflight:
             await asyncio.wait(set(inflight))
+        # Its jobs before their informers go (with the server's split they go with them).
+        jobs = self.jobs_of(shard)
         for union, inf in self._informers.pop(shard, []):
             union.detach(inf)
-        unwritten = sum(self.forget(request) for request in self.jobs_of(shard))
+        unwritten = sum(self.forget(request) for request in jobs)
         if unwritten:
             # As at a stop: the Events of writes whose answers never came (the Lease was
             # lost mid-write) cannot be announced by anyone (the next holder sees them

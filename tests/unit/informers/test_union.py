@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from msop.informers import SharedInformer
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.informers.union import InformerUnion
@@ -74,3 +76,24 @@ def test_a_removed_handler_hears_nothing_from_later_members() -> None:
     union.remove_event_handler(reg)
     union.attach(informer(pod("x")))
     assert events == []
+
+
+def test_indexes_reach_every_member_and_its_store_reads_them_as_one() -> None:
+    first = informer(pod("a", owner="j1"), pod("b", owner="j2"))
+    union = InformerUnion([first])
+
+    def by_owner(obj: dict[str, Any]) -> list[str]:
+        return [obj["metadata"]["ownerReferences"][0]["uid"]]
+
+    union.add_indexers({"owner": by_owner})
+    later = informer(pod("b", owner="j2"), pod("c", owner="j2"))  # "b" in both members
+    union.attach(later)
+    assert "owner" in later.store.index_names()  # given as it joined
+    assert union.store.keys() == ["ns/a", "ns/b", "ns/c"] and len(union.store) == 3
+    assert union.store.index_keys("owner", "j2") == ["ns/b", "ns/c"]
+    assert union.store.index_values("owner") == ["j1", "j2"]
+    union.detach(first)
+    assert union.store.keys() == ["ns/b", "ns/c"]
+    assert union.store.index_values("owner") == ["j2"]
+    with pytest.raises(ValueError, match="owner"):
+        union.add_indexers({"owner": by_owner})

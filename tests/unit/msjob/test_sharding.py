@@ -18,16 +18,17 @@ from msop.controller.leaderelection import LeaderElectionConfig
 from msop.controller.manager import Manager
 from msop.controller.reconcile import Request, Result
 from msop.controller.shardelection import ShardElection, ShardingConfig
-from msop.controller.shards import shard_of
+from msop.controller.shards import shard_of, shard_range_selector, uid_hash
 from msop.informers import SharedInformer
 from msop.informers.store import BY_CONTROLLER_UID
 from msop.informers.union import InformerUnion
 from msop.kube import PODS, SERVICES, KubeClient
+from msop.kube.errors import ApiError
 from msop.kube.resources import NODES, Resource
 from msop.msjob import metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
-from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate
+from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate, server_splits
 from tests.support import builders as b
 from tests.support.clients import NoApiServer
 
@@ -275,3 +276,99 @@ async def test_job_metrics_count_only_the_jobs_of_held_shards() -> None:
     finally:
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
+
+
+class SplitWorld(World):
+    """As :class:`World`, where the API server splits the MSJobs: the jobs' cache is a
+    union, empty until a shard's informers (by its hash range) join it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.all_jobs = [msjob("mine", self.uid_mine), msjob("other", self.uid_other)]
+        self.job_union = InformerUnion()
+        self.job_selectors: list[str] = []
+        self.shards = JobShards(
+            SHARDS, [self.job_union],
+            [(PODS, self.pods, "base"), (SERVICES, self.services, "base")],
+            self.make, self.enqueued.append, self.forget,
+            split_jobs=(self.job_union, self.make_jobs),
+        )  # fmt: skip
+
+    def make_jobs(self, selector: str) -> list[SharedInformer]:
+        """The server's answer: the jobs whose UID's hash is in the selector's range."""
+        self.job_selectors.append(selector)
+        start, end = (int(h, 16) for h in selector.split("'")[1::2])
+        objs = [j for j in self.all_jobs if start <= uid_hash(j["metadata"]["uid"]) < end]
+        inf = Static(MSJOBS, *objs)
+        inf.shard_selector = selector
+        return [inf]
+
+
+async def test_where_the_server_splits_jobs_a_replica_caches_only_its_shards_jobs() -> None:
+    w = SplitWorld()
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        assert not w.shards.owns_object(msjob("mine", w.uid_mine))
+        assert w.job_union.get("mine", "ns") is None  # nothing cached before a shard is held
+        await w.shards.adopt(w.mine)
+        assert w.job_selectors == [shard_range_selector(w.mine, SHARDS)]
+        assert w.enqueued == [Request("ns", "mine")]
+        assert w.job_union.get("mine", "ns") is not None
+        assert w.job_union.get("other", "ns") is None  # another shard's: never listed here
+        assert w.shards.owns(Request("ns", "mine"))
+        assert w.shards.jobs_of(w.mine) == [Request("ns", "mine")]
+        assert list(w.shards.counts()) == [(w.mine, 1, 0)]
+        await w.shards.release(w.mine)
+        # The shard's jobs were forgotten although their cache left with the shard.
+        assert w.forgotten == [Request("ns", "mine")]
+        assert w.job_union.members == [] and w.job_union.get("mine", "ns") is None
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+class SplittingServer(NoApiServer):
+    """Answers the probe list as a server with (or without) the ``ShardedListAndWatch``
+    gate does: the selector echoed in ``metadata.shardInfo``, or ignored."""
+
+    def __init__(self, splits: bool | Exception) -> None:
+        super().__init__()
+        self.splits = splits
+        self.asked: list[dict[str, Any]] = []
+
+    async def list(self, res: Resource, namespace: str | None = None, **kw: Any) -> Any:
+        self.asked.append({"res": res, "namespace": namespace, **kw})
+        if isinstance(self.splits, Exception):
+            raise self.splits
+        meta: dict[str, Any] = {"resourceVersion": "5"}
+        if self.splits:
+            meta["shardInfo"] = {"selector": kw["shard_selector"]}
+        return {"metadata": meta, "items": []}
+
+
+async def test_a_replica_asks_the_api_server_once_whether_it_splits_watches() -> None:
+    server = SplittingServer(True)
+    assert await server_splits(server, "team")
+    [asked] = server.asked
+    assert asked["res"] == MSJOBS and asked["namespace"] == "team" and asked["limit"] == 1
+    whole = "shardRange(object.metadata.uid, '0x0000000000000000', '0x10000000000000000')"
+    assert asked["shard_selector"] == whole
+    assert not await server_splits(SplittingServer(False), None)
+    refused = ApiError(400, "BadRequest", "invalid shard selector")
+    assert not await server_splits(SplittingServer(refused), None)
+
+
+def test_setup_where_the_server_splits_jobs_has_no_informer_of_every_job() -> None:
+    manager = Manager(NoApiServer(), metrics_bind_address="0", health_probe_bind_address="0")
+    election = LeaderElectionConfig(name="msop", namespace="ns", identity="a")
+    sharding = ShardingConfig(SHARDS, election, server_split=True)
+    controller = setup(manager, Settings(progress_port=0, sharding=sharding))
+    assert isinstance(controller.reconciler, ShardGate)
+    kinds = {i.resource.kind for i in manager.informers.informers()}
+    assert "MSJob" not in kinds
+    [shards] = [e.runnable for e in manager._entries if isinstance(e.runnable, JobShards)]
+    assert shards.split_jobs is not None
+    union, make_jobs = shards.split_jobs
+    assert shards.jobs == [union]
+    [inf] = make_jobs(shard_range_selector(3, SHARDS))
+    assert inf.resource == MSJOBS and inf.shard_selector == shard_range_selector(3, SHARDS)
