@@ -45,6 +45,23 @@ COMPONENTS = (
 WORKLOAD_API_GATES = "GenericWorkload=true,GangScheduling=true,WorkloadAwarePreemption=true"
 WORKLOAD_API_RUNTIME_CONFIG = "scheduling.k8s.io/v1alpha2=true"
 
+#: The API server's sharded list and watch (KEP-5866, alpha in 1.36): it honours a
+#: ``shardSelector`` (a range of hashes of ``metadata.uid``) on lists and watches.
+SHARDED_WATCH_GATE = "ShardedListAndWatch=true"
+
+
+def apiserver_feature_gates(gates: str) -> dict[str, object]:
+    """A kwokctl configuration document that turns the feature ``gates`` on in the API
+    server (``LocalCluster(extra_config_docs=[...])``)."""
+    return {
+        "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
+        "kind": "KwokctlConfiguration",
+        "componentsPatches": [
+            {"name": "kube-apiserver", "extraArgs": [{"key": "feature-gates", "value": gates}]}
+        ],
+    }
+
+
 #: Capacity of every fake node; the GPU samples request ``nvidia.com/gpu``.
 NODE_CAPACITY = {"cpu": "64", "memory": "512Gi", "pods": "2000", "nvidia.com/gpu": "8"}
 

@@ -1,7 +1,8 @@
 """Fixtures of the kwok tier: one local control plane for the session, kwok nodes.
 
 - ``cluster`` (session): built once (hack/cluster/build.sh) and started once per run,
-  with every CRD under config/crd/bases installed.
+  with every CRD under config/crd/bases installed, and the API server's sharded list and
+  watch on (``ShardedListAndWatch``).
 - ``namespace``: a fresh namespace per test, deleted afterwards.
 - ``kubelet``: a ``KubeletStandIn`` that runs, ends and restarts simulated pods.
 - ``start_operator``/``operator``: ``msop run`` processes watching the test's namespace.
@@ -23,7 +24,13 @@ import pytest
 
 from msop.msjob.nodehealth import NOT_READY_TAINT as NOT_READY
 from testbed import KubeletStandIn, LocalCluster
-from testbed.cluster import fake_node, namespace_for_a_test, pod_cidr
+from testbed.cluster import (
+    SHARDED_WATCH_GATE,
+    apiserver_feature_gates,
+    fake_node,
+    namespace_for_a_test,
+    pod_cidr,
+)
 from testbed.inplace import InPlaceKubelet
 from testbed.operator import OperatorProcess
 from testbed.paths import CACHE
@@ -58,10 +65,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[LocalCluster]:
+    # The API server splits lists and watches by shard here (the shards' tests check that
+    # the replicas use it); the faults tier's and the bench's clusters do not.
     c = LocalCluster(
         name=f"msop-e2e-{os.getpid()}",
         bin_dir=build_binaries(),
         workdir=CACHE / "kwok",
+        extra_config_docs=[apiserver_feature_gates(SHARDED_WATCH_GATE)],
     )
     yield from run_session_cluster(c, install_crds)
 

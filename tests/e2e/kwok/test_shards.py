@@ -6,8 +6,10 @@ own loopback address (127.0.0.2, .3, .4), so the audit log's ``sourceIPs`` says 
 replica made each request. Checks: each replica holds 2 shards; every pod and Service is
 created once; no job's children or status are written by two replicas, except a dead
 replica's jobs, handed over once; every pod carries its job's shard; the replicas list and
-watch pods of single shards only (or the unlabelled ones); the dead replica's jobs all
-reach Running within the Lease duration plus a pass, and the survivors hold 3 shards each.
+watch pods of single shards only (or the unlabelled ones), and MSJobs by single shards'
+hash ranges (this tier's API server splits lists and watches by shard); the dead
+replica's jobs all reach Running within the Lease duration plus a pass, and the survivors
+hold 3 shards each.
 A second scenario scales the replicas 3 -> 2 (SIGTERM) -> 4 under a burst: every shard is
 held by one replica at every sample, nothing is created twice, every job succeeds. A third
 goes from one operator without shards to two replicas with
@@ -28,7 +30,7 @@ from typing import Any
 
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
-from msop.controller.shards import shard_of
+from msop.controller.shards import shard_of, shard_range_selector
 from msop.kube.client import KubeClient
 from msop.kube.resources import PODS, SERVICES
 from testbed import LocalCluster, OperatorProcess
@@ -213,6 +215,22 @@ async def _scenario(
             if ev.get("verb") == "list" and one.isdigit() and source_of(ev) != victim_source:
                 listed.add(int(one))
     assert victim_shards <= listed, (sorted(victim_shards), sorted(listed))
+
+    # This tier's API server splits lists and watches by shard: the replicas list and
+    # watch the MSJobs of single shards, by their hash ranges, never all of them; the
+    # survivors listed the killed replica's shards' jobs when they took them.
+    ranges = {shard_range_selector(i, SHARDS): i for i in range(SHARDS)}
+    jobs_listed: set[int] = set()
+    for ev in events:
+        ref = ev.get("objectRef") or {}
+        verb = ev.get("verb")
+        if verb in ("list", "watch") and ref.get("resource") == "msjobs" and source_of(ev):
+            query = urllib.parse.parse_qs(urllib.parse.urlparse(ev["requestURI"]).query)
+            selector = query.get("shardSelector", [""])[0]
+            assert selector in ranges, (source_of(ev), ev["requestURI"])
+            if verb == "list" and source_of(ev) != victim_source:
+                jobs_listed.add(ranges[selector])
+    assert victim_shards <= jobs_listed, (sorted(victim_shards), sorted(jobs_listed))
 
     print(
         f"\nshards: {JOBS} jobs over {SHARDS} shards on 3 replicas {before}; SIGKILL of one "
