@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import LocalCluster, OperatorProcess
+from testbed.cluster import SHARDED_WATCH_GATE
 from testbed.paths import CACHE, REPO
 from testbed.ports import free_port
 
@@ -21,7 +22,8 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 #: kube-apiserver's default Service range (10.0.0.0/24) holds 254 Services; the burst
 #: needs 1,000 and the memory scenario 2,000. Its audit log is rotated at 100 MB by
 #: default, which the 2,000-job scenario passes: the writes per job are read from the one
-#: file, so let it grow to 4 GB.
+#: file, so let it grow to 4 GB. The sharded list and watch is on: the shards scenarios'
+#: replicas then watch only their shards' MSJobs.
 APISERVER_ARGS = {
     "apiVersion": "config.kwok.x-k8s.io/v1alpha1",
     "kind": "KwokctlConfiguration",
@@ -31,6 +33,7 @@ APISERVER_ARGS = {
             "extraArgs": [
                 {"key": "service-cluster-ip-range", "value": "10.96.0.0/16"},
                 {"key": "audit-log-maxsize", "value": "4096"},
+                {"key": "feature-gates", "value": SHARDED_WATCH_GATE},
             ],
         }
     ],
