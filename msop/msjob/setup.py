@@ -65,7 +65,14 @@ from msop.msjob.poller import ProgressPoller
 from msop.msjob.projection import pod_projection, service_projection
 from msop.msjob.reconciler import ChildKey, MSJobReconciler
 from msop.msjob.settings import Settings
-from msop.msjob.sharding import JobsCache, JobShards, OwnedOnly, ShardGate, unsharded_selector
+from msop.msjob.sharding import (
+    JobsCache,
+    JobShards,
+    OwnedJobs,
+    OwnedOnly,
+    ShardGate,
+    unsharded_selector,
+)
 
 log = structlog.get_logger("msop.msjob.setup")
 
@@ -376,7 +383,7 @@ def setup(manager: Manager, settings: Settings) -> Controller:
 
     for ns in settings.namespaces:
         metrics.touch(ns)
-    _watch_jobs(jobs, watch, reconciler, shards)
+    _watch_jobs(jobs, controller.watch, reconciler, shards)
     for source in pods.sources:
         watch(source, OWNER, batch_window=POD_BATCH_WINDOW)
         _observe(source, expectations, PODS)
@@ -413,8 +420,9 @@ def _watch_jobs(
     reconciler: MSJobReconciler,
     shards: JobShards | None,
 ) -> None:
-    """Every MSJob event enqueues the job; the job metrics read the jobs caches (with
-    shards, only the jobs of the shards held here: the replicas add up to every job once)."""
+    """Every MSJob event enqueues the job (with shards, of the shards held here, by the
+    job itself); the job metrics read the jobs caches (with shards, only the jobs of the
+    shards held here: the replicas add up to every job once)."""
 
     def view(store: metrics.StateIndex) -> metrics.StateIndex:
         return shards.held(store) if shards is not None else store
@@ -423,8 +431,11 @@ def _watch_jobs(
         if shards is None or shards.owns_object(obj):
             metrics.count("deleted", str(obj["metadata"].get("namespace", "")))
 
+    handler: EventHandler = _JobEvents(reconciler.caused_by_own_write)
+    if shards is not None:
+        handler = OwnedJobs(handler, shards)
     for inf in jobs:
-        watch(inf, _JobEvents(reconciler.caused_by_own_write))
+        watch(inf, handler)
         inf.add_indexers(
             {
                 metrics.BY_JOB_STATE: metrics.job_state_index,

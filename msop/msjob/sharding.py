@@ -58,6 +58,7 @@ from msop.msjob.metrics import SHARD_RECONCILES, StateIndex
 __all__ = [
     "BY_SHARD",
     "JobShards",
+    "OwnedJobs",
     "OwnedOnly",
     "ShardGate",
     "server_splits",
@@ -173,11 +174,37 @@ class JobShards:
                 return shard_of(str(job["metadata"]["uid"]), self.shards)
         return None
 
-    def owns(self, request: Request) -> bool:
-        """Whether this replica reconciles ``request`` now (a job not in the cache: yes,
-        its reconcile only forgets)."""
+    def owns(self, request: Request, obj: Obj | None = None) -> bool:
+        """Whether this replica reconciles ``request`` now.
+
+        A job not in the cache (deleted, or, where the server splits the jobs, of a shard
+        not held here) has its shard told by ``obj``, the object whose event named it,
+        where that is one of its children (pod, Service, PodGroup, Workload): the UID in
+        its controller reference. Then only the holder of that shard reconciles it (its
+        reconcile forgets the job and lets the job's Workloads go): one writer, as for
+        every other job. Without that, it passes where every job is cached (its reconcile
+        only forgets), and not where the server splits them (another replica's job)."""
         shard = self.shard_of_request(request)
-        return shard is None or shard in self._ready
+        if shard is None and obj is not None:
+            shard = self._owner_shard(obj, request)
+        if shard is None:
+            return self.split_jobs is None
+        return shard in self._ready
+
+    def _owner_shard(self, obj: Obj, request: Request) -> int | None:
+        """The shard of ``request``'s job as ``obj``'s controller reference to it says."""
+        meta = obj.get("metadata") or {}
+        if meta.get("namespace") != request.namespace:
+            return None
+        for ref in meta.get("ownerReferences") or ():
+            if (
+                ref.get("controller")
+                and ref.get("kind") == c.KIND
+                and ref.get("name") == request.name
+                and ref.get("uid")
+            ):
+                return shard_of(str(ref["uid"]), self.shards)
+        return None
 
     def owns_object(self, job: Obj) -> bool:
         """Whether ``job`` (an MSJob, also one just deleted) is of a shard ready here."""
@@ -354,29 +381,56 @@ class ShardGate:
             self.inner.stopped()
 
 
+Owns = Callable[[Request, Obj], bool]
+"""Whether a key, named by an event of this object, is reconciled here."""
+
+
 class _OwnedQueue:
-    def __init__(self, queue: RequestQueue, owns: Callable[[Request], bool]) -> None:
+    def __init__(self, queue: RequestQueue, owns: Owns, objs: tuple[Obj, ...]) -> None:
         self.queue = queue
         self.owns = owns
+        self.objs = objs
 
     def add(self, item: Request, *, priority: int = PRIORITY_NORMAL) -> None:
-        if self.owns(item):
+        if any(self.owns(item, obj) for obj in self.objs):
             self.queue.add(item, priority=priority)
 
 
 class OwnedOnly:
     """An :class:`~msop.controller.handler.EventHandler` that passes on only the keys
-    ``owns`` accepts."""
+    ``owns`` accepts (given the event's object; either version of an update's)."""
 
-    def __init__(self, inner: EventHandler, owns: Callable[[Request], bool]) -> None:
+    def __init__(self, inner: EventHandler, owns: Owns) -> None:
         self.inner = inner
         self.owns = owns
 
     def create(self, obj: Obj, queue: RequestQueue, *, initial: bool = False) -> None:
-        self.inner.create(obj, _OwnedQueue(queue, self.owns), initial=initial)
+        self.inner.create(obj, _OwnedQueue(queue, self.owns, (obj,)), initial=initial)
 
     def update(self, old: Obj, new: Obj, queue: RequestQueue) -> None:
-        self.inner.update(old, new, _OwnedQueue(queue, self.owns))
+        self.inner.update(old, new, _OwnedQueue(queue, self.owns, (new, old)))
 
     def delete(self, obj: Obj, queue: RequestQueue) -> None:
-        self.inner.delete(obj, _OwnedQueue(queue, self.owns))
+        self.inner.delete(obj, _OwnedQueue(queue, self.owns, (obj,)))
+
+
+class OwnedJobs:
+    """An :class:`~msop.controller.handler.EventHandler` of MSJob events that passes on
+    only those of jobs of the shards ready here, by the event's job itself (a deleted job
+    is no longer in the cache: only the holder of its shard hears of it)."""
+
+    def __init__(self, inner: EventHandler, shards: JobShards) -> None:
+        self.inner = inner
+        self.shards = shards
+
+    def create(self, obj: Obj, queue: RequestQueue, *, initial: bool = False) -> None:
+        if self.shards.owns_object(obj):
+            self.inner.create(obj, queue, initial=initial)
+
+    def update(self, old: Obj, new: Obj, queue: RequestQueue) -> None:
+        if self.shards.owns_object(new):
+            self.inner.update(old, new, queue)
+
+    def delete(self, obj: Obj, queue: RequestQueue) -> None:
+        if self.shards.owns_object(obj):
+            self.inner.delete(obj, queue)

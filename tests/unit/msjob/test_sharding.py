@@ -13,7 +13,7 @@ import structlog.testing
 
 from msop.api import constants as c
 from msop.api.resources import MSJOBS
-from msop.controller.handler import EnqueueRequestForObject
+from msop.controller.handler import EnqueueRequestForObject, EnqueueRequestForOwner
 from msop.controller.leaderelection import LeaderElectionConfig
 from msop.controller.manager import Manager
 from msop.controller.reconcile import Request, Result
@@ -28,7 +28,7 @@ from msop.kube.resources import NODES, Resource
 from msop.msjob import metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
-from msop.msjob.sharding import JobShards, OwnedOnly, ShardGate, server_splits
+from msop.msjob.sharding import JobShards, OwnedJobs, OwnedOnly, ShardGate, server_splits
 from tests.support import builders as b
 from tests.support.clients import NoApiServer
 
@@ -225,7 +225,7 @@ def test_only_keys_of_owned_shards_reach_the_queue() -> None:
         def add(self, item: Request, *, priority: int = 0) -> None:
             added.append(item)
 
-    handler = OwnedOnly(EnqueueRequestForObject(), lambda r: r.name == "mine")
+    handler = OwnedOnly(EnqueueRequestForObject(), lambda r, obj: r.name == "mine")
     handler.create(msjob("mine", "u1"), Queue())
     handler.create(msjob("other", "u2"), Queue())
     handler.update(msjob("other", "u2"), msjob("other", "u2"), Queue())
@@ -372,3 +372,66 @@ def test_setup_where_the_server_splits_jobs_has_no_informer_of_every_job() -> No
     assert shards.jobs == [union]
     [inf] = make_jobs(shard_range_selector(3, SHARDS))
     assert inf.resource == MSJOBS and inf.shard_selector == shard_range_selector(3, SHARDS)
+
+
+def workload(job: str, job_uid: str) -> dict[str, Any]:
+    """A child that is not cached by shard (a Kueue Workload): every replica sees it."""
+    return {**child(f"{job}-wl", job_uid, None), "kind": "Workload"}
+
+
+@pytest.mark.parametrize("split", [False, True])
+async def test_a_gone_jobs_children_are_reconciled_by_its_shards_holder_alone(split: bool) -> None:
+    """A job no longer cached (deleted; or, where the server splits the jobs, another
+    replica's): its children's events reach only the holder of its shard, which the UID
+    in their controller reference tells. So one replica, not every one, lets a deleted
+    job's Workloads go."""
+    w = SplitWorld() if split else World()
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(w.mine)
+        added: list[Request] = []
+
+        class Queue:
+            def add(self, item: Request, *, priority: int = 0) -> None:
+                added.append(item)
+
+        owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
+        handler = OwnedOnly(owner, w.shards.owns)
+        for gone, uid in (("gone-mine", uid_in(w.mine, 1000)), ("gone-other", uid_in(w.other))):
+            wl = workload(gone, uid)
+            wl["metadata"]["ownerReferences"][0]["name"] = gone
+            handler.update(wl, wl, Queue())
+        assert added == [Request("ns", "gone-mine")]
+        # With nothing to tell the shard (a node's event), a job not cached passes where
+        # every job is cached (its reconcile only forgets), not where the server splits.
+        assert w.shards.owns(Request("ns", "unknown")) is (not split)
+        assert w.shards.owns(Request("ns", "mine")) and not w.shards.owns(Request("ns", "other"))
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
+async def test_job_events_reach_the_holder_of_the_jobs_shard_deletes_included() -> None:
+    w = World()
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(w.mine)
+        added: list[Request] = []
+
+        class Queue:
+            def add(self, item: Request, *, priority: int = 0) -> None:
+                added.append(item)
+
+        handler = OwnedJobs(EnqueueRequestForObject(), w.shards)
+        mine, other = msjob("mine", w.uid_mine), msjob("other", w.uid_other)
+        for job in (mine, other):
+            handler.create(job, Queue())
+            handler.update(job, job, Queue())
+        # Deleted jobs are gone from the cache: the event's job says whose they are.
+        handler.delete(msjob("mine-deleted", uid_in(w.mine, 500)), Queue())
+        handler.delete(msjob("other-deleted", uid_in(w.other, 500)), Queue())
+        names = [r.name for r in added]
+        assert names == ["mine", "mine", "mine-deleted"]
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
