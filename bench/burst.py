@@ -59,22 +59,42 @@ def _passes(e: ApiError) -> bool:
     return isinstance(e, ApiUnavailable) or e.status == 429 or e.status >= 500
 
 
-async def create_surely(client: KubeClient, res: Resource, obj: JSON, ns: str) -> JSON:
-    """Create ``obj``, trying again while the API server's answer is a failure that
-    passes; a create that was stored although its answer was lost is found (409
-    AlreadyExists on a retry: the stored object is read and returned)."""
+async def _surely(
+    write: Callable[[], Awaitable[JSON | None]],
+    stored: Callable[[], Awaitable[JSON]] | None = None,
+) -> JSON | None:
+    """``write()``, tried again while the API server's answer is a failure that passes
+    (:func:`_passes`), up to :data:`WRITE_TRIES` times with a growing pause. ``stored``:
+    where a retry is answered 409 AlreadyExists (the first try was stored though its
+    answer was lost), what it stored."""
     for attempt in range(WRITE_TRIES):
         try:
-            created: JSON = await client.create(res, obj, ns)
-            return created
+            return await write()
         except ApiError as e:
-            if attempt and is_already_exists(e):
-                found: JSON = await client.get(res, obj["metadata"]["name"], ns)
-                return found
+            if attempt and stored is not None and is_already_exists(e):
+                return await stored()
             if not _passes(e) or attempt == WRITE_TRIES - 1:
                 raise
         await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
     raise AssertionError("unreachable")
+
+
+async def create_surely(client: KubeClient, res: Resource, obj: JSON, ns: str) -> JSON:
+    """Create ``obj``, trying again while the API server's answer is a failure that
+    passes; a create that was stored although its answer was lost is found (409
+    AlreadyExists on a retry: the stored object is read and returned)."""
+
+    async def create() -> JSON:
+        created: JSON = await client.create(res, obj, ns)
+        return created
+
+    async def stored() -> JSON:
+        found: JSON = await client.get(res, obj["metadata"]["name"], ns)
+        return found
+
+    made = await _surely(create, stored)
+    assert made is not None
+    return made
 
 
 async def patch_surely(
@@ -86,14 +106,11 @@ async def patch_surely(
     subresource: str | None = None,
 ) -> None:
     """A merge patch (the same each time), tried again as :func:`create_surely` does."""
-    for attempt in range(WRITE_TRIES):
-        try:
-            await client.patch(res, name, body, ns, subresource=subresource)
-            return
-        except ApiError as e:
-            if not _passes(e) or attempt == WRITE_TRIES - 1:
-                raise
-        await asyncio.sleep(min(5.0, 0.5 * 2**attempt))
+
+    async def patch() -> None:
+        await client.patch(res, name, body, ns, subresource=subresource)
+
+    await _surely(patch)
 
 
 async def bounded(n: int, items: list[Any], fn: Callable[[Any], Awaitable[None]]) -> None:

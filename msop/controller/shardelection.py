@@ -377,8 +377,8 @@ class ShardsLetGo:
     (:meth:`~msop.controller.manager.Manager.add_guard` with ``once_leading``) and lists
     the Leases each retry period (``config.retry_period``) until none is held, as
     :func:`~.leaseguard.lease_held` counts (renewed within its duration on this process's
-    own clock). It does not hold
-    ``/readyz``: a rolling update must go on and stop the old replicas.
+    own clock). It does not hold ``/readyz``: a rolling update must go on and stop the
+    old replicas.
 
     Shard Leases left behind long ago (released, or renewed too long ago for any clock
     skew) count as clear at once. A 403 on the list (no ``list`` on Leases) is warned
