@@ -5,7 +5,9 @@ and leave the controller's unions, and children without a label still read (adop
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -379,6 +381,25 @@ def workload(job: str, job_uid: str) -> dict[str, Any]:
     return {**child(f"{job}-wl", job_uid, None), "kind": "Workload"}
 
 
+class Added(list[Request]):
+    """A queue that keeps what is added to it."""
+
+    def add(self, item: Request, *, priority: int = 0) -> None:
+        self.append(item)
+
+
+@contextlib.asynccontextmanager
+async def holding(w: World, shard: int) -> AsyncIterator[None]:
+    """``w``'s shards running, ``shard`` adopted."""
+    runner = asyncio.create_task(w.shards.run())
+    try:
+        await w.shards.adopt(shard)
+        yield
+    finally:
+        runner.cancel()
+        await asyncio.gather(runner, return_exceptions=True)
+
+
 @pytest.mark.parametrize("split", [False, True])
 async def test_a_gone_jobs_children_are_reconciled_by_its_shards_holder_alone(split: bool) -> None:
     """A job no longer cached (deleted; or, where the server splits the jobs, another
@@ -386,52 +407,30 @@ async def test_a_gone_jobs_children_are_reconciled_by_its_shards_holder_alone(sp
     in their controller reference tells. So one replica, not every one, lets a deleted
     job's Workloads go."""
     w = SplitWorld() if split else World()
-    runner = asyncio.create_task(w.shards.run())
-    try:
-        await w.shards.adopt(w.mine)
-        added: list[Request] = []
-
-        class Queue:
-            def add(self, item: Request, *, priority: int = 0) -> None:
-                added.append(item)
-
-        owner = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
-        handler = OwnedOnly(owner, w.shards.owns)
+    async with holding(w, w.mine):
+        added = Added()
+        handler = OwnedOnly(EnqueueRequestForOwner(c.API_VERSION, c.KIND), w.shards.owns)
         for gone, uid in (("gone-mine", uid_in(w.mine, 1000)), ("gone-other", uid_in(w.other))):
             wl = workload(gone, uid)
             wl["metadata"]["ownerReferences"][0]["name"] = gone
-            handler.update(wl, wl, Queue())
+            handler.update(wl, wl, added)
         assert added == [Request("ns", "gone-mine")]
         # With nothing to tell the shard (a node's event), a job not cached passes where
         # every job is cached (its reconcile only forgets), not where the server splits.
         assert w.shards.owns(Request("ns", "unknown")) is (not split)
         assert w.shards.owns(Request("ns", "mine")) and not w.shards.owns(Request("ns", "other"))
-    finally:
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
 
 
 async def test_job_events_reach_the_holder_of_the_jobs_shard_deletes_included() -> None:
     w = World()
-    runner = asyncio.create_task(w.shards.run())
-    try:
-        await w.shards.adopt(w.mine)
-        added: list[Request] = []
-
-        class Queue:
-            def add(self, item: Request, *, priority: int = 0) -> None:
-                added.append(item)
-
+    async with holding(w, w.mine):
+        added = Added()
         handler = OwnedJobs(EnqueueRequestForObject(), w.shards)
         mine, other = msjob("mine", w.uid_mine), msjob("other", w.uid_other)
         for job in (mine, other):
-            handler.create(job, Queue())
-            handler.update(job, job, Queue())
+            handler.create(job, added)
+            handler.update(job, job, added)
         # Deleted jobs are gone from the cache: the event's job says whose they are.
-        handler.delete(msjob("mine-deleted", uid_in(w.mine, 500)), Queue())
-        handler.delete(msjob("other-deleted", uid_in(w.other, 500)), Queue())
-        names = [r.name for r in added]
-        assert names == ["mine", "mine", "mine-deleted"]
-    finally:
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
+        handler.delete(msjob("mine-deleted", uid_in(w.mine, 500)), added)
+        handler.delete(msjob("other-deleted", uid_in(w.other, 500)), added)
+        assert [r.name for r in added] == ["mine", "mine", "mine-deleted"]
