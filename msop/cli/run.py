@@ -195,7 +195,7 @@ async def run_operator(args: argparse.Namespace) -> int:
         sharding = None
         if election is not None and args.shards > 1:
             # The replicas share the work: no single leader; each shard has its Lease.
-            split = await server_splits(client, args.namespaces[0] if args.namespaces else None)
+            split = await server_splits(client, election.namespace)
             log.info(
                 "jobs split into shards", shards=args.shards,
                 watch="the API server's shardSelector" if split else "every job, cached",

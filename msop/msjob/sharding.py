@@ -42,7 +42,6 @@ from collections.abc import Callable, Iterable, Iterator
 import structlog
 
 from msop.api import constants as c
-from msop.api.resources import MSJOBS
 from msop.controller.handler import EventHandler, Obj, RequestQueue
 from msop.controller.reconcile import Reconciler, Request, Result, StopAware
 from msop.controller.shards import shard_of, shard_range_selector
@@ -52,7 +51,7 @@ from msop.informers.lister import Lister
 from msop.informers.union import InformerUnion
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
-from msop.kube.resources import Resource
+from msop.kube.resources import LEASES, Resource
 from msop.msjob.metrics import SHARD_RECONCILES, StateIndex
 
 __all__ = [
@@ -95,14 +94,19 @@ JobsCache = SharedInformer | InformerUnion
 informers (the server splits the MSJobs)."""
 
 
-async def server_splits(client: KubeClient, namespace: str | None) -> bool:
-    """Whether the API server splits MSJob lists and watches by shard: a list with a
-    ``shardSelector`` of every hash is answered with ``metadata.shardInfo`` only by a
-    server that applied it (one without the gate ignores the parameter). An error says
-    no: the split by labels works everywhere."""
+async def server_splits(client: KubeClient, lease_namespace: str) -> bool:
+    """Whether the API server splits lists and watches by shard (its ``shardSelector``,
+    gate ``ShardedListAndWatch``).
+
+    Asked of the shards' Leases (a replica lists them anyway): a list with the selector
+    of every hash is answered with ``metadata.shardInfo`` only by a server that applied
+    it; one without the gate ignores the parameter. Not of the MSJobs themselves: 1.36
+    filters a custom resource's lists and watches by the selector like any other's, but
+    leaves ``shardInfo`` out of their answers. An error says no: the split by labels
+    works everywhere."""
     try:
         listed = await client.list(
-            MSJOBS, namespace, limit=1, shard_selector=shard_range_selector(0, 1)
+            LEASES, lease_namespace, limit=1, shard_selector=shard_range_selector(0, 1)
         )
     except ApiError as e:
         log.warning("cannot ask whether the API server splits watches", error=str(e))

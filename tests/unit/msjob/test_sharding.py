@@ -26,7 +26,7 @@ from msop.informers.store import BY_CONTROLLER_UID
 from msop.informers.union import InformerUnion
 from msop.kube import PODS, SERVICES, KubeClient
 from msop.kube.errors import ApiError
-from msop.kube.resources import NODES, Resource
+from msop.kube.resources import LEASES, NODES, Resource
 from msop.msjob import metrics
 from msop.msjob.settings import Settings
 from msop.msjob.setup import setup
@@ -350,14 +350,15 @@ class SplittingServer(NoApiServer):
 
 async def test_a_replica_asks_the_api_server_once_whether_it_splits_watches() -> None:
     server = SplittingServer(True)
-    assert await server_splits(server, "team")
-    [asked] = server.asked
-    assert asked["res"] == MSJOBS and asked["namespace"] == "team" and asked["limit"] == 1
+    assert await server_splits(server, "msop-system")
+    [asked] = server.asked  # of the Leases: 1.36 leaves shardInfo out of an MSJob list
+    assert asked["res"] == LEASES and asked["namespace"] == "msop-system"
+    assert asked["limit"] == 1
     whole = "shardRange(object.metadata.uid, '0x0000000000000000', '0x10000000000000000')"
     assert asked["shard_selector"] == whole
-    assert not await server_splits(SplittingServer(False), None)
+    assert not await server_splits(SplittingServer(False), "msop-system")
     refused = ApiError(400, "BadRequest", "invalid shard selector")
-    assert not await server_splits(SplittingServer(refused), None)
+    assert not await server_splits(SplittingServer(refused), "msop-system")
 
 
 def test_setup_where_the_server_splits_jobs_has_no_informer_of_every_job() -> None:
