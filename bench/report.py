@@ -638,6 +638,12 @@ def render_markdown(report: JSON) -> str:
             f"started completing ({_fmt(op['completion_patches_s'])} s to send the "
             f"{op['pods']} status patches)."
         )
+        if op.get("waits_timed_out"):
+            lines.append(
+                f"Timed out waiting for {', '.join(op['waits_timed_out'])} "
+                f"({_fmt(op.get('jobs_running'))} jobs seen Running, "
+                f"{_fmt(op.get('jobs_succeeded'))} Succeeded); the scenario went on."
+            )
         lines.append("")
         lines.append(_watch_sentence(op))
         lines += ["", "## API requests of the operator (audit log, user agent `msop/`)", ""]

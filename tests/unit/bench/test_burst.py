@@ -81,3 +81,10 @@ async def test_the_tries_are_bounded() -> None:
     client = Flaky(3, ApiError(429, "TooManyRequests", "", None))
     await burst.patch_surely(client, PODS, "p", {}, "ns")  # type: ignore[arg-type]
     assert client.patches == 4
+
+
+async def test_a_wait_that_times_out_is_noted_and_the_scenario_goes_on() -> None:
+    missed: list[str] = []
+    assert await burst._wait_or_miss("never", lambda: False, 0.05, missed) is None
+    assert await burst._wait_or_miss("at once", lambda: True, 0.05, missed) is not None
+    assert missed == ["never"]
