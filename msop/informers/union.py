@@ -176,6 +176,10 @@ class UnionStore:
     def __len__(self) -> int:
         return len(self.keys())
 
+    def get_by_name(self, namespace: str, name: str) -> JSON | None:
+        """The object ``namespace/name`` from the first member that has it."""
+        return self._union.get(name, namespace)
+
     def index_keys(self, index_name: str, value: str) -> builtins.list[str]:
         """The keys of ``value`` in index ``index_name`` of every member, each once."""
         found = (m.store.index_keys(index_name, value) for m in self._union.members)

@@ -47,7 +47,6 @@ from msop.controller.reconcile import Reconciler, Request, Result, StopAware
 from msop.controller.shards import shard_of, shard_range_selector
 from msop.controller.workqueue import PRIORITY_NORMAL
 from msop.informers.informer import SharedInformer
-from msop.informers.lister import Lister
 from msop.informers.union import InformerUnion
 from msop.kube.client import KubeClient
 from msop.kube.errors import ApiError
@@ -169,11 +168,7 @@ class JobShards:
         for inf in self.jobs:
             if inf.namespace not in (None, request.namespace):
                 continue
-            job = (
-                inf.get(request.name, request.namespace)
-                if isinstance(inf, InformerUnion)
-                else Lister(inf).get(request.name, request.namespace)
-            )
+            job = inf.store.get_by_name(request.namespace, request.name)
             if job is not None:
                 return shard_of(str(job["metadata"]["uid"]), self.shards)
         return None

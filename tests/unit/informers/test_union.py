@@ -92,7 +92,10 @@ def test_indexes_reach_every_member_and_its_store_reads_them_as_one() -> None:
     assert union.store.keys() == ["ns/a", "ns/b", "ns/c"] and len(union.store) == 3
     assert union.store.index_keys("owner", "j2") == ["ns/b", "ns/c"]
     assert union.store.index_values("owner") == ["j1", "j2"]
+    assert union.store.get_by_name("ns", "a") is not None
+    assert union.store.get_by_name("other", "a") is None
     union.detach(first)
+    assert union.store.get_by_name("ns", "a") is None
     assert union.store.keys() == ["ns/b", "ns/c"]
     assert union.store.index_values("owner") == ["j2"]
     with pytest.raises(ValueError, match="owner"):
