@@ -57,7 +57,7 @@ REPLICAS = {"shards2": 2, "shards4": 4, "failover2": 2}
 KILL_ONE = frozenset({"failover2"})
 
 #: Scenarios run only when asked for (``--include``): 10,000 jobs (60,000 pods and the
-#: raw baseline's as many) take about half an hour here; the sharded ones start several
+#: raw baseline's as many) take about 50 minutes here; the sharded ones start several
 #: operators on the 2,000-job burst of n2000, to compare each replica with that one.
 OPT_IN = frozenset({"n10000", "shards2", "shards4", "failover2"})
 
