@@ -12,7 +12,11 @@ Provided:
 * :class:`EnqueueRequestForOwner` - the owner of the given group and kind named in the
   object's ``ownerReferences`` (by default only the *controller* owner), in the object's
   namespace;
-* :class:`EnqueueRequestsFromMapFunc` - any keys computed by a function.
+* :class:`EnqueueRequestsFromMapFunc` - any keys computed by a function;
+* :class:`ChangedOnly` - wraps another and drops the updates in which nothing but the
+  ``resourceVersion`` changed: where the informer keeps a projection of its objects, a
+  change to a field the projection leaves out arrives as one (controller-runtime's
+  predicates do this job there).
 
 Handlers must not raise; the controller logs and drops an event whose handler raises.
 """
@@ -26,6 +30,7 @@ from msop.controller.reconcile import Request
 from msop.controller.workqueue import PRIORITY_LOW, PRIORITY_NORMAL
 
 __all__ = [
+    "ChangedOnly",
     "EnqueueRequestForObject",
     "EnqueueRequestForOwner",
     "EnqueueRequestsFromMapFunc",
@@ -33,6 +38,7 @@ __all__ = [
     "Obj",
     "RequestQueue",
     "group_of",
+    "only_version_changed",
     "request_for",
 ]
 
@@ -152,3 +158,42 @@ class EnqueueRequestsFromMapFunc(_MappingHandler):
     def requests(self, obj: Obj) -> Iterable[Request]:
         """``map_func(obj)``."""
         return self.map_func(obj)
+
+
+def only_version_changed(old: Obj, new: Obj) -> bool:
+    """Whether ``old`` and ``new`` differ in their ``metadata.resourceVersion`` and in
+    nothing else (a resync, the same resourceVersion, is not such an update)."""
+    old_meta, new_meta = old.get("metadata") or {}, new.get("metadata") or {}
+    rv_old, rv_new = old_meta.get("resourceVersion"), new_meta.get("resourceVersion")
+    if not rv_old or not rv_new or rv_old == rv_new or old.keys() != new.keys():
+        return False
+    if any(old[k] != new[k] for k in old if k != "metadata"):
+        return False
+    if old_meta.keys() != new_meta.keys():
+        return False
+    return all(old_meta[k] == new_meta[k] for k in old_meta if k != "resourceVersion")
+
+
+class ChangedOnly:
+    """An :class:`EventHandler` that passes every event to ``inner`` but the updates in
+    which only the ``resourceVersion`` changed (:func:`only_version_changed`).
+
+    The reconciler reads the same cached object after such an update as before it, so a
+    reconcile would plan what the last one did. With a projected pod cache these are
+    common at scale: the node lifecycle controller marking every pod of a node not ready,
+    then ready again, changes only conditions the projection leaves out. A resync, or an
+    event source announcing news about an unchanged object (the same resourceVersion),
+    still passes."""
+
+    def __init__(self, inner: EventHandler) -> None:
+        self.inner = inner
+
+    def create(self, obj: Obj, queue: RequestQueue, *, initial: bool = False) -> None:
+        self.inner.create(obj, queue, initial=initial)
+
+    def update(self, old: Obj, new: Obj, queue: RequestQueue) -> None:
+        if not only_version_changed(old, new):
+            self.inner.update(old, new, queue)
+
+    def delete(self, obj: Obj, queue: RequestQueue) -> None:
+        self.inner.delete(obj, queue)

@@ -32,6 +32,7 @@ from msop.api.resources import MSJOBS
 from msop.controller.controller import Controller, EventSource
 from msop.controller.expectations import Expectations
 from msop.controller.handler import (
+    ChangedOnly,
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
     EventHandler,
@@ -83,6 +84,9 @@ CHILD_SELECTOR = f"{c.LABEL_OPERATOR_NAME}={c.OPERATOR_NAME}"
 RETRY_MAX_DELAY = 60.0
 #: Maps a child (pod, Service, PodGroup, Workload) to the MSJob that controls it.
 OWNER = EnqueueRequestForOwner(c.API_VERSION, c.KIND)
+#: The same for the projected caches (pods, Services), but not for an update that changed
+#: nothing they keep: the reconcile would read what the last one read.
+CHANGED_OWNER = ChangedOnly(OWNER)
 
 
 class _JobEvents(EnqueueRequestForObject):
@@ -385,10 +389,10 @@ def setup(manager: Manager, settings: Settings) -> Controller:
         metrics.touch(ns)
     _watch_jobs(jobs, controller.watch, reconciler, shards)
     for source in pods.sources:
-        watch(source, OWNER, batch_window=POD_BATCH_WINDOW)
+        watch(source, CHANGED_OWNER, batch_window=POD_BATCH_WINDOW)
         _observe(source, expectations, PODS)
     for source in services.sources:
-        watch(source, OWNER, batch_window=SERVICE_BATCH_WINDOW)
+        watch(source, CHANGED_OWNER, batch_window=SERVICE_BATCH_WINDOW)
         _observe(source, expectations, SERVICES)
     for inf in caches.watched:
         watch(inf, OWNER)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from msop.controller.handler import (
+    ChangedOnly,
     EnqueueRequestForObject,
     EnqueueRequestForOwner,
     EnqueueRequestsFromMapFunc,
@@ -95,3 +96,29 @@ def test_map_func_and_group_of() -> None:
     EnqueueRequestsFromMapFunc(lambda o: [Request("x", "1"), Request("y", "2")]).delete(obj("a"), q)
     assert [r for r, _ in q.added] == [Request("x", "1"), Request("y", "2")]
     assert (group_of("v1"), group_of("apps/v1")) == ("", "apps")
+
+
+def test_changed_only_drops_updates_of_nothing_but_the_resource_version() -> None:
+    q = RecordingQueue()
+    h = ChangedOnly(EnqueueRequestForOwner("example.com/v1", "Toy"))
+    refs = [owner("Toy", "a")]
+    pod = {**obj("p", "1", ownerReferences=refs), "status": {"phase": "Running"}}
+    h.update(pod, {**pod, "metadata": {**pod["metadata"], "resourceVersion": "2"}}, q)
+    assert q.added == []  # e.g. a condition the projection leaves out changed
+    h.update(pod, pod, q)  # a resync, or news of an unchanged object: the same version
+    assert q.added == [(Request("ns", "a"), PRIORITY_LOW)]
+    q.added.clear()
+    changed = [
+        {**obj("p", "2", ownerReferences=refs), "status": {"phase": "Succeeded"}},
+        {**obj("p", "2", ownerReferences=refs, labels={"x": "y"}), "status": {"phase": "Running"}},
+        {**obj("p", "2", ownerReferences=refs)},  # a field gone
+        {**obj("p", "2", ownerReferences=refs), "status": {"phase": "Running"}, "spec": {}},
+    ]
+    for new in changed:
+        h.update(pod, new, q)
+    assert q.added == [(Request("ns", "a"), PRIORITY_NORMAL)] * len(changed)
+    q.added.clear()
+    h.update(obj("p", ownerReferences=refs), obj("p", "", ownerReferences=refs), q)
+    h.create(pod, q)
+    h.delete(pod, q)
+    assert len(q.added) == 3  # no version to compare passes; creates and deletes pass

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
+from msop.controller.handler import only_version_changed
+from msop.controller.reconcile import Request
 from msop.msjob.plan import Plan
 from msop.msjob.projection import pod_projection, service_projection
+from msop.msjob.setup import CHANGED_OWNER
 from tests.support.builders import T0, finished, job, pod, run, running_status, service
 
 JSON = dict[str, Any]
@@ -159,3 +162,27 @@ def test_only_a_pod_scheduled_that_is_not_true_is_kept() -> None:
     placed = pod("Worker", 0)
     placed["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"}]
     assert "conditions" not in pod_projection(placed)["status"]
+
+
+def test_a_change_the_projection_leaves_out_reconciles_nothing() -> None:
+    """The node lifecycle marking a node's pods not ready changes only their Ready
+    condition: projected, the update differs in its resourceVersion alone, and the pod
+    watch's handler drops it; a change the planner reads passes."""
+    served = as_served(pod("Worker", 0))
+    not_ready = copy.deepcopy(served)
+    not_ready["metadata"]["resourceVersion"] = "43"
+    not_ready["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    old, new = pod_projection(served), pod_projection(not_ready)
+    assert only_version_changed(old, new)
+    queue: list[Request] = []
+
+    class Queue:
+        def add(self, item: Request, *, priority: int = 0) -> None:
+            queue.append(item)
+
+    CHANGED_OWNER.update(old, new, Queue())
+    assert queue == []
+    failed = copy.deepcopy(not_ready)
+    failed["status"]["phase"] = "Failed"
+    CHANGED_OWNER.update(new, pod_projection(failed), Queue())
+    assert queue == [Request("ns", "j")]  # the job that controls the pod
